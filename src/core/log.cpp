@@ -1,0 +1,84 @@
+#include "shardtrain/core/log.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+#include <vector>
+
+namespace shardtrain {
+namespace {
+
+int g_rank = 0;
+std::mutex g_mutex;
+std::FILE* g_file = nullptr;
+
+std::string vformat(const char* format, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  int size = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  if (size <= 0) return {};
+  std::string out(static_cast<size_t>(size), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, format, args);
+  return out;
+}
+
+void emit(const std::string& prefix, const std::string& body) {
+  std::string line = prefix + body;
+  if (line.empty() || line.back() != '\n') line.push_back('\n');
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  if (g_file) {
+    std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S ", std::localtime(&now));
+    std::fputs(stamp, g_file);
+    std::fwrite(line.data(), 1, line.size(), g_file);
+    std::fflush(g_file);
+  }
+}
+
+}  // namespace
+
+void set_log_rank(int rank) { g_rank = rank; }
+
+void set_log_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_file) std::fclose(g_file);
+  g_file = path.empty() ? nullptr : std::fopen(path.c_str(), "a");
+}
+
+std::string str_format(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::string out = vformat(format, args);
+  va_end(args);
+  return out;
+}
+
+void log_info(const char* format, ...) {
+  if (g_rank != 0) return;
+  va_list args;
+  va_start(args, format);
+  emit("", vformat(format, args));
+  va_end(args);
+}
+
+void log_warn(const char* format, ...) {
+  if (g_rank != 0) return;
+  va_list args;
+  va_start(args, format);
+  emit("warning: ", vformat(format, args));
+  va_end(args);
+}
+
+void log_all(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  emit("[rank " + std::to_string(g_rank) + "] ", vformat(format, args));
+  va_end(args);
+}
+
+}  // namespace shardtrain
