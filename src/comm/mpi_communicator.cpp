@@ -1,0 +1,326 @@
+#include "shardtrain/comm/mpi_communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <climits>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "comm/arrival_board.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+namespace {
+
+// Serialises MPI calls when the library did not grant MPI_THREAD_MULTIPLE.
+std::mutex& mpi_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+bool mpi_thread_multiple() {
+  static const bool multiple = [] {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_MULTIPLE;
+  }();
+  return multiple;
+}
+template <class F>
+auto with_mpi(F&& f) {
+  if (mpi_thread_multiple()) return f();
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  return f();
+}
+
+bool is_half(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+// The MPI type that moves (and, for non-16-bit floats, reduces) elements of `t`.
+MPI_Datatype mpi_type(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kFloat: return MPI_FLOAT;
+    case at::kLong: return MPI_INT64_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kShort: return MPI_INT16_T;
+    case at::kChar: return MPI_INT8_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kBool: return MPI_C_BOOL;
+    case at::kBFloat16:
+    case at::kHalf: return MPI_UINT16_T;  // raw words; reductions go through float32
+    default: break;
+  }
+  throw Error(std::string("MpiCommunicator: unsupported dtype ") + c10::toString(t));
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+
+int to_int_count(int64_t count, const char* what) {
+  if (count < 0 || count > INT_MAX)
+    throw Error(str_format("MpiCommunicator: %s of %lld elements exceeds MPI's int count limit", what,
+                           static_cast<long long>(count)));
+  return static_cast<int>(count);
+}
+
+void require_cpu_contiguous(const at::Tensor& t, const char* operation) {
+  TORCH_CHECK(t.defined(), operation, ": tensor is undefined");
+  TORCH_CHECK(t.device().is_cpu(), operation, ": MpiCommunicator takes CPU tensors, got ", t.device());
+  TORCH_CHECK(t.is_contiguous(), operation, ": tensor must be contiguous");
+}
+
+void require_reducible(const at::Tensor& t, ReduceOp op, const char* operation) {
+  TORCH_CHECK(op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), operation,
+              ": ReduceOp::kAvg needs a floating dtype, got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() != at::kBool || op != ReduceOp::kAvg, operation, ": cannot average bool");
+}
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(MPI_Request request, std::function<void()> finish, std::shared_ptr<ArrivalBoard> board,
+          uint64_t sequence, std::string operation, double timeout_s)
+      : request_(request), finish_(std::move(finish)), board_(std::move(board)), sequence_(sequence),
+        operation_(std::move(operation)), timeout_s_(timeout_s) {}
+
+  ~MpiWork() override {
+    // A Work dropped without wait() still owns buffers MPI is writing into.
+    if (!done_) wait();
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    ST_CHECK_MPI(with_mpi([&] { return MPI_Test(&request_, &flag, MPI_STATUS_IGNORE); }));
+    if (flag) complete();
+    return done_;
+  }
+
+  void wait() override {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    // Spin briefly for small, fast collectives; then back off so ranks that
+    // share cores (oversubscribed nodes, CI) do not starve each other.
+    for (int64_t i = 0; !test(); ++i) {
+      if (i < 200) continue;
+      if ((i & 15) == 0 && Clock::now() > deadline)
+        board_->abort_on_timeout(sequence_, operation_, timeout_s_, __FILE__, __LINE__);
+      if (i < 2000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(i < 20000 ? 20 : 200));
+    }
+  }
+
+ private:
+  void complete() {
+    done_ = true;
+    if (finish_) finish_();
+    finish_ = nullptr;
+  }
+
+  MPI_Request request_;
+  std::function<void()> finish_;
+  std::shared_ptr<ArrivalBoard> board_;
+  uint64_t sequence_;
+  std::string operation_;
+  double timeout_s_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+int64_t bytes_on_wire(CollectiveKind kind, int64_t total_bytes, int size) {
+  if (size <= 1) return 0;
+  const int64_t share = total_bytes * (size - 1) / size;
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return 2 * share;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather: return share;
+    case CollectiveKind::kBroadcast: return total_bytes;
+  }
+  return 0;
+}
+
+// What start() needs to launch one collective: the MPI call, and what to do
+// with the result once it is complete.
+struct MpiCommunicator::Launch {
+  std::function<int(MPI_Request*)> call;
+  std::function<void()> finish;
+  CollectiveKind kind;
+  int64_t total_bytes;
+};
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  ST_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
+  ST_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+  ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  board_ = std::make_shared<ArrivalBoard>(comm_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  board_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<Work> MpiCommunicator::start(const char* operation, Launch&& launch) {
+  ++sequence_;
+  board_->enter(sequence_);
+  ++stats_.num_collectives;
+  stats_.bytes_sent += bytes_on_wire(launch.kind, launch.total_bytes, size_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ST_CHECK_MPI(with_mpi([&] { return launch.call(&request); }));
+  return std::make_unique<MpiWork>(request, std::move(launch.finish), board_, sequence_, operation, timeout_s_);
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
+  require_cpu_contiguous(tensor, "all_reduce");
+  require_reducible(tensor, op, "all_reduce");
+  const int count = to_int_count(tensor.numel(), "all_reduce");
+  const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
+  // 16-bit floats reduce in a float32 copy.
+  at::Tensor work = is_half(tensor.scalar_type()) ? tensor.to(at::kFloat) : tensor;
+  Launch launch;
+  launch.kind = CollectiveKind::kAllReduce;
+  launch.total_bytes = tensor.numel() * tensor.element_size();
+  MPI_Comm comm = comm_;
+  launch.call = [work, count, op, comm](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, mpi_type(work.scalar_type()), mpi_op(op), comm,
+                          request);
+  };
+  launch.finish = [tensor, work, divisor]() mutable {
+    if (divisor != 1.0) work.div_(divisor);
+    if (!work.is_same(tensor)) tensor.copy_(work);
+  };
+  return start("all_reduce", std::move(launch));
+}
+
+std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(at::Tensor input, at::Tensor output, ReduceOp op) {
+  require_cpu_contiguous(input, "reduce_scatter");
+  require_cpu_contiguous(output, "reduce_scatter");
+  require_reducible(input, op, "reduce_scatter");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter: input and output dtypes differ");
+  TORCH_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
+              " elements, expected size() * output.numel() = ", output.numel() * size_);
+  const int count = to_int_count(output.numel(), "reduce_scatter");
+  to_int_count(input.numel(), "reduce_scatter");
+  const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
+  const bool half = is_half(input.scalar_type());
+  at::Tensor send = half ? input.to(at::kFloat) : input;
+  at::Tensor receive = half ? at::empty({output.numel()}, output.options().dtype(at::kFloat)) : output;
+  Launch launch;
+  launch.kind = CollectiveKind::kReduceScatter;
+  launch.total_bytes = input.numel() * input.element_size();
+  MPI_Comm comm = comm_;
+  launch.call = [send, receive, count, op, comm](MPI_Request* request) {
+    return MPI_Ireduce_scatter_block(send.data_ptr(), receive.data_ptr(), count, mpi_type(send.scalar_type()),
+                                     mpi_op(op), comm, request);
+  };
+  // `send` is captured so it outlives the collective (MPI reads it until completion).
+  launch.finish = [send, output, receive, divisor]() mutable {
+    if (divisor != 1.0) receive.div_(divisor);
+    if (!receive.is_same(output)) output.view({-1}).copy_(receive.view({-1}));
+  };
+  return start("reduce_scatter", std::move(launch));
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_gather_async(at::Tensor input, at::Tensor output) {
+  require_cpu_contiguous(input, "all_gather");
+  require_cpu_contiguous(output, "all_gather");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather: input and output dtypes differ");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "all_gather: output has ", output.numel(),
+              " elements, expected size() * input.numel() = ", input.numel() * size_);
+  const int count = to_int_count(input.numel(), "all_gather");
+  to_int_count(output.numel(), "all_gather");
+  Launch launch;
+  launch.kind = CollectiveKind::kAllGather;
+  launch.total_bytes = output.numel() * output.element_size();
+  MPI_Comm comm = comm_;
+  launch.call = [input, output, count, comm](MPI_Request* request) {
+    MPI_Datatype type = mpi_type(input.scalar_type());
+    return MPI_Iallgather(input.data_ptr(), count, type, output.data_ptr(), count, type, comm, request);
+  };
+  launch.finish = [input, output]() {};  // keeps both alive until completion
+  return start("all_gather", std::move(launch));
+}
+
+std::unique_ptr<Work> MpiCommunicator::all_gather_v_async(at::Tensor input, at::Tensor output,
+                                                          const std::vector<int64_t>& counts) {
+  require_cpu_contiguous(input, "all_gather_v");
+  require_cpu_contiguous(output, "all_gather_v");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather_v: input and output dtypes differ");
+  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for ", size_,
+              " ranks");
+  TORCH_CHECK(input.numel() == counts[static_cast<size_t>(rank_)], "all_gather_v: input has ", input.numel(),
+              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  TORCH_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
+              total);
+  auto receive_counts = std::make_shared<std::vector<int>>(counts.size());
+  auto displacements = std::make_shared<std::vector<int>>(counts.size());
+  int64_t offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    (*receive_counts)[r] = to_int_count(counts[r], "all_gather_v");
+    (*displacements)[r] = to_int_count(offset, "all_gather_v");
+    offset += counts[r];
+  }
+  Launch launch;
+  launch.kind = CollectiveKind::kAllGather;
+  launch.total_bytes = total * output.element_size();
+  MPI_Comm comm = comm_;
+  launch.call = [input, output, receive_counts, displacements, comm](MPI_Request* request) {
+    MPI_Datatype type = mpi_type(input.scalar_type());
+    return MPI_Iallgatherv(input.data_ptr(), static_cast<int>(input.numel()), type, output.data_ptr(),
+                           receive_counts->data(), displacements->data(), type, comm, request);
+  };
+  launch.finish = [input, output, receive_counts, displacements]() {};
+  return start("all_gather_v", std::move(launch));
+}
+
+std::unique_ptr<Work> MpiCommunicator::broadcast_async(at::Tensor tensor, int root) {
+  require_cpu_contiguous(tensor, "broadcast");
+  TORCH_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside [0, ", size_, ")");
+  const int count = to_int_count(tensor.numel(), "broadcast");
+  Launch launch;
+  launch.kind = CollectiveKind::kBroadcast;
+  launch.total_bytes = rank_ == root ? tensor.numel() * tensor.element_size() : 0;
+  MPI_Comm comm = comm_;
+  launch.call = [tensor, count, root, comm](MPI_Request* request) {
+    return MPI_Ibcast(tensor.data_ptr(), count, mpi_type(tensor.scalar_type()), root, comm, request);
+  };
+  launch.finish = [tensor]() {};
+  return start("broadcast", std::move(launch));
+}
+
+void MpiCommunicator::barrier() {
+  Launch launch;
+  launch.kind = CollectiveKind::kBroadcast;
+  launch.total_bytes = 0;
+  MPI_Comm comm = comm_;
+  launch.call = [comm](MPI_Request* request) { return MPI_Ibarrier(comm, request); };
+  start("barrier", std::move(launch))->wait();
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  ST_CHECK_MPI(with_mpi([&] { return MPI_Comm_split(comm_, color, key, &sub); }));
+  auto out = std::make_unique<MpiCommunicator>(sub, timeout_s_);
+  ST_CHECK_MPI(MPI_Comm_free(&sub));
+  return out;
+}
+
+}  // namespace shardtrain
