@@ -1,0 +1,418 @@
+#include "shardtrain/cli/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+namespace {
+
+using Choices = std::vector<std::string>;
+
+// ---- value conversion: one function per field type ------------------------
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+void parse_value(const std::string& key, const std::string& text, std::string& out) { out = text; }
+
+void parse_value(const std::string& key, const std::string& text, int64_t& out) {
+  errno = 0;
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    throw Error(key + ": expected an integer, got " + quote(text));
+  out = value;
+}
+
+void parse_value(const std::string& key, const std::string& text, double& out) {
+  errno = 0;
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value))
+    throw Error(key + ": expected a number, got " + quote(text));
+  out = value;
+}
+
+void parse_value(const std::string& key, const std::string& text, std::optional<double>& out) {
+  double value = 0;
+  parse_value(key, text, value);
+  out = value;
+}
+
+void parse_value(const std::string& key, const std::string& text, bool& out) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") {
+    out = true;
+  } else if (lower == "false" || lower == "0" || lower == "no" || lower == "off") {
+    out = false;
+  } else {
+    throw Error(key + ": expected true or false, got " + quote(text));
+  }
+}
+
+std::string format_double(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  // Shortest representation that reads back to the same double.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  std::string out = buffer;
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";  // stays a TOML float
+  return out;
+}
+
+std::string toml_value(const std::string& v) {
+  std::string out = "\"";
+  for (char ch : v) {
+    if (ch == '"' || ch == '\\') out.push_back('\\');
+    out.push_back(ch);
+  }
+  return out + "\"";
+}
+std::string toml_value(int64_t v) { return std::to_string(v); }
+std::string toml_value(double v) { return format_double(v); }
+std::string toml_value(bool v) { return v ? "true" : "false"; }
+
+// ---- helpers ----------------------------------------------------------------
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion_for(const std::string& key) {
+  std::string best;
+  // Suggest only close matches: a third of the key's length, at least 2 edits.
+  size_t best_distance = std::max<size_t>(3, key.size() / 3 + 1);
+  for (const auto& name : config_key_names()) {
+    size_t d = edit_distance(key, name);
+    // Also match the right key in the wrong section: "lr" vs "train.lr".
+    const std::string leaf = name.substr(name.rfind('.') + 1);
+    const std::string key_leaf = key.substr(key.rfind('.') + 1);
+    if (leaf == key_leaf) d = std::min<size_t>(d, 1);
+    if (d < best_distance) {
+      best_distance = d;
+      best = name;
+    }
+  }
+  return best.empty() ? "" : "; did you mean " + quote(best) + "?";
+}
+
+bool is_file(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+bool is_dir(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+std::string join(const Choices& choices) {
+  std::string out;
+  for (const auto& c : choices) out += (out.empty() ? "" : ", ") + std::string("\"") + c + "\"";
+  return out;
+}
+
+// A TOML value as the text parse_value() reads, after checking that its TOML
+// type fits the field: a string where a string belongs, a number where a
+// number belongs (an integer is a fine float), a boolean for a flag.
+template <class Field>
+std::string text_of(const std::string& key, const toml::node& node, const std::string& where) {
+  auto wrong = [&](const char* expected) {
+    std::ostringstream shown;
+    if (node.is_string()) shown << quote(node.as_string()->get());
+    else if (node.is_array()) shown << "an array";
+    else if (node.is_table()) shown << "a table";
+    else if (node.is_integer()) shown << node.as_integer()->get();
+    else if (node.is_floating_point()) shown << format_double(node.as_floating_point()->get());
+    else if (node.is_boolean()) shown << (node.as_boolean()->get() ? "true" : "false");
+    else shown << "a date or time";
+    return Error(key + ": expected " + expected + ", got " + shown.str() + where);
+  };
+  if constexpr (std::is_same_v<Field, std::string>) {
+    if (!node.is_string()) throw wrong("a string (in quotes)");
+    return node.as_string()->get();
+  } else if constexpr (std::is_same_v<Field, bool>) {
+    if (!node.is_boolean()) throw wrong("true or false");
+    return node.as_boolean()->get() ? "true" : "false";
+  } else if constexpr (std::is_same_v<Field, int64_t>) {
+    if (!node.is_integer()) throw wrong("an integer");
+    return std::to_string(node.as_integer()->get());
+  } else {
+    if (node.is_integer()) return std::to_string(node.as_integer()->get());
+    if (!node.is_floating_point()) throw wrong("a number");
+    return format_double(node.as_floating_point()->get());
+  }
+}
+
+// Applies one "key = value" to the config, or throws naming the key. The value
+// is text (command line) or a TOML node (config file).
+void assign(RunConfig& config, const std::string& key, const std::string* text, const toml::node* node,
+            const std::string& where) {
+  bool found = false;
+  visit_config_keys(config, [&](const char* name, auto& field, const char*, const Choices& choices) {
+    if (found || key != name) return;
+    found = true;
+    using Field = std::decay_t<decltype(field)>;
+    using Scalar = std::conditional_t<std::is_same_v<Field, std::optional<double>>, double, Field>;
+    const std::string value = node ? text_of<Scalar>(key, *node, where) : *text;
+    try {
+      parse_value(key, value, field);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + where);
+    }
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>) {
+      if (!choices.empty() && std::find(choices.begin(), choices.end(), value) == choices.end())
+        throw Error(key + " = " + quote(value) + where + ": allowed values are " + join(choices));
+    }
+  });
+  if (!found) throw Error("unknown key " + quote(key) + where + suggestion_for(key));
+}
+
+void assign_table(RunConfig& config, const toml::table& table, const std::string& prefix, const std::string& file,
+                  std::set<std::string>& keys_set) {
+  for (const auto& [name, node] : table) {
+    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    const auto line = node.source().begin.line;
+    const std::string where = " in " + file + (line > 0 ? " (line " + std::to_string(line) + ")" : "");
+    if (const toml::table* section = node.as_table()) {
+      assign_table(config, *section, key, file, keys_set);
+      continue;
+    }
+    if (prefix.empty())
+      throw Error("key " + quote(key) + where +
+                  " is outside any section; put it under [model], [data], [train], [parallel], "
+                  "[checkpoint] or [run]" + suggestion_for(key));
+    assign(config, key, nullptr, &node, where);
+    keys_set.insert(key);
+  }
+}
+
+std::string stem_of(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  size_t dot = base.find_last_of('.');
+  return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+}
+
+std::string extension_of(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  size_t dot = base.find_last_of('.');
+  if (dot == std::string::npos) return "";
+  std::string ext = base.substr(dot + 1);
+  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+  return ext;
+}
+
+}  // namespace
+
+std::vector<std::string> config_key_names() {
+  std::vector<std::string> names;
+  RunConfig config;
+  visit_config_keys(config, [&](const char* name, auto&, const char*, const Choices&) { names.push_back(name); });
+  return names;
+}
+
+RunConfig load_run_config(const std::string& file, const ConfigOverrides& overrides) {
+  RunConfig config;
+  std::set<std::string> keys_set;
+  if (!file.empty()) {
+    if (!is_file(file)) throw Error("config file " + quote(file) + " not found");
+    toml::table table;
+    try {
+      table = toml::parse_file(file);
+    } catch (const toml::parse_error& e) {
+      throw Error("cannot parse config file " + quote(file) + " (line " +
+                  std::to_string(e.source().begin.line) + ", column " + std::to_string(e.source().begin.column) +
+                  "): " + std::string(e.description()));
+    }
+    assign_table(config, table, "", file, keys_set);
+  }
+  for (const auto& [key, value] : overrides) {
+    assign(config, key, &value, nullptr, " (on the command line)");
+    keys_set.insert(key);
+  }
+
+  // Derived values: filled once here so nothing downstream guesses them.
+  if (config.run.name.empty()) config.run.name = file.empty() ? "shardtrain" : stem_of(file);
+  if (config.model.vocab.empty() && !config.model.path.empty()) config.model.vocab = config.model.path + "/vocab.txt";
+  if (config.data.format == "auto" && !config.data.train_file.empty()) {
+    const std::string ext = extension_of(config.data.train_file);
+    if (ext == "tsv") config.data.format = "tsv";
+    else if (ext == "csv") config.data.format = "csv";
+    else if (ext == "jsonl" || ext == "json") config.data.format = "jsonl";
+    else
+      throw Error("data.format: cannot tell the format of " + quote(config.data.train_file) +
+                  " from its extension; set data.format to \"tsv\", \"csv\" or \"jsonl\"");
+  }
+  validate_run_config(config, keys_set);
+  return config;
+}
+
+void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw Error(message);
+  };
+  auto positive = [&](const char* key, double value) {
+    require(value > 0, std::string(key) + " = " + format_double(value) + ": must be > 0");
+  };
+  auto non_negative = [&](const char* key, double value) {
+    require(value >= 0, std::string(key) + " = " + format_double(value) + ": must be >= 0");
+  };
+  auto probability = [&](const char* key, double value) {
+    require(value >= 0 && value < 1, std::string(key) + " = " + format_double(value) + ": must be in [0, 1)");
+  };
+
+  // model
+  if (c.model.init == "pretrained") {
+    require(!c.model.path.empty(),
+            "model.init = \"pretrained\" needs model.path (a HF model folder); for a random model set "
+            "model.init = \"random\" and model.config");
+  } else {
+    require(!c.model.config.empty() || !c.model.path.empty(),
+            "model.init = \"random\" needs model.config (a HF config.json) or model.path");
+  }
+  if (!c.model.path.empty())
+    require(is_dir(c.model.path), "model.path = " + quote(c.model.path) + ": no such directory");
+  if (!c.model.config.empty())
+    require(is_file(c.model.config), "model.config = " + quote(c.model.config) + ": no such file");
+  require(!c.model.vocab.empty(), "model.vocab: needed when model.path is not set (a vocab.txt)");
+  require(is_file(c.model.vocab), "model.vocab = " + quote(c.model.vocab) + ": no such file");
+  non_negative("model.num_labels", static_cast<double>(c.model.num_labels));
+  if (c.model.hidden_dropout_prob) probability("model.hidden_dropout_prob", *c.model.hidden_dropout_prob);
+  if (c.model.attention_probs_dropout_prob)
+    probability("model.attention_probs_dropout_prob", *c.model.attention_probs_dropout_prob);
+
+  // data
+  require(!c.data.train_file.empty(), "data.train_file: not set (the training data file)");
+  require(is_file(c.data.train_file), "data.train_file = " + quote(c.data.train_file) + ": no such file");
+  if (!c.data.eval_file.empty())
+    require(is_file(c.data.eval_file), "data.eval_file = " + quote(c.data.eval_file) + ": no such file");
+  require(!c.data.text_a.empty(), "data.text_a: not set (the first text column)");
+  require(c.data.max_length >= 3 && c.data.max_length <= 65536,
+          "data.max_length = " + std::to_string(c.data.max_length) +
+              ": must be in [3, 65536] ([CLS] and two [SEP] need 3 tokens)");
+
+  // train
+  require(c.train.num_epochs >= 1 || c.train.max_steps > 0,
+          "train.num_epochs = " + std::to_string(c.train.num_epochs) + ": must be >= 1 (or set train.max_steps)");
+  non_negative("train.max_steps", static_cast<double>(c.train.max_steps));
+  positive("train.lr", c.train.lr);
+  non_negative("train.weight_decay", c.train.weight_decay);
+  probability("train.adam_beta1", c.train.adam_beta1);
+  probability("train.adam_beta2", c.train.adam_beta2);
+  positive("train.adam_epsilon", c.train.adam_epsilon);
+  non_negative("train.warmup_steps", static_cast<double>(c.train.warmup_steps));
+  require(c.train.warmup_ratio >= 0 && c.train.warmup_ratio <= 1,
+          "train.warmup_ratio = " + format_double(c.train.warmup_ratio) + ": must be in [0, 1]");
+  require(!(c.train.warmup_steps > 0 && c.train.warmup_ratio > 0),
+          "train.warmup_steps and train.warmup_ratio are both set; set only one");
+  positive("train.batch_size", static_cast<double>(c.train.batch_size));
+  positive("train.eval_batch_size", static_cast<double>(c.train.eval_batch_size));
+  positive("train.gradient_accumulation_steps", static_cast<double>(c.train.gradient_accumulation_steps));
+  non_negative("train.max_grad_norm", c.train.max_grad_norm);
+  non_negative("train.seed", static_cast<double>(c.train.seed));
+  non_negative("train.eval_every_steps", static_cast<double>(c.train.eval_every_steps));
+  positive("train.log_every_steps", static_cast<double>(c.train.log_every_steps));
+  if (c.train.mixed_precision == "fp16")
+    require(c.run.device == "cuda",
+            "train.mixed_precision = \"fp16\" needs run.device = \"cuda\" (fp16 with loss scaling is a GPU "
+            "mode); on CPU use \"bf16\" or \"no\"");
+
+  // parallel
+  non_negative("parallel.ranks_per_node", static_cast<double>(c.parallel.ranks_per_node));
+  positive("parallel.bucket_cap_mb", c.parallel.bucket_cap_mb);
+  if (!c.parallel.deepspeed_config.empty()) {
+    require(is_file(c.parallel.deepspeed_config),
+            "parallel.deepspeed_config = " + quote(c.parallel.deepspeed_config) + ": no such file");
+    require(!keys_set.count("parallel.strategy"),
+            "parallel.strategy and parallel.deepspeed_config are both set; the DeepSpeed config's "
+            "zero_optimization.stage chooses the strategy, so remove parallel.strategy");
+  }
+  if (c.parallel.strategy != "fsdp") {
+    // Printing a resolved config writes every key, so only a changed value counts.
+    const FsdpConfig defaults;
+    auto unchanged = [&](const char* key, bool same) {
+      require(same || !keys_set.count(key), std::string(key) + " only applies when parallel.strategy = \"fsdp\" (it is \"" +
+                                                c.parallel.strategy + "\")");
+    };
+    unchanged("parallel.fsdp.sharding_strategy", c.parallel.fsdp.sharding_strategy == defaults.sharding_strategy);
+    unchanged("parallel.fsdp.state_dict_type", c.parallel.fsdp.state_dict_type == defaults.state_dict_type);
+    unchanged("parallel.fsdp.offload_to_cpu", c.parallel.fsdp.offload_to_cpu == defaults.offload_to_cpu);
+    unchanged("parallel.fsdp.rank0_only", c.parallel.fsdp.rank0_only == defaults.rank0_only);
+  }
+
+  // checkpoint
+  non_negative("checkpoint.every_steps", static_cast<double>(c.checkpoint.every_steps));
+  non_negative("checkpoint.every_epochs", static_cast<double>(c.checkpoint.every_epochs));
+  non_negative("checkpoint.num_to_keep", static_cast<double>(c.checkpoint.num_to_keep));
+  if (!c.checkpoint.score_attribute.empty()) {
+    const auto& names = known_metric_names();
+    require(std::find(names.begin(), names.end(), c.checkpoint.score_attribute) != names.end(),
+            "checkpoint.score_attribute = " + quote(c.checkpoint.score_attribute) + ": allowed values are " +
+                join(names));
+    if (c.checkpoint.score_attribute.rfind("eval_", 0) == 0)
+      require(!c.data.eval_file.empty(), "checkpoint.score_attribute = " + quote(c.checkpoint.score_attribute) +
+                                             " needs data.eval_file (there is nothing to evaluate)");
+  }
+
+  // run
+  require(!c.run.storage_path.empty(), "run.storage_path: must not be empty");
+  require(c.run.name.find('/') == std::string::npos && c.run.name != "." && c.run.name != "..",
+          "run.name = " + quote(c.run.name) + ": must be a plain folder name (no '/')");
+  non_negative("run.max_failures", static_cast<double>(c.run.max_failures));
+  positive("run.collective_timeout_s", c.run.collective_timeout_s);
+#ifndef SHARDTRAIN_HAVE_NCCL
+  require(c.run.device != "cuda",
+          "run.device = \"cuda\": this build of shardtrain has no CUDA/NCCL support; rebuild with the CUDA "
+          "toolkit and NCCL installed, or use run.device = \"cpu\"");
+#endif
+}
+
+std::string config_to_toml(const RunConfig& config) {
+  std::ostringstream out;
+  std::string section;
+  visit_config_keys(config, [&](const char* name, const auto& field, const char* help, const Choices& choices) {
+    const std::string key = name;
+    const size_t dot = key.rfind('.');
+    const std::string key_section = key.substr(0, dot);
+    if (key_section != section) {
+      out << (section.empty() ? "" : "\n") << "[" << key_section << "]\n";
+      section = key_section;
+    }
+    const std::string leaf = key.substr(dot + 1);
+    using Field = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<Field, std::optional<double>>) {
+      if (field)
+        out << leaf << " = " << toml_value(*field) << "\n";
+      else
+        out << "# " << leaf << " = (the model config's value)\n";
+    } else {
+      out << leaf << " = " << toml_value(field) << "\n";
+    }
+  });
+  return out.str();
+}
+
+}  // namespace shardtrain

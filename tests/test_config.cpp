@@ -1,0 +1,168 @@
+// Run config: file + overrides -> validated RunConfig, and the error messages
+// a user sees for a typo'd key, a wrong type and a bad value.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <stdlib.h>
+
+#include <fstream>
+#include <string>
+
+#include "shardtrain/cli/config.h"
+#include "shardtrain/core/check.h"
+
+using shardtrain::ConfigOverrides;
+using shardtrain::load_run_config;
+using shardtrain::RunConfig;
+
+namespace {
+
+// A scratch folder with a data file and a vocabulary, so path checks pass.
+struct Scratch {
+  std::string dir;
+  Scratch() {
+    char pattern[] = "/tmp/shardtrain_config_XXXXXX";
+    dir = mkdtemp(pattern);
+    std::ofstream(dir + "/train.tsv") << "Quality\t#1 String\t#2 String\n1\ta\tb\n";
+    std::ofstream(dir + "/vocab.txt") << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n";
+    std::ofstream(dir + "/bert.json") << "{}";
+  }
+  ~Scratch() { std::system(("rm -rf '" + dir + "'").c_str()); }
+
+  // Writes a config whose [model] and [data] sections point at the scratch files,
+  // followed by `extra` (more sections).
+  std::string config(const std::string& extra, const std::string& name = "run.toml") const {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << "[model]\ninit = \"random\"\nconfig = \"" << dir << "/bert.json\"\nvocab = \"" << dir
+                        << "/vocab.txt\"\n\n[data]\ntrain_file = \"" << dir << "/train.tsv\"\n\n"
+                        << extra;
+    return path;
+  }
+};
+
+std::string error_of(const std::string& file, const ConfigOverrides& overrides = {}) {
+  try {
+    load_run_config(file, overrides);
+  } catch (const shardtrain::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("a minimal config gets the reference defaults") {
+  Scratch s;
+  RunConfig c = load_run_config(s.config(""), {});
+  CHECK(c.train.lr == 2e-5);
+  CHECK(c.train.num_epochs == 3);
+  CHECK(c.train.batch_size == 16);
+  CHECK(c.train.eval_batch_size == 32);
+  CHECK(c.train.seed == 42);
+  CHECK(c.train.weight_decay == 0.01);
+  CHECK(c.parallel.strategy == "ddp");
+  CHECK(c.run.collective_timeout_s == 600.0);
+  CHECK(c.data.text_a == "#1 String");  // '#' inside a default is not a comment
+  CHECK(c.data.format == "tsv");        // derived from the extension
+  CHECK(c.run.name == "run");           // derived from the config file's stem
+  CHECK_FALSE(c.model.hidden_dropout_prob.has_value());
+}
+
+TEST_CASE("file values, then command-line overrides") {
+  Scratch s;
+  const std::string file = s.dir + "/x.toml";
+  std::ofstream(file) << "# MRPC's column names start with '#': not comments inside quotes\n"
+                      << "[model]\ninit = \"random\"\nconfig = \"" << s.dir << "/bert.json\"\nvocab = \"" << s.dir
+                      << "/vocab.txt\"\n[data]\ntrain_file = \"" << s.dir
+                      << "/train.tsv\"\ntext_b = \"#2 String\" # a comment\n[train]\nlr = 3e-5\nbatch_size = 8\n";
+  RunConfig c = load_run_config(file, {{"train.batch_size", "4"}, {"model.hidden_dropout_prob", "0"}});
+  CHECK(c.train.lr == 3e-5);
+  CHECK(c.train.batch_size == 4);
+  CHECK(c.data.text_b == "#2 String");
+  REQUIRE(c.model.hidden_dropout_prob.has_value());
+  CHECK(*c.model.hidden_dropout_prob == 0.0);
+}
+
+TEST_CASE("a typo'd key names the key, the file line and the likely key") {
+  Scratch s;
+  const std::string file = s.config("[train]\nlr = 3e-5\nbatch_sise = 8\n");
+  const std::string message = error_of(file);
+  CHECK(message.find("unknown key 'train.batch_sise'") != std::string::npos);
+  CHECK(message.find("line 11") != std::string::npos);
+  CHECK(message.find("did you mean 'train.batch_size'?") != std::string::npos);
+
+  // The right key in the wrong section.
+  CHECK(error_of(s.config("[run]\nlr = 1e-5\n")).find("did you mean 'train.lr'?") != std::string::npos);
+  // An unknown key on the command line.
+  CHECK(error_of(s.config(""), {{"train.epochs", "2"}}) ==
+        "unknown key 'train.epochs' (on the command line); did you mean 'train.num_epochs'?");
+  // A key before any section.
+  CHECK(error_of(s.dir + "/bare.toml").find("not found") != std::string::npos);
+  std::ofstream(s.dir + "/bare.toml") << "lr = 1\n";
+  CHECK(error_of(s.dir + "/bare.toml").find("outside any section") != std::string::npos);
+}
+
+TEST_CASE("a wrong type names the key and the value") {
+  Scratch s;
+  CHECK(error_of(s.config("[train]\nlr = \"fast\"\n")).find("train.lr: expected a number, got 'fast'") == 0);
+  CHECK(error_of(s.config("[train]\nlr = \"3e-5\"\n")).find("train.lr: expected a number, got '3e-5' in ") == 0);
+  CHECK(error_of(s.config("[parallel.fsdp]\nrank0_only = 1\n"))
+            .find("parallel.fsdp.rank0_only: expected true or false, got 1 in ") == 0);
+  CHECK(error_of(s.config("[checkpoint]\nevery_steps = true\n"))
+            .find("checkpoint.every_steps: expected an integer, got true") == 0);
+  CHECK(error_of(s.config("[run]\nname = 7\n")).find("run.name: expected a string (in quotes), got 7") == 0);
+  CHECK(error_of(s.config("[train\nlr = 1\n")).find("cannot parse config file") == 0);
+  CHECK(error_of(s.config("[train]\nbatch_size = 1.5\n")).find("train.batch_size: expected an integer, got 1.5") ==
+        0);
+  CHECK(error_of(s.config(""), {{"data.drop_last", "maybe"}}) ==
+        "data.drop_last: expected true or false, got 'maybe' (on the command line)");
+  CHECK(error_of(s.config("[train]\nlr = [1, 2]\n")).find("train.lr") == 0);
+}
+
+TEST_CASE("a bad value names the key and what is allowed") {
+  Scratch s;
+  CHECK(error_of(s.config("[train]\nmixed_precision = \"fp8\"\n"))
+            .find("train.mixed_precision = 'fp8' in ") == 0);
+  CHECK(error_of(s.config("[train]\nmixed_precision = \"fp8\"\n"))
+            .find("allowed values are \"no\", \"bf16\", \"fp16\"") != std::string::npos);
+  CHECK(error_of(s.config("[train]\nbatch_size = 0\n")) == "train.batch_size = 0.0: must be > 0");
+  CHECK(error_of(s.config("[train]\nlr = -1e-5\n")) == "train.lr = -1e-05: must be > 0");
+  CHECK(error_of(s.config(""), {{"data.max_length", "2"}}).find("data.max_length = 2: must be in [3, 65536]") == 0);
+  CHECK(error_of(s.config(""), {{"checkpoint.score_attribute", "f1"}})
+            .find("checkpoint.score_attribute = 'f1': allowed values are \"eval_accuracy\"") == 0);
+  CHECK(error_of(s.config(""), {{"run.name", "a/b"}}).find("run.name = 'a/b'") == 0);
+  CHECK(error_of(s.config(""), {{"data.train_file", s.dir + "/missing.tsv"}}).find("no such file") !=
+        std::string::npos);
+}
+
+TEST_CASE("impossible combinations are refused with the keys involved") {
+  Scratch s;
+  CHECK(error_of(s.config("[train]\nwarmup_steps = 100\nwarmup_ratio = 0.1\n")) ==
+        "train.warmup_steps and train.warmup_ratio are both set; set only one");
+  CHECK(error_of(s.config("[train]\nmixed_precision = \"fp16\"\n"))
+            .find("train.mixed_precision = \"fp16\" needs run.device = \"cuda\"") == 0);
+  CHECK(error_of(s.config("[parallel]\nstrategy = \"ddp\"\n\n[parallel.fsdp]\nrank0_only = false\n")) ==
+        "parallel.fsdp.rank0_only only applies when parallel.strategy = \"fsdp\" (it is \"ddp\")");
+  CHECK_NOTHROW(load_run_config(
+      s.config("[parallel]\nstrategy = \"fsdp\"\n\n[parallel.fsdp]\nsharding_strategy = \"SHARD_GRAD_OP\"\n"), {}));
+  CHECK(error_of(s.config(""), {{"checkpoint.score_attribute", "eval_f1"}})
+            .find("needs data.eval_file") != std::string::npos);
+  CHECK(error_of(s.config(""), {{"model.init", "pretrained"}}).find("model.init = \"pretrained\" needs model.path") ==
+        0);
+}
+
+TEST_CASE("the printed config reads back to the same config") {
+  Scratch s;
+  RunConfig c = load_run_config(s.config("[train]\nlr = 3e-5\nwarmup_ratio = 0.06\n"),
+                                {{"model.attention_probs_dropout_prob", "0.25"}, {"run.name", "my run"}});
+  const std::string toml = shardtrain::config_to_toml(c);
+  CHECK(toml.find("[train]\n") != std::string::npos);
+  CHECK(toml.find("lr = 3e-05\n") != std::string::npos);
+  CHECK(toml.find("# hidden_dropout_prob = (the model config's value)") != std::string::npos);
+  const std::string path = s.dir + "/resolved.toml";
+  std::ofstream(path) << toml;
+  RunConfig again = load_run_config(path, {});
+  CHECK(shardtrain::config_to_toml(again) == toml);
+  CHECK(again.run.name == "my run");
+  CHECK(again.train.warmup_ratio == 0.06);
+}
