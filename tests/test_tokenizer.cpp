@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardtrain/core/check.h"
@@ -449,4 +450,32 @@ TEST_CASE("copies share the vocabulary and moves are cheap") {
   CHECK(&copy.token(5) == &cased().token(5));
   Tokenizer moved = std::move(copy);
   CHECK(tokens_of(moved, "Hello") == Ids{8667});
+}
+
+TEST_CASE("tokenize appends; const methods are safe from several threads") {
+  Ids ids{7};
+  cased().tokenize("Hello", ids);
+  cased().tokenize("world", ids);
+  CHECK(ids == Ids{7, 8667, 1362});
+
+  // Each thread encodes the same texts (they share the thread-local-buffer code
+  // paths); results must equal the single-thread ones.
+  const std::vector<std::string> texts{"Hello, Café [SEP] world!", "中文 İstanbul naïve", std::string(150, 'x'),
+                                       "He said the foodservice pie business doesn't fit."};
+  std::vector<Encoding> expected;
+  for (const std::string& text : texts) expected.push_back(uncased().encode(text, std::string_view(text), 64));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int repeat = 0; repeat < 200; ++repeat) {
+        for (std::size_t i = 0; i < texts.size(); ++i) {
+          const Encoding e = uncased().encode(texts[i], std::string_view(texts[i]), 64);
+          if (e.input_ids != expected[i].input_ids || e.token_type_ids != expected[i].token_type_ids) ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  CHECK(mismatches == std::vector<int>(4, 0));
 }

@@ -31,7 +31,11 @@
 //   - lowercase is per character (no final-sigma rule);
 //   - longest_first truncation of a pair with equal lengths cuts the FIRST
 //     sequence one token more when the budget is odd (see encode()).
-// Character categories come from utf8proc's Unicode tables.
+// Character categories come from utf8proc's Unicode tables; HF's fast
+// tokenizer uses older ones (the unicode_categories crate, Unicode 8), so a
+// character assigned since then may be classed differently (very rare).
+// Only the five BERT special tokens are never split: added_tokens.json and
+// additional_special_tokens are not read.
 //
 // Usage:
 //   auto tokenizer = shardtrain::Tokenizer::from_model_dir("models/bert-base-cased");
