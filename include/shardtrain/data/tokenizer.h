@@ -1,0 +1,144 @@
+// BERT WordPiece tokenizer that reproduces Hugging Face `BertTokenizerFast`
+// (the Rust `tokenizers` BertNormalizer + BertPreTokenizer + WordPiece +
+// BertProcessing) id for id.
+//
+// Pipeline for one text:
+//   1. Special tokens ([CLS] [SEP] [PAD] [UNK] [MASK], as spelled in the vocab)
+//      are cut out of the raw text first, wherever they occur, even inside a
+//      word ("a[SEP]b" -> a [SEP] b), matched case-sensitively: they are never
+//      split, lowercased or normalised (HF added tokens, normalized=false).
+//   2. Each remaining segment is cleaned: NUL, U+FFFD and every "other"
+//      character (general category Cc, Cf, Co) except \t \n \r are dropped;
+//      \t \n \r and every White_Space character become a space.
+//   3. CJK ideographs (the code point ranges of HF `_is_chinese_char`) get a
+//      space on each side, so each is its own word (tokenize_chinese_chars).
+//   4. When accents are stripped: NFD, then every Mn (nonspacing mark) dropped.
+//   5. When lowercasing: full Unicode lowercase mapping per character.
+//   6. Split on whitespace; every punctuation character (Unicode P* or ASCII
+//      33-47, 58-64, 91-96, 123-126) becomes its own word.
+//   7. WordPiece per word: greedy longest match first, continuation pieces
+//      looked up as "##piece"; a word of more than 100 code points, or one
+//      with no full segmentation, becomes a single [UNK].
+//
+// Invalid UTF-8: every invalid byte sequence counts as U+FFFD, which step 2
+// drops. The result equals HF on the text Python gets from
+// `bytes.decode("utf-8", errors="replace")`. Nothing throws on bad text.
+//
+// Where HF's slow (Python) BertTokenizer and the fast (Rust) one disagree,
+// this follows the fast one, because that is what AutoTokenizer loads:
+//   - unassigned code points (Cn) are kept (slow drops every C* character);
+//   - no NFC normalisation of the input (recent slow versions apply NFC);
+//   - lowercase is per character (no final-sigma rule);
+//   - longest_first truncation of a pair with equal lengths cuts the FIRST
+//     sequence one token more when the budget is odd (see encode()).
+// Character categories come from utf8proc's Unicode tables; HF's fast
+// tokenizer uses older ones (the unicode_categories crate, Unicode 8), so a
+// character assigned since then may be classed differently (very rare).
+// Only the five BERT special tokens are never split: added_tokens.json and
+// additional_special_tokens are not read.
+//
+// Usage:
+//   auto tokenizer = shardtrain::Tokenizer::from_model_dir("models/bert-base-cased");
+//   shardtrain::Encoding e = tokenizer.encode(sentence1, sentence2, 128);
+//
+// A Tokenizer is immutable after construction: const methods may be called
+// from several threads at once. Copies share the vocabulary.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardtrain {
+
+struct TokenizerOptions {
+  // Lowercase the text (HF do_lower_case; true for *-uncased vocabularies).
+  bool lowercase = false;
+  // Strip accents (NFD, drop Mn). HF: strip_accents follows lowercase unless
+  // set, so accents are also stripped whenever `lowercase` is true, unless
+  // `keep_accents` says otherwise.
+  bool strip_accents = false /* HF: follows lowercase unless set */;
+  // Put spaces around CJK ideographs (HF tokenize_chinese_chars).
+  bool tokenize_chinese_chars = true;
+  // HF strip_accents=False together with do_lower_case=True: lowercase but keep
+  // accents. Setting both strip_accents and keep_accents is an error.
+  bool keep_accents = false;
+
+  // Whether accents are stripped with these options.
+  bool strips_accents() const { return strip_accents || (lowercase && !keep_accents); }
+};
+
+// One encoded example. input_ids = [CLS] a [SEP] (b [SEP]); token_type_ids is 0
+// for [CLS], a and the first [SEP], 1 for b and the last [SEP]. The attention
+// mask is all ones (padding is the collator's job), so it is not stored.
+struct Encoding {
+  std::vector<int32_t> input_ids;
+  std::vector<uint8_t> token_type_ids;
+};
+
+class Tokenizer {
+ public:
+  // Reads a vocab.txt: one token per line, id = 0-based line index (trailing
+  // whitespace and a CR of CRLF files are trimmed, a UTF-8 BOM is skipped; if a
+  // token repeats, the later line wins for lookups, as in HF). Throws
+  // shardtrain::Error naming the file when it cannot be read, is empty, lacks
+  // one of [UNK] [CLS] [SEP] [PAD], or when the options contradict each other.
+  static Tokenizer from_vocab_file(const std::string& vocab_path, const TokenizerOptions& options);
+
+  // HF model folder: vocab.txt + tokenizer_config.json if present.
+  // tokenizer_config.json keys used: do_lower_case, strip_accents (null/true/
+  // false), tokenize_chinese_chars, and unk/cls/sep/pad/mask_token (a string or
+  // {"content": ...}) when they rename the special tokens. Without a
+  // tokenizer_config.json, or without do_lower_case in it, HF would lowercase;
+  // here the vocabulary decides instead: lowercase exactly when it holds no
+  // token that lowercasing would change (outside the special tokens): the
+  // HF result for uncased vocabularies and keeps cased ones usable. A warning
+  // says which was chosen.
+  static Tokenizer from_model_dir(const std::string& dir);
+
+  // Word pieces of one text, no special tokens; appends to out.
+  void tokenize(std::string_view text, std::vector<int32_t>& out) const;
+
+  // [CLS] a [SEP] (b [SEP]); max_length 0 = no truncation.
+  // With max_length > 0 the result has at most max_length ids. A single text
+  // loses tokens at its end. A pair follows HF longest_first (Rust
+  // truncate_encodings): with budget = max_length - 3, if both fit nothing is
+  // cut; if the shorter one fits in half the budget, only the longer one is cut
+  // to budget - shorter; otherwise both are cut, the originally shorter one to
+  // budget / 2 and the longer to budget - budget / 2 (when both have the same
+  // length, a gets budget / 2 and b the rest). Throws shardtrain::Error when
+  // max_length is negative or smaller than the number of special tokens (2
+  // for one text, 3 for a pair).
+  Encoding encode(std::string_view text_a, std::optional<std::string_view> text_b, int max_length) const;
+
+  int32_t cls_id() const;
+  int32_t sep_id() const;
+  int32_t pad_id() const;
+  int32_t unk_id() const;
+  // -1 when the vocabulary has no mask token.
+  int32_t mask_id() const;
+  // Number of lines in vocab.txt (the embedding size of the model).
+  int64_t vocab_size() const;
+  const TokenizerOptions& options() const;
+  // The file the vocabulary was read from.
+  const std::string& vocab_path() const;
+
+  // id -> token string (for debugging / export). Throws shardtrain::Error for
+  // an id outside [0, vocab_size()).
+  const std::string& token(int32_t id) const;
+  // token string -> id, or -1 when the token is not in the vocabulary.
+  int32_t token_to_id(std::string_view token) const;
+
+  struct Vocab;  // defined in tokenizer.cpp
+
+ private:
+  Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options);
+
+  std::shared_ptr<const Vocab> vocab_;
+  TokenizerOptions options_;
+};
+
+}  // namespace shardtrain

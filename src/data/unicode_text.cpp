@@ -1,0 +1,162 @@
+#include "data/unicode_text.h"
+
+#include <utf8proc.h>
+
+namespace shardtrain::unicode {
+
+int32_t decode_utf8(const unsigned char* s, std::size_t n, std::size_t* length) {
+  *length = 1;
+  const unsigned lead = s[0];
+  if (lead < 0x80) return static_cast<int32_t>(lead);
+  // Consuming only the lead byte on failure is enough to match Python's
+  // errors="replace": every byte a longer "maximal subpart" would swallow is a
+  // continuation byte, which is invalid on its own, and all U+FFFD are dropped.
+  std::size_t count;
+  int32_t code_point;
+  unsigned second_low = 0x80, second_high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    count = 2;
+    code_point = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    count = 3;
+    code_point = lead & 0x0F;
+    if (lead == 0xE0) second_low = 0xA0;   // overlong
+    if (lead == 0xED) second_high = 0x9F;  // surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    count = 4;
+    code_point = lead & 0x07;
+    if (lead == 0xF0) second_low = 0x90;   // overlong
+    if (lead == 0xF4) second_high = 0x8F;  // above U+10FFFF
+  } else {
+    return -1;
+  }
+  if (n < count) return -1;
+  for (std::size_t k = 1; k < count; ++k) {
+    const unsigned byte = s[k];
+    const unsigned low = k == 1 ? second_low : 0x80;
+    const unsigned high = k == 1 ? second_high : 0xBF;
+    if (byte < low || byte > high) return -1;
+    code_point = (code_point << 6) | static_cast<int32_t>(byte & 0x3F);
+  }
+  *length = count;
+  return code_point;
+}
+
+int encode_utf8(int32_t code_point, char* dst) {
+  const auto cp = static_cast<uint32_t>(code_point);
+  if (cp < 0x80) {
+    dst[0] = static_cast<char>(cp);
+    return 1;
+  }
+  if (cp < 0x800) {
+    dst[0] = static_cast<char>(0xC0 | (cp >> 6));
+    dst[1] = static_cast<char>(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    dst[0] = static_cast<char>(0xE0 | (cp >> 12));
+    dst[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    dst[2] = static_cast<char>(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  dst[0] = static_cast<char>(0xF0 | (cp >> 18));
+  dst[1] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+  dst[2] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+  dst[3] = static_cast<char>(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+bool is_control(int32_t code_point) {
+  if (code_point == '\t' || code_point == '\n' || code_point == '\r') return false;
+  // HF tokenizers' is_control is unicode_categories' is_other(): Cc, Cf and Co.
+  // Unassigned (Cn) code points are not in it, unlike the Python tokenizer.
+  const utf8proc_category_t category = utf8proc_category(code_point);
+  return category == UTF8PROC_CATEGORY_CC || category == UTF8PROC_CATEGORY_CF ||
+         category == UTF8PROC_CATEGORY_CO;
+}
+
+bool is_whitespace(int32_t code_point) {
+  switch (code_point) {
+    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
+    case 0x85: case 0xA0: case 0x1680:
+    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+      return true;
+    default:
+      return code_point >= 0x2000 && code_point <= 0x200A;
+  }
+}
+
+bool is_chinese_char(int32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
+         (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+bool is_punctuation(int32_t cp) {
+  if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
+      (cp >= 123 && cp <= 126)) {
+    return true;
+  }
+  if (cp < 0x80) return false;
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD: case UTF8PROC_CATEGORY_PS:
+    case UTF8PROC_CATEGORY_PE: case UTF8PROC_CATEGORY_PI: case UTF8PROC_CATEGORY_PF:
+    case UTF8PROC_CATEGORY_PO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_nonspacing_mark(int32_t code_point) {
+  return code_point >= 0x300 && utf8proc_category(code_point) == UTF8PROC_CATEGORY_MN;
+}
+
+bool changes_when_lowercased(int32_t code_point) {
+  return code_point == 0x130 || utf8proc_tolower(code_point) != code_point;
+}
+
+void append_nfd(int32_t code_point, std::vector<int32_t>& out) {
+  if (code_point < 0xC0) {  // nothing below U+00C0 has a canonical decomposition
+    out.push_back(code_point);
+    return;
+  }
+  utf8proc_int32_t buffer[8];
+  const utf8proc_ssize_t count =
+      utf8proc_decompose_char(code_point, buffer, 8, UTF8PROC_DECOMPOSE, nullptr);
+  if (count <= 0 || count > 8) {  // canonical decompositions are at most 4 long
+    out.push_back(code_point);
+    return;
+  }
+  out.insert(out.end(), buffer, buffer + count);
+}
+
+void canonical_order(int32_t* begin, int32_t* end) {
+  auto combining_class = [](int32_t cp) {
+    return cp < 0x300 ? 0 : static_cast<int>(utf8proc_get_property(cp)->combining_class);
+  };
+  // Insertion sort within each run of nonzero classes; runs are a few marks long.
+  for (int32_t* it = begin; it != end; ++it) {
+    const int cls = combining_class(*it);
+    if (cls == 0) continue;
+    int32_t* position = it;
+    while (position != begin) {
+      const int previous = combining_class(*(position - 1));
+      if (previous == 0 || previous <= cls) break;
+      std::swap(*position, *(position - 1));
+      --position;
+    }
+  }
+}
+
+void append_lowercase(int32_t code_point, std::vector<int32_t>& out) {
+  if (code_point == 0x130) {  // LATIN CAPITAL LETTER I WITH DOT ABOVE (SpecialCasing.txt)
+    out.push_back(0x69);
+    out.push_back(0x307);
+    return;
+  }
+  out.push_back(utf8proc_tolower(code_point));
+}
+
+}  // namespace shardtrain::unicode
