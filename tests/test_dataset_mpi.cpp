@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
@@ -138,4 +139,47 @@ TEST_CASE("gather_for_metrics over MPI: each example exactly once, in order") {
     torch::Tensor expected_ids = torch::arange(n, torch::kFloat32);
     CHECK(torch::equal(gathered, torch::stack({expected_ids, -expected_ids}, 1)));
   }
+}
+
+TEST_CASE("padding stats and a sharded epoch over MPI") {
+  // Row i has i % 7 + 3 tokens; each rank collates its own batches of one epoch.
+  const int rank = world_rank(), world = world_size();
+  TokenizedDataset d;
+  d.offsets.push_back(0);
+  for (int64_t i = 0; i < 100; ++i) {
+    for (int64_t t = 0; t < i % 7 + 3; ++t) {
+      d.input_ids.push_back(static_cast<int32_t>(1000 + i));
+      d.token_type_ids.push_back(0);
+    }
+    d.offsets.push_back(static_cast<int64_t>(d.input_ids.size()));
+  }
+  SamplerOptions o;
+  o.num_examples = d.size();
+  o.batch_size = 5;
+  o.world_size = world;
+  o.rank = rank;
+  o.drop_last = true;
+  DistributedSampler sampler(o);
+  sampler.set_epoch(4);
+  PaddingStats local;
+  std::vector<int64_t> indices, seen(d.size(), 0);
+  while (sampler.next(&indices)) {
+    local.add(collate(d, indices, 0));
+    for (int64_t i : indices) seen[i]++;
+  }
+  PaddingStats job = local.sum_over_ranks(MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, seen.data(), static_cast<int>(seen.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  // Over all ranks each kept example is collated once, so the summed real
+  // tokens are exactly the kept examples' lengths.
+  int64_t expected_real = 0, kept = 0;
+  for (int64_t i = 0; i < d.size(); ++i) {
+    CHECK(seen[i] <= 1);
+    if (seen[i]) expected_real += d.length(i), ++kept;
+  }
+  CHECK(kept == (d.size() / (5 * world)) * 5 * world);
+  CHECK(job.real_tokens == expected_real);
+  CHECK(job.total_tokens >= job.real_tokens);
+  int64_t local_total = local.total_tokens, max_total = 0;
+  MPI_Allreduce(&local_total, &max_total, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(job.total_tokens <= max_total * world);
 }

@@ -55,4 +55,13 @@ Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indic
   return batch;
 }
 
+PaddingStats PaddingStats::sum_over_ranks(MPI_Comm comm) const {
+  int64_t local[2] = {real_tokens, total_tokens}, global[2] = {real_tokens, total_tokens};
+  if (comm != MPI_COMM_NULL) ST_CHECK_MPI(MPI_Allreduce(local, global, 2, MPI_INT64_T, MPI_SUM, comm));
+  PaddingStats result;
+  result.real_tokens = global[0];
+  result.total_tokens = global[1];
+  return result;
+}
+
 }  // namespace shardtrain

@@ -15,6 +15,8 @@
 //   stats.add(batch);   // ... at the end of the epoch: stats.padding_fraction()
 #pragma once
 
+#include <mpi.h>
+
 #include <ATen/core/Tensor.h>
 #include <cstdint>
 #include <vector>
@@ -52,6 +54,8 @@ struct PaddingStats {
   double padding_fraction() const {
     return total_tokens == 0 ? 0.0 : static_cast<double>(total_tokens - real_tokens) / total_tokens;
   }
+  // The job-wide counts: both counters summed over `comm` (collective).
+  PaddingStats sum_over_ranks(MPI_Comm comm) const;
 };
 
 }  // namespace shardtrain
