@@ -1,0 +1,457 @@
+#include "shardtrain/data/reader.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+
+FileFormat parse_file_format(const std::string& name) {
+  if (name.empty() || name == "auto") return FileFormat::kAuto;
+  if (name == "tsv") return FileFormat::kTsv;
+  if (name == "csv") return FileFormat::kCsv;
+  if (name == "jsonl" || name == "json") return FileFormat::kJsonl;
+  throw Error("data.format: unknown format '" + name + "' (expected tsv, csv or jsonl)");
+}
+
+FileFormat format_from_extension(const std::string& path) {
+  auto dot = path.find_last_of('.');
+  std::string ext = dot == std::string::npos ? "" : path.substr(dot + 1);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ext == "tsv") return FileFormat::kTsv;
+  if (ext == "csv") return FileFormat::kCsv;
+  if (ext == "jsonl" || ext == "json") return FileFormat::kJsonl;
+  throw Error(path + ": cannot tell the format from the extension; set data.format to tsv, csv or jsonl");
+}
+
+BadRowPolicy parse_bad_row_policy(const std::string& name) {
+  if (name == "error") return BadRowPolicy::kError;
+  if (name == "skip") return BadRowPolicy::kSkip;
+  throw Error("data.on_bad_row: unknown policy '" + name + "' (expected error or skip)");
+}
+
+const char* file_format_name(FileFormat format) {
+  switch (format) {
+    case FileFormat::kAuto: return "auto";
+    case FileFormat::kTsv: return "tsv";
+    case FileFormat::kCsv: return "csv";
+    case FileFormat::kJsonl: return "jsonl";
+  }
+  return "?";
+}
+
+int64_t Labels::num_classes() const {
+  switch (kind) {
+    case LabelKind::kNone: return 0;
+    case LabelKind::kRegression: return 1;
+    case LabelKind::kClass:
+      if (!names.empty()) return static_cast<int64_t>(names.size());
+      return class_ids.empty() ? 0 : *std::max_element(class_ids.begin(), class_ids.end()) + 1;
+  }
+  return 0;
+}
+
+bool is_valid_utf8(const char* data, size_t size) {
+  const auto* s = reinterpret_cast<const unsigned char*>(data);
+  size_t i = 0;
+  while (i < size) {
+    unsigned char c = s[i];
+    if (c < 0x80) { ++i; continue; }
+    int extra;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; }
+    else return false;  // continuation byte first, C0/C1 overlong leads, F5+
+    if (i + extra >= size) return false;
+    for (int k = 1; k <= extra; ++k) {
+      unsigned char cc = s[i + k];
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong 3/4-byte forms, UTF-16 surrogates, beyond U+10FFFF.
+    if (extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return false;
+    if (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+namespace {
+
+// A bad row: the message without the "file:line: " prefix.
+struct BadRow {
+  std::string what;
+};
+
+// One physical record of a delimited file, split into fields.
+struct Record {
+  int64_t line = 0;
+  std::vector<std::string> fields;
+  std::optional<std::string> error;  // malformed quoting
+};
+
+std::string strip_cr(std::string s) {
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  return s;
+}
+
+// GLUE TSV: one record per line, fields split on tabs, quotes are ordinary text.
+std::vector<Record> split_tsv(const std::string& text) {
+  std::vector<Record> records;
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    std::string row = strip_cr(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (row.empty()) continue;
+    Record record;
+    record.line = line;
+    size_t start = 0;
+    while (true) {
+      size_t tab = row.find('\t', start);
+      if (tab == std::string::npos) {
+        record.fields.push_back(row.substr(start));
+        break;
+      }
+      record.fields.push_back(row.substr(start, tab - start));
+      start = tab + 1;
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+// RFC 4180 CSV. A quote inside an unquoted field is kept as text (as Python's
+// csv module does); text after a closing quote, or a quote never closed, makes
+// the record malformed, and parsing resumes at the next line.
+std::vector<Record> split_csv(const std::string& text) {
+  std::vector<Record> records;
+  size_t pos = 0;
+  const size_t n = text.size();
+  int64_t line = 1;
+  while (pos < n) {
+    Record record;
+    record.line = line;
+    bool end_of_record = false;
+    while (!end_of_record) {
+      std::string field;
+      if (pos < n && text[pos] == '"') {
+        ++pos;
+        bool closed = false;
+        while (pos < n) {
+          char c = text[pos];
+          if (c == '"') {
+            if (pos + 1 < n && text[pos + 1] == '"') {
+              field.push_back('"');
+              pos += 2;
+              continue;
+            }
+            ++pos;
+            closed = true;
+            break;
+          }
+          if (c == '\n') ++line;
+          field.push_back(c);
+          ++pos;
+        }
+        if (!closed) {
+          record.error = "quoted field is never closed (unmatched \")";
+          pos = n;
+          break;
+        }
+        if (pos < n && text[pos] == '\r' && (pos + 1 == n || text[pos + 1] == '\n')) ++pos;
+        if (pos < n && text[pos] != ',' && text[pos] != '\n') {
+          record.error = "unexpected text after a closing quote (a quote inside a quoted field must be doubled)";
+          size_t nl = text.find('\n', pos);
+          pos = nl == std::string::npos ? n : nl + 1;
+          ++line;
+          break;
+        }
+      } else {
+        size_t end = text.find_first_of(",\n", pos);
+        if (end == std::string::npos) end = n;
+        field = text.substr(pos, end - pos);
+        if (end == n || text[end] == '\n') field = strip_cr(std::move(field));
+        pos = end;
+      }
+      record.fields.push_back(std::move(field));
+      if (pos >= n) {
+        end_of_record = true;
+      } else if (text[pos] == ',') {
+        ++pos;
+      } else {  // '\n'
+        ++pos;
+        ++line;
+        end_of_record = true;
+      }
+    }
+    bool blank = !record.error && record.fields.size() == 1 && record.fields[0].empty();
+    if (!blank) records.push_back(std::move(record));
+  }
+  return records;
+}
+
+bool is_all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (i == s.size()) return std::nullopt;
+  for (size_t k = i; k < s.size(); ++k)
+    if (!std::isdigit(static_cast<unsigned char>(s[k]))) return std::nullopt;
+  return std::strtoll(s.c_str(), nullptr, 10);
+}
+
+std::optional<float> parse_float(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return static_cast<float>(v);
+}
+
+// Collects rows, applies the bad-row policy, then resolves labels.
+class TableBuilder {
+ public:
+  TableBuilder(const std::string& path, const ReaderOptions& options) : options_(options) {
+    table_.path = path;
+    table_.has_text_b = !options.text_b.empty();
+    has_label_ = !options.label.empty();
+    for (size_t i = 0; i < options.label_names.size(); ++i)
+      fixed_names_.emplace(options.label_names[i], static_cast<int64_t>(i));
+  }
+
+  bool has_label() const { return has_label_; }
+
+  // Throws (kError) or counts (kSkip) a bad row.
+  void bad_row(int64_t line, const std::string& what) {
+    if (options_.on_bad_row == BadRowPolicy::kError)
+      throw Error(str_format("%s:%lld: %s", table_.path.c_str(), static_cast<long long>(line), what.c_str()));
+    ++table_.num_bad_rows;
+  }
+
+  // Validates the label of one row; returns the problem, if any, so that the row
+  // is rejected before anything of it is stored.
+  std::optional<std::string> check_label(const std::string& label, float* value, int64_t* fixed_id) const {
+    if (options_.label_mode == LabelMode::kRegression) {
+      auto v = parse_float(label);
+      if (!v) return "label '" + label + "' is not a number (regression labels must be floats)";
+      *value = *v;
+      return std::nullopt;
+    }
+    if (label.empty()) return std::string("empty label");
+    if (!fixed_names_.empty()) {
+      auto it = fixed_names_.find(label);
+      if (it == fixed_names_.end()) {
+        std::string known;
+        for (const auto& name : options_.label_names) known += (known.empty() ? "" : ", ") + name;
+        return "label '" + label + "' is not one of the training labels (" + known + ")";
+      }
+      *fixed_id = it->second;
+    }
+    return std::nullopt;
+  }
+
+  void add(int64_t line, std::string a, std::optional<std::string> b, const std::string& label) {
+    float value = 0.0f;
+    int64_t fixed_id = -1;
+    if (has_label_) {
+      if (auto problem = check_label(label, &value, &fixed_id)) {
+        bad_row(line, *problem);
+        return;
+      }
+    }
+    table_.text_a.push_back(std::move(a));
+    if (table_.has_text_b) table_.text_b.push_back(b ? std::move(*b) : std::string());
+    table_.line_numbers.push_back(line);
+    if (!has_label_) return;
+    if (options_.label_mode == LabelMode::kRegression) values_.push_back(value);
+    else if (fixed_id >= 0) ids_.push_back(fixed_id);
+    else raw_labels_.push_back(label);
+  }
+
+  RawTable finish() {
+    Labels& labels = table_.labels;
+    if (!has_label_) {
+      labels.kind = LabelKind::kNone;
+    } else if (options_.label_mode == LabelMode::kRegression) {
+      labels.kind = LabelKind::kRegression;
+      labels.values = std::move(values_);
+    } else if (!fixed_names_.empty()) {
+      labels.kind = LabelKind::kClass;
+      labels.class_ids = std::move(ids_);
+      labels.names = options_.label_names;
+    } else {
+      labels.kind = LabelKind::kClass;
+      bool all_ints = options_.label_mode == LabelMode::kAuto;
+      std::vector<int64_t> ints;
+      ints.reserve(raw_labels_.size());
+      for (const auto& s : raw_labels_) {
+        if (!all_ints) break;
+        auto v = parse_int(s);
+        if (!v || *v < 0) all_ints = false;
+        else ints.push_back(*v);
+      }
+      if (all_ints) {
+        labels.class_ids = std::move(ints);
+      } else {
+        std::vector<std::string> names = raw_labels_;
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+        labels.class_ids.reserve(raw_labels_.size());
+        for (const auto& s : raw_labels_)
+          labels.class_ids.push_back(std::lower_bound(names.begin(), names.end(), s) - names.begin());
+        labels.names = std::move(names);
+      }
+    }
+    return std::move(table_);
+  }
+
+ private:
+  const ReaderOptions& options_;
+  RawTable table_;
+  bool has_label_ = false;
+  std::map<std::string, int64_t> fixed_names_;
+  std::vector<std::string> raw_labels_;
+  std::vector<int64_t> ids_;
+  std::vector<float> values_;
+};
+
+// Resolves a column option against the header: exact name first, then index.
+int resolve_column(const std::vector<std::string>& header, const std::string& spec, const char* key,
+                   const std::string& path) {
+  for (size_t i = 0; i < header.size(); ++i)
+    if (header[i] == spec) return static_cast<int>(i);
+  if (is_all_digits(spec)) {
+    long index = std::strtol(spec.c_str(), nullptr, 10);
+    if (index < static_cast<long>(header.size())) return static_cast<int>(index);
+    throw Error(str_format("%s: %s = %ld is out of range (the header has %zu columns)", path.c_str(), key,
+                           index, header.size()));
+  }
+  std::string names;
+  for (const auto& h : header) names += (names.empty() ? "'" : ", '") + h + "'";
+  throw Error(path + ": " + key + " = '" + spec + "' is not a column; the header has " + names);
+}
+
+void read_delimited(const std::vector<Record>& records, const std::string& path, const ReaderOptions& options,
+                    TableBuilder& builder) {
+  if (records.empty()) throw Error(path + ": empty file (expected a header row)");
+  const Record& header = records[0];
+  if (header.error) throw Error(str_format("%s:%lld: header: %s", path.c_str(), (long long)header.line,
+                                           header.error->c_str()));
+  const size_t num_columns = header.fields.size();
+  const int col_a = resolve_column(header.fields, options.text_a, "data.text_a", path);
+  const int col_b = options.text_b.empty() ? -1 : resolve_column(header.fields, options.text_b, "data.text_b", path);
+  const int col_label = options.label.empty() ? -1 : resolve_column(header.fields, options.label, "data.label", path);
+  for (size_t r = 1; r < records.size(); ++r) {
+    const Record& rec = records[r];
+    if (rec.error) { builder.bad_row(rec.line, *rec.error); continue; }
+    if (rec.fields.size() != num_columns) {
+      builder.bad_row(rec.line, str_format("expected %zu columns, found %zu", num_columns, rec.fields.size()));
+      continue;
+    }
+    bool utf8_ok = true;
+    for (const auto& f : rec.fields) utf8_ok = utf8_ok && is_valid_utf8(f.data(), f.size());
+    if (!utf8_ok) { builder.bad_row(rec.line, "invalid UTF-8"); continue; }
+    std::optional<std::string> b;
+    if (col_b >= 0) b = rec.fields[col_b];
+    builder.add(rec.line, rec.fields[col_a], std::move(b), col_label >= 0 ? rec.fields[col_label] : std::string());
+  }
+}
+
+void read_jsonl(const std::string& text, const std::string& path, const ReaderOptions& options,
+                TableBuilder& builder) {
+  for (const auto* key : {&options.text_a, &options.text_b, &options.label})
+    if (is_all_digits(*key))
+      log_warn("%s: JSON Lines fields are chosen by key; '%s' is used as a key, not an index", path.c_str(),
+               key->c_str());
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++line;
+    std::string row = strip_cr(text.substr(pos, end - pos));
+    pos = end + 1;
+    if (std::all_of(row.begin(), row.end(), [](unsigned char c) { return std::isspace(c); })) continue;
+    if (!is_valid_utf8(row.data(), row.size())) { builder.bad_row(line, "invalid UTF-8"); continue; }
+    nlohmann::json object;
+    try {
+      object = nlohmann::json::parse(row);
+    } catch (const nlohmann::json::parse_error& e) {
+      builder.bad_row(line, std::string("malformed JSON: ") + e.what());
+      continue;
+    }
+    if (!object.is_object()) { builder.bad_row(line, "malformed JSON: expected an object per line"); continue; }
+
+    auto text_field = [&](const std::string& key, std::string* out) -> std::optional<std::string> {
+      auto it = object.find(key);
+      if (it == object.end() || it->is_null()) return "missing field '" + key + "'";
+      if (!it->is_string()) return "field '" + key + "' is not a string";
+      *out = it->get<std::string>();
+      return std::nullopt;
+    };
+    std::string a, b_text, label;
+    std::optional<std::string> problem = text_field(options.text_a, &a);
+    if (!problem && !options.text_b.empty()) problem = text_field(options.text_b, &b_text);
+    if (!problem && !options.label.empty()) {
+      auto it = object.find(options.label);
+      if (it == object.end() || it->is_null()) problem = "missing field '" + options.label + "'";
+      else if (it->is_string()) label = it->get<std::string>();
+      else if (it->is_number_integer()) label = std::to_string(it->get<int64_t>());
+      else if (it->is_number()) label = it->dump();
+      else problem = "label field '" + options.label + "' is not a number or string";
+    }
+    if (problem) { builder.bad_row(line, *problem); continue; }
+    std::optional<std::string> b;
+    if (!options.text_b.empty()) b = std::move(b_text);
+    builder.add(line, std::move(a), std::move(b), label);
+  }
+}
+
+}  // namespace
+
+RawTable read_table_from_string(const std::string& content, const std::string& path,
+                                const ReaderOptions& options) {
+  if (options.text_a.empty()) throw Error("data.text_a: no text column given for " + path);
+  FileFormat format = options.format == FileFormat::kAuto ? format_from_extension(path) : options.format;
+  std::string text = content;
+  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+
+  TableBuilder builder(path, options);
+  switch (format) {
+    case FileFormat::kTsv: read_delimited(split_tsv(text), path, options, builder); break;
+    case FileFormat::kCsv: read_delimited(split_csv(text), path, options, builder); break;
+    case FileFormat::kJsonl: read_jsonl(text, path, options, builder); break;
+    case FileFormat::kAuto: ST_ASSERT(false, "format resolved above");
+  }
+  return builder.finish();
+}
+
+RawTable read_table(const std::string& path, const ReaderOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open data file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return read_table_from_string(buffer.str(), path, options);
+}
+
+}  // namespace shardtrain
