@@ -240,7 +240,7 @@ TEST_CASE("config.json parsing, validation and round trip") {
 
   auto fails = [](const std::string& json, const std::string& expected) {
     CAPTURE(json);
-    CHECK_THROWS_WITH_AS(BertConfig::from_json(json, "x/config.json"), doctest::Contains(expected), Error);
+    CHECK_THROWS_WITH_AS(BertConfig::from_json(json, "x/config.json"), doctest::Contains(expected.c_str()), Error);
   };
   fails(R"({"hidden_size": 10, "num_attention_heads": 4})", "\"hidden_size\": 10 is not a multiple of num_attention_heads");
   fails(R"({"position_embedding_type": "relative_key"})", "\"position_embedding_type\"");

@@ -213,8 +213,8 @@ TEST_CASE("save -> load gives identical logits; config and tokenizer files are w
   save.copy_files.clear();
   const fs::path out16 = scratch("export_bf16");
   save_hf_folder(*original.model, out16.string(), save);
-  CHECK(SafetensorsFile((out16 / "model.safetensors").string()).entry("classifier.weight").dtype ==
-        SafetensorsDtype::BF16);
+  CHECK((SafetensorsFile((out16 / "model.safetensors").string()).entry("classifier.weight").dtype ==
+         SafetensorsDtype::BF16));
   HfModel reloaded16 = load_hf_folder(out16.string());
   CHECK(at::allclose(logits_of(*reloaded16.model), logits_of(*original.model), 0.05, 0.05));
 
