@@ -40,7 +40,8 @@ int64_t read_int(const json& j, const char* key, int64_t fallback, const std::st
   if (!j.contains(key)) return fallback;
   const json& v = j[key];
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) return static_cast<int64_t>(v.get<double>());
+  if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 1e15)
+    return static_cast<int64_t>(v.get<double>());
   config_error(source, key, "expected an integer, got " + v.dump());
 }
 
