@@ -1,0 +1,186 @@
+// BERT for sequence classification in LibTorch, numerically equal to Hugging Face
+// transformers' BertForSequenceClassification (eager attention, absolute positions).
+//
+//   BertConfig config = BertConfig::from_file("bert-base-cased/config.json");
+//   auto model = std::make_shared<BertForSequenceClassification>(config);
+//   model->init_weights(/*seed=*/42);                       // HF _init_weights
+//   at::Tensor logits = model->forward(input_ids, token_type_ids, attention_mask);  // [B, C]
+//   at::Tensor loss = model->loss(logits, labels);
+//
+// named_parameters() yields exactly HF's state-dict keys, in HF's order
+// ("bert.embeddings.word_embeddings.weight", ..., "classifier.bias"), so weights
+// move to and from HF checkpoints by name (hf_folder.h). The model knows nothing
+// about ranks: parallel strategies reach the pieces one by one through
+// embeddings(), layers(), pooler() and classifier() and gather/free their
+// parameters from outside.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardtrain {
+
+// The fields of a HF BertConfig that shape the model, with HF's defaults
+// (bert-base). Parsed from config.json; unknown keys are kept and written back.
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  // One of HF's ACT2FN names: gelu (erf), gelu_python, gelu_new, gelu_pytorch_tanh,
+  // gelu_accurate, gelu_fast, quick_gelu, gelu_10, relu, relu2, relu6, leaky_relu,
+  // silu, swish, mish, tanh, sigmoid, linear, laplace.
+  std::string hidden_act = "gelu";
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  double classifier_dropout = -1.0;  // < 0: HF's null, i.e. use hidden_dropout_prob
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;
+  double layer_norm_eps = 1e-12;
+  int64_t pad_token_id = 0;
+  std::string position_embedding_type = "absolute";  // the only one supported
+  int64_t num_labels = 2;
+  std::vector<std::string> id2label;  // id2label[i] = name of label i; size num_labels
+  // "" (infer as HF does: regression when num_labels == 1, else single- or
+  // multi-label by the labels' dtype), "regression", "single_label_classification",
+  // "multi_label_classification".
+  std::string problem_type;
+  // Keys of config.json this struct does not model (e.g. "transformers_version"),
+  // as a JSON object text, written back by to_json().
+  std::string extra_json = "{}";
+
+  // Parses a HF config.json text; `source` names the file in errors. Missing
+  // keys take HF defaults; wrong types and invalid values throw shardtrain::Error
+  // naming the key. The result is validated.
+  static BertConfig from_json(const std::string& text, const std::string& source = "config.json");
+  static BertConfig from_file(const std::string& path);
+  // The config as HF writes it (model_type "bert", architectures
+  // ["BertForSequenceClassification"], id2label/label2id, num_labels), pretty-printed.
+  std::string to_json() const;
+  // Throws shardtrain::Error naming the key for any invalid value
+  // (hidden_size % num_attention_heads != 0, non-positive sizes, p outside [0, 1), ...).
+  void validate(const std::string& source = "config") const;
+
+  // Sets num_labels and resets id2label to HF's default names "LABEL_<i>".
+  void set_num_labels(int64_t n);
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  double effective_classifier_dropout() const {
+    return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob;
+  }
+  // Number of trainable parameters of BertForSequenceClassification for this
+  // config (108,311,810 for bert-base with 2 labels).
+  int64_t num_parameters() const;
+};
+
+// The configuration HF uses for "bert-base-cased" (vocab 28996), with `num_labels`.
+BertConfig bert_base_cased_config(int64_t num_labels = 2);
+
+// word + position + token-type embeddings, then LayerNorm and dropout.
+// Parameters: word_embeddings.weight [V, D], position_embeddings.weight [P, D],
+// token_type_embeddings.weight [T, D], LayerNorm.{weight,bias} [D].
+class BertEmbeddings : public torch::nn::Module {
+ public:
+  explicit BertEmbeddings(const BertConfig& config);
+  // input_ids, token_type_ids: [B, L] int64 -> [B, L, D]
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids);
+
+  torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  torch::nn::LayerNorm layer_norm{nullptr};
+
+ private:
+  double dropout_p_;
+};
+
+// One post-LayerNorm transformer encoder layer with HF's parameter names:
+// attention.self.{query,key,value}, attention.output.{dense,LayerNorm},
+// intermediate.dense, output.{dense,LayerNorm}.
+class BertLayer : public torch::nn::Module {
+ public:
+  explicit BertLayer(const BertConfig& config);
+  // hidden [B, L, D], additive_mask [B, 1, 1, L] (0 keep, finfo.min masked) -> [B, L, D]
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& additive_mask);
+
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+  torch::nn::Linear attention_output_dense{nullptr};
+  torch::nn::LayerNorm attention_output_layer_norm{nullptr};
+  torch::nn::Linear intermediate_dense{nullptr};
+  torch::nn::Linear output_dense{nullptr};
+  torch::nn::LayerNorm output_layer_norm{nullptr};
+
+ private:
+  int64_t num_heads_;
+  std::string activation_;
+  double hidden_dropout_p_, attention_dropout_p_;
+};
+
+// tanh(dense(hidden[:, 0])) -- the [CLS] pooler. Parameters: dense.{weight,bias}.
+class BertPooler : public torch::nn::Module {
+ public:
+  explicit BertPooler(const BertConfig& config);
+  // hidden [B, L, D] -> [B, D]
+  at::Tensor forward(const at::Tensor& hidden);
+  torch::nn::Linear dense{nullptr};
+};
+
+class BertForSequenceClassification : public torch::nn::Module {
+ public:
+  // Builds the module tree with LibTorch's default init; call init_weights()
+  // (or load weights) before use. Validates `config`.
+  explicit BertForSequenceClassification(const BertConfig& config);
+
+  const BertConfig& config() const { return config_; }
+
+  // input_ids [B, L] int64; token_type_ids [B, L] int64 (undefined = all 0);
+  // attention_mask [B, L] (1 keep, 0 padding; any dtype; undefined = all 1).
+  // Returns logits [B, C] in the parameters' dtype. Dropout is active only in
+  // train() mode. Throws shardtrain::Error if L > max_position_embeddings.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids = {},
+                     const at::Tensor& attention_mask = {});
+  // The mean loss as HF computes it for config().problem_type:
+  //   regression (num_labels == 1): MSE(logits.squeeze(), labels.squeeze()), labels float [B];
+  //   single-label: cross-entropy, labels int64 [B] (-100 ignored);
+  //   multi-label: BCE-with-logits, labels float [B, C].
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const;
+
+  // HF _init_weights on every parameter, reproducibly from `seed` (independent
+  // of the global torch seed): Linear/Embedding weights ~ N(0, initializer_range),
+  // biases 0, LayerNorm weight 1 / bias 0, the word-embedding padding row 0.
+  void init_weights(uint64_t seed);
+  // The same init, only for the parameters whose HF names are in `names`.
+  void init_weights(uint64_t seed, const std::vector<std::string>& names);
+
+  // The pieces, in forward order, for strategies that work layer by layer.
+  std::shared_ptr<BertEmbeddings> embeddings() const { return embeddings_; }
+  const std::vector<std::shared_ptr<BertLayer>>& layers() const { return layers_; }
+  std::shared_ptr<BertPooler> pooler() const { return pooler_; }
+  torch::nn::Linear classifier() const { return classifier_; }
+  // HF name prefixes of the pieces: "bert.embeddings.", "bert.encoder.layer.<i>.",
+  // "bert.pooler.", "classifier.".
+  static std::string layer_prefix(int64_t i);
+
+  // (HF name, parameter) in HF order; the tensors alias the parameters.
+  std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
+
+ private:
+  BertConfig config_;
+  std::shared_ptr<BertEmbeddings> embeddings_;
+  std::vector<std::shared_ptr<BertLayer>> layers_;
+  std::shared_ptr<BertPooler> pooler_;
+  torch::nn::Linear classifier_{nullptr};
+};
+
+// Applies HF activation `name` (see BertConfig::hidden_act) to x.
+at::Tensor apply_activation(const std::string& name, const at::Tensor& x);
+
+}  // namespace shardtrain

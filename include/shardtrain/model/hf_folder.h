@@ -1,0 +1,92 @@
+// Hugging Face model folders in and out.
+//
+//   HfLoadOptions options;                     // optional: num_labels, dropout overrides, seed
+//   HfModel hf = load_hf_folder("bert-base-cased", options);
+//   log_info("%s", hf.report.message().c_str());  // HF-style "Some weights ... newly initialized"
+//   ... train hf.model ...
+//   HfSaveOptions save;
+//   save.copy_files = {"bert-base-cased/vocab.txt", "bert-base-cased/tokenizer_config.json"};
+//   save_hf_folder(*hf.model, "out/", save);
+//
+// A folder holds config.json and model.safetensors, or a sharded checkpoint
+// (model.safetensors.index.json + the shards it names). A folder with only
+// pytorch_model.bin (a Python pickle) is refused: shardtrain never unpickles.
+//
+// Names are matched like transformers does for BertForSequenceClassification:
+// legacy LayerNorm names "gamma"/"beta" become "weight"/"bias"; a bare BertModel
+// checkpoint ("embeddings.*", "encoder.*", "pooler.*") gets the "bert." prefix;
+// "bert.embeddings.position_ids" (a buffer) is dropped; pretraining heads
+// ("cls.predictions.*", "cls.seq_relationship.*") and other unknown tensors are
+// reported as unused. Parameters absent from the checkpoint (typically the
+// classifier) are initialised as HF's _init_weights does and reported. A shape
+// mismatch is an error naming the tensor and both shapes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtrain/model/bert.h"
+#include "shardtrain/model/safetensors.h"
+
+namespace shardtrain {
+
+struct HfLoadOptions {
+  // Number of labels for the classifier. Allowed to differ from config.json only
+  // when the checkpoint has no classifier head (then the head is new anyway);
+  // otherwise a mismatch is an error (HF's ignore_mismatched_sizes is not offered).
+  std::optional<int64_t> num_labels;
+  std::optional<double> hidden_dropout_prob;
+  std::optional<double> attention_probs_dropout_prob;
+  // Seed for parameters missing from the checkpoint.
+  uint64_t init_seed = 42;
+};
+
+// What load_hf_folder did with the checkpoint's tensors, in HF's terms.
+struct HfLoadReport {
+  std::string folder;
+  std::vector<std::string> missing_keys;     // model parameters not in the checkpoint (freshly initialised)
+  std::vector<std::string> unexpected_keys;  // checkpoint tensors the model does not use
+  std::vector<std::string> renamed_keys;     // "old -> new" for gamma/beta and bert.-prefix fixes
+  // The log lines transformers prints for missing / unexpected keys (empty if neither).
+  std::string message() const;
+};
+
+struct HfModel {
+  BertConfig config;
+  std::shared_ptr<BertForSequenceClassification> model;
+  HfLoadReport report;
+};
+
+// Reads config.json (with the overrides in `options`), builds the model on the
+// CPU in fp32 and loads the weights. Throws shardtrain::Error naming the file
+// for a missing folder, config or weights file, a pickle-only folder, a bad
+// shard index or a shape mismatch.
+HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options = {});
+
+// The checkpoint tensors of `folder` (model.safetensors or the sharded index),
+// by their names in the file(s).
+NamedTensors read_hf_weights(const std::string& folder);
+
+// Copies `checkpoint` (HF names or the legacy/bare variants above) into `model`,
+// converting dtypes; parameters it lacks are initialised from `init_seed`.
+HfLoadReport load_hf_weights(BertForSequenceClassification& model, const NamedTensors& checkpoint,
+                             uint64_t init_seed = 42, const std::string& source = "checkpoint");
+
+struct HfSaveOptions {
+  at::ScalarType dtype = at::kFloat;  // dtype of the saved weights (kFloat, kHalf or kBFloat16)
+  // Files copied verbatim into the folder (vocab.txt, tokenizer_config.json, ...).
+  std::vector<std::string> copy_files;
+};
+
+// Writes `folder`/config.json (num_labels, id2label/label2id, architectures
+// ["BertForSequenceClassification"], model_type "bert") and
+// `folder`/model.safetensors (HF names, contiguous, options.dtype), then copies
+// options.copy_files. Creates the folder if needed. HF transformers loads the
+// result with BertForSequenceClassification.from_pretrained(folder).
+void save_hf_folder(const BertForSequenceClassification& model, const std::string& folder,
+                    const HfSaveOptions& options = {});
+
+}  // namespace shardtrain

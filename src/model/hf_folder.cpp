@@ -1,0 +1,216 @@
+#include "shardtrain/model/hf_folder.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "shardtrain/core/check.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
+std::string python_list(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  return out + "]";
+}
+
+// The name BertForSequenceClassification uses for a checkpoint tensor, as
+// transformers' loader rewrites it; "" for tensors HF drops silently.
+std::string model_key(const std::string& name) {
+  if (name == "bert.embeddings.position_ids" || name == "embeddings.position_ids") return "";
+  std::string key = name;
+  // transformers' _fix_key: TF-era checkpoints call LayerNorm parameters gamma/beta.
+  if (ends_with(key, ".gamma")) key = key.substr(0, key.size() - 5) + "weight";
+  if (ends_with(key, ".beta")) key = key.substr(0, key.size() - 4) + "bias";
+  // A bare BertModel checkpoint lacks the base_model_prefix "bert.".
+  for (const char* part : {"embeddings.", "encoder.", "pooler."})
+    if (starts_with(key, part)) key = "bert." + key;
+  return key;
+}
+
+std::map<std::string, at::Tensor> normalise(const NamedTensors& checkpoint, const std::string& source,
+                                            std::vector<std::string>* renamed) {
+  std::map<std::string, at::Tensor> out;
+  std::map<std::string, std::string> origin;
+  for (const auto& [name, tensor] : checkpoint) {
+    const std::string key = model_key(name);
+    if (key.empty()) continue;
+    if (key != name && renamed) renamed->push_back(name + " -> " + key);
+    if (out.count(key))
+      throw Error(source + ": tensors '" + origin[key] + "' and '" + name + "' both map to '" + key + "'");
+    out[key] = tensor;
+    origin[key] = name;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string HfLoadReport::message() const {
+  std::string out;
+  if (!unexpected_keys.empty()) {
+    out += "Some weights of the model checkpoint at " + folder +
+           " were not used when initializing BertForSequenceClassification: " + python_list(unexpected_keys) +
+           "\n- This IS expected if you are initializing BertForSequenceClassification from the checkpoint of a "
+           "model trained on another task or with another architecture (e.g. initializing a "
+           "BertForSequenceClassification model from a BertForPreTraining model).\n- This IS NOT expected if you "
+           "are initializing BertForSequenceClassification from the checkpoint of a model that you expect to be "
+           "exactly identical (initializing a BertForSequenceClassification model from a "
+           "BertForSequenceClassification model).";
+  }
+  if (!missing_keys.empty()) {
+    if (!out.empty()) out += "\n";
+    out += "Some weights of BertForSequenceClassification were not initialized from the model checkpoint at " +
+           folder + " and are newly initialized: " + python_list(missing_keys) +
+           "\nYou should probably TRAIN this model on a down-stream task to be able to use it for predictions and "
+           "inference.";
+  }
+  return out;
+}
+
+NamedTensors read_hf_weights(const std::string& folder) {
+  const fs::path dir(folder);
+  if (!fs::is_directory(dir)) throw Error(folder + ": model folder does not exist (model.path)");
+  const fs::path single = dir / "model.safetensors";
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(single)) return SafetensorsFile(single.string()).all_tensors();
+  if (fs::exists(index)) {
+    const auto weight_map = read_safetensors_index(index.string());
+    std::map<std::string, std::vector<std::string>> by_shard;
+    for (const auto& [name, shard] : weight_map) by_shard[shard].push_back(name);
+    NamedTensors out;
+    for (const auto& [shard, names] : by_shard) {
+      const fs::path shard_path = dir / shard;
+      if (!fs::exists(shard_path))
+        throw Error(index.string() + ": shard \"" + shard + "\" named in weight_map is missing from " + folder);
+      SafetensorsFile file(shard_path.string());
+      for (const auto& name : names) {
+        if (!file.contains(name))
+          throw Error(index.string() + ": weight_map puts '" + name + "' in " + shard + ", but that shard lacks it");
+        out.emplace_back(name, file.tensor(name));
+      }
+    }
+    return out;
+  }
+  for (const char* pickle : {"pytorch_model.bin", "pytorch_model.bin.index.json"})
+    if (fs::exists(dir / pickle))
+      throw Error(folder + ": has only " + pickle +
+                  " (a Python pickle); shardtrain never loads pickles because they can run arbitrary code. "
+                  "Provide model.safetensors instead, e.g. in Python: "
+                  "BertForSequenceClassification.from_pretrained(folder).save_pretrained(folder, "
+                  "safe_serialization=True)");
+  throw Error(folder + ": no model.safetensors or model.safetensors.index.json (TF/Flax weights are not supported)");
+}
+
+HfLoadReport load_hf_weights(BertForSequenceClassification& model, const NamedTensors& checkpoint,
+                             uint64_t init_seed, const std::string& source) {
+  HfLoadReport report;
+  report.folder = source;
+  std::map<std::string, at::Tensor> tensors = normalise(checkpoint, source, &report.renamed_keys);
+
+  std::set<std::string> used;
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, param] : model.state_dict()) {
+      auto found = tensors.find(name);
+      if (found == tensors.end()) {
+        report.missing_keys.push_back(name);
+        continue;
+      }
+      const at::Tensor& value = found->second;
+      if (value.sizes() != param.sizes())
+        throw Error(source + ": tensor '" + name + "' has shape " + shape_text(value.sizes()) +
+                    " in the checkpoint but the model (config.json) expects " + shape_text(param.sizes()));
+      if (!at::isFloatingType(value.scalar_type()))
+        throw Error(source + ": tensor '" + name + "' has non-floating dtype " +
+                    std::string(c10::toString(value.scalar_type())));
+      param.copy_(value);
+      used.insert(name);
+    }
+  }
+  for (const auto& [name, tensor] : checkpoint) {
+    const std::string key = model_key(name);
+    if (!key.empty() && !used.count(key)) report.unexpected_keys.push_back(name);
+  }
+  if (!report.missing_keys.empty()) model.init_weights(init_seed, report.missing_keys);
+  return report;
+}
+
+HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) {
+  if (!fs::is_directory(folder)) throw Error(folder + ": model folder does not exist (model.path)");
+  const std::string config_path = (fs::path(folder) / "config.json").string();
+  if (!fs::exists(config_path)) throw Error(folder + ": no config.json in the model folder");
+  HfModel out;
+  out.config = BertConfig::from_file(config_path);
+  if (options.hidden_dropout_prob) out.config.hidden_dropout_prob = *options.hidden_dropout_prob;
+  if (options.attention_probs_dropout_prob)
+    out.config.attention_probs_dropout_prob = *options.attention_probs_dropout_prob;
+
+  const NamedTensors checkpoint = read_hf_weights(folder);
+  if (options.num_labels && *options.num_labels != out.config.num_labels) {
+    const at::Tensor* head = nullptr;
+    for (const auto& [name, tensor] : checkpoint)
+      if (model_key(name) == "classifier.weight") head = &tensor;
+    if (head)
+      throw Error(folder + ": num_labels " + std::to_string(*options.num_labels) +
+                  " differs from the checkpoint's classifier head (" + std::to_string(head->size(0)) +
+                  " labels); use a checkpoint without a classifier (e.g. the pretrained model) or num_labels " +
+                  std::to_string(head->size(0)));
+    out.config.set_num_labels(*options.num_labels);
+    if (out.config.problem_type == "regression" && *options.num_labels != 1) out.config.problem_type.clear();
+  }
+  out.config.validate(config_path);
+  out.model = std::make_shared<BertForSequenceClassification>(out.config);
+  out.report = load_hf_weights(*out.model, checkpoint, options.init_seed, folder);
+  return out;
+}
+
+void save_hf_folder(const BertForSequenceClassification& model, const std::string& folder,
+                    const HfSaveOptions& options) {
+  if (options.dtype != at::kFloat && options.dtype != at::kHalf && options.dtype != at::kBFloat16)
+    throw Error(folder + ": weights can be saved as float32, float16 or bfloat16, not " +
+                std::string(c10::toString(options.dtype)));
+  std::error_code error;
+  fs::create_directories(folder, error);
+  if (error) throw Error(folder + ": cannot create output folder: " + error.message());
+
+  nlohmann::json config = nlohmann::json::parse(model.config().to_json());
+  config["torch_dtype"] = options.dtype == at::kFloat ? "float32" : options.dtype == at::kHalf ? "float16" : "bfloat16";
+  const std::string config_path = (fs::path(folder) / "config.json").string();
+  {
+    std::ofstream out(config_path, std::ios::trunc);
+    out << config.dump(2) << "\n";
+    if (!out) throw Error(config_path + ": write failed");
+  }
+
+  NamedTensors tensors;
+  for (const auto& [name, param] : model.state_dict()) tensors.emplace_back(name, param.detach().to(options.dtype));
+  write_safetensors((fs::path(folder) / "model.safetensors").string(), tensors);
+
+  for (const auto& file : options.copy_files) {
+    if (!fs::is_regular_file(file)) throw Error(file + ": file to copy into " + folder + " does not exist");
+    fs::copy_file(file, fs::path(folder) / fs::path(file).filename(), fs::copy_options::overwrite_existing, error);
+    if (error) throw Error(file + ": cannot copy into " + folder + ": " + error.message());
+  }
+}
+
+}  // namespace shardtrain

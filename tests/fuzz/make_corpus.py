@@ -1,0 +1,54 @@
+#!/usr/bin/python3
+"""Writes the seed corpus for fuzz_safetensors (also checked by tests/test_safetensors.cpp):
+good_* files are valid safetensors, bad_* files must be refused."""
+import json
+import os
+import struct
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def raw(header_text, data=b"", length=None):
+    h = header_text.encode() if isinstance(header_text, str) else header_text
+    return struct.pack("<Q", len(h) if length is None else length) + h + data
+
+
+def entry(dtype, shape, begin, end):
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+def good(header, data):
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    return raw(text, data)
+
+
+FILES = {
+    "good_two_tensors": good({"__metadata__": {"format": "pt"}, "w": entry("F32", [2, 2], 0, 16),
+                              "b": entry("I64", [1], 16, 24)}, bytes(range(24))),
+    "good_scalar_and_empty": good({"s": entry("F64", [], 0, 8), "e": entry("BF16", [0, 4], 8, 8),
+                                   "m": entry("BOOL", [3], 8, 11)}, b"\0" * 8 + b"\x01\x00\x01"),
+    "good_empty_header": good({}, b""),
+    "bad_short": b"\x03\x00\x00",
+    "bad_huge_length": struct.pack("<Q", 1 << 62) + b"{}",
+    "bad_length_past_end": raw("{}", length=4096),
+    "bad_not_json": raw('{"a": {"dtype": "F32"'),
+    "bad_not_object": raw("[1,2,3]"),
+    "bad_overlap": good({"a": entry("F32", [2], 0, 8), "b": entry("F32", [2], 4, 12)}, b"\0" * 12),
+    "bad_out_of_range": good({"a": entry("F32", [4], 0, 16)}, b"\0" * 8),
+    "bad_gap": good({"a": entry("F32", [1], 4, 8)}, b"\0" * 8),
+    "bad_dtype": good({"a": entry("F33", [1], 0, 4)}, b"\0" * 4),
+    "bad_byte_count": good({"a": entry("F32", [3], 0, 8)}, b"\0" * 8),
+    "bad_negative_shape": good({"a": entry("F32", [-2], 0, 8)}, b"\0" * 8),
+    "bad_float_offsets": raw('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0.0,4.0]}}', b"\0" * 4),
+    "bad_shape_overflow": good({"a": entry("U8", [1 << 40, 1 << 40], 0, 1)}, b"\0"),
+    "bad_metadata": good({"__metadata__": {"format": ["pt"]}}, b""),
+    "bad_nesting": raw('{"a":' + "[" * 300 + "]" * 300 + "}"),
+    "bad_bool_bytes": good({"m": entry("BOOL", [2], 0, 2)}, b"\x01\x07"),
+}
+
+if __name__ == "__main__":
+    os.makedirs(HERE, exist_ok=True)
+    for name, data in FILES.items():
+        with open(os.path.join(HERE, name), "wb") as f:
+            f.write(data)
