@@ -55,6 +55,7 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
   add_config_command(app, world);
+  add_tokenize_command(app, world);
 
   int status = 0;
   try {
