@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/core/check.h"
 
 using shardtrain::MpiCommunicator;
 using shardtrain::ReduceOp;
@@ -190,6 +191,29 @@ TEST_CASE("sub-communicators: split by parity and reversed key order") {
   intra->all_reduce(x, ReduceOp::kSum);
   inter->all_reduce(x, ReduceOp::kSum);
   CHECK(x[0].item<float>() == static_cast<float>(W));
+}
+
+TEST_CASE("node groups: intra-node and inter-node communicators") {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int W = comm.size();
+  const int r = comm.rank();
+  for (int per_node : {1, 2, W}) {
+    if (W % per_node != 0) continue;
+    CAPTURE(per_node);
+    auto groups = shardtrain::split_into_nodes(comm, per_node);
+    CHECK(groups.intra->size() == per_node);
+    CHECK(groups.intra->rank() == r % per_node);
+    CHECK(groups.inter->size() == W / per_node);
+    CHECK(groups.inter->rank() == r / per_node);
+    // Sum of world ranks within my block, then across blocks = sum of all ranks.
+    at::Tensor t = at::full({7}, static_cast<double>(r));
+    groups.intra->all_reduce(t, ReduceOp::kSum);
+    const int first = r / per_node * per_node;
+    CHECK(t[0].item<double>() == per_node * first + per_node * (per_node - 1) / 2);
+    groups.inter->all_reduce(t, ReduceOp::kSum);
+    CHECK(t[6].item<double>() == W * (W - 1) / 2);
+  }
+  if (W > 1) CHECK_THROWS_AS(shardtrain::split_into_nodes(comm, W + 1), shardtrain::Error);
 }
 
 TEST_CASE("stats count ring bytes per collective") {

@@ -132,27 +132,6 @@ class MpiWork final : public Work {
 
 }  // namespace
 
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-  }
-  return "?";
-}
-
-int64_t bytes_on_wire(CollectiveKind kind, int64_t total_bytes, int size) {
-  if (size <= 1) return 0;
-  const int64_t share = total_bytes * (size - 1) / size;
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return 2 * share;
-    case CollectiveKind::kReduceScatter:
-    case CollectiveKind::kAllGather: return share;
-    case CollectiveKind::kBroadcast: return total_bytes;
-  }
-  return 0;
-}
-
 // What start() needs to launch one collective: the MPI call, and what to do
 // with the result once it is complete.
 struct MpiCommunicator::Launch {

@@ -96,4 +96,16 @@ class Communicator {
 enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
 int64_t bytes_on_wire(CollectiveKind kind, int64_t total_bytes, int size);
 
+// Node-shaped groups for hierarchical strategies (hybrid sharding): blocks of
+// `ranks_per_node` consecutive ranks form `intra` (rank i of the block is
+// intra->rank() == i); `inter` joins the ranks with the same position in every
+// block, ordered by block. Pass World::local_size() for the real nodes, or a
+// smaller value to emulate several nodes on one machine. Collective over comm;
+// ranks_per_node must divide comm.size() (shardtrain::Error otherwise).
+struct NodeGroups {
+  std::unique_ptr<Communicator> intra;
+  std::unique_ptr<Communicator> inter;
+};
+NodeGroups split_into_nodes(Communicator& comm, int ranks_per_node);
+
 }  // namespace shardtrain

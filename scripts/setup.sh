@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what is missing on Debian 12 (apt, no recommends), then configures
+# and builds shardtrain in ./build. Safe to run again: installed packages are
+# skipped and the build is incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ make cmake pkg-config
+  libtorch-dev libopenblas0-openmp          # LibTorch; OpenBLAS so matmuls don't use the reference BLAS
+  libopenmpi-dev openmpi-bin                # MPI
+  libhdf5-openmpi-dev                       # parallel HDF5 (MPI-IO)
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev doctest-dev
+  python3                                   # test helpers (no extra modules)
+)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" ${SHARDTRAIN_CMAKE_ARGS:-}
+cmake --build build -j"$(nproc)"
