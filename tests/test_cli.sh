@@ -127,7 +127,18 @@ sys.exit(0 if len(lens) == 408 and max(lens) == 20 else f"lengths {min(lens)}..{
 fi
 
 echo "== config"
-cat >"$TMP/good.toml" <<'TOML'
+cat >"$TMP/good.toml" <<TOML
+[model]
+init = "random"
+config = "$SRC/tests/fixtures/bert_golden/tiny_gelu_l1/config.json"
+vocab = "$VOCAB"
+
+[data]
+train_file = "$SRC/data/glue/MRPC/train.tsv"
+text_a = "#1 String"
+text_b = "#2 String"
+label = "Quality"
+
 [train]
 lr = 3e-5
 num_epochs = 2
@@ -202,7 +213,8 @@ PYEOF
 make_model "$TMP/model" 1
 make_model "$TMP/model_nohead" 0
 
-PRED=(predict --model "$TMP/model" --data "$DEV" --text-a "#1 String" --text-b "#2 String" --label Quality)
+MRPC=(--data "$DEV" --text-a "#1 String" --text-b "#2 String")
+PRED=(predict --model "$TMP/model" "${MRPC[@]}" --label Quality)
 if run pred_np1 0 "$BIN" "${PRED[@]}" --output "$TMP/p1.jsonl"; then
   CHECKS=$((CHECKS + 1))
   if grep -qF "newly initialized" "$TMP/pred_np1.err"; then fail "pred_np1: complete folder reported missing weights" "$TMP/pred_np1.err"; else pass "pred_np1: no load warning"; fi
@@ -263,7 +275,7 @@ PYEOF
   grep -h "predict: " "$TMP/pred_np1.err" "$TMP/pred_np2.err" 2>/dev/null | sed 's/^/    throughput | /'
 fi
 
-if run pred_nohead 0 "$BIN" "${PRED[@]}" --model "$TMP/model_nohead" --output "$TMP/p3.jsonl"; then
+if run pred_nohead 0 "$BIN" predict --model "$TMP/model_nohead" "${MRPC[@]}" --output "$TMP/p3.jsonl"; then
   expect_in "pred_nohead: warns" "$TMP/pred_nohead.err" "WARNING"
   expect_in "pred_nohead: HF-style report" "$TMP/pred_nohead.err" "newly initialized: ['classifier.weight', 'classifier.bias']"
 fi
@@ -290,7 +302,7 @@ for x, y in zip(a, b):
 ' "$TMP/p1.jsonl" "$TMP/p4.jsonl" >"$TMP/pred_nolabel.cmp" 2>&1; then pass "pred_nolabel: jsonl input, batch 7 = tsv, batch 32"; else
     fail "pred_nolabel: differs" "$TMP/pred_nolabel.cmp"; fi
 fi
-if run pred_badlabel 2 "$BIN" "${PRED[@]}" --label Qualty --output "$TMP/p5.jsonl"; then
+if run pred_badlabel 2 "$BIN" predict --model "$TMP/model" "${MRPC[@]}" --label Qualty --output "$TMP/p5.jsonl"; then
   expect_in "pred_badlabel: names the column" "$TMP/pred_badlabel.err" "--label = 'Qualty' is not a column"
   CHECKS=$((CHECKS + 1))
   if [ -e "$TMP/p5.jsonl" ]; then fail "pred_badlabel: output written anyway"; else pass "pred_badlabel: no output"; fi
