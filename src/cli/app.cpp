@@ -56,6 +56,7 @@ int run_cli(int argc, char** argv) {
   app.fallthrough(false);
   add_config_command(app, world);
   add_tokenize_command(app, world);
+  add_predict_command(app, world);
 
   int status = 0;
   try {

@@ -1,22 +1,21 @@
-// `shardtrain tokenize`: encode a GLUE-style TSV with a BERT vocabulary and
-// print one JSON line per row, {"input_ids":[...],"token_type_ids":[...]},
+// `shardtrain tokenize`: encode a TSV / CSV / JSONL file with a BERT vocabulary
+// and print one JSON line per row, {"input_ids":[...],"token_type_ids":[...]},
 // the same ids HF BertTokenizerFast gives. Useful to compare against a Python
-// pipeline and to inspect what the model is fed.
-#include <algorithm>
+// pipeline and to inspect what the model is fed. Rows are read by read_table,
+// so columns, formats and bad rows behave exactly as in training.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <vector>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/data/reader.h"
 #include "shardtrain/data/tokenizer.h"
 
 namespace shardtrain {
@@ -27,43 +26,13 @@ struct TokenizeOptions {
   std::string vocab;
   bool lowercase = false;
   std::string data;
+  std::string format = "auto";
   std::string text_a;
   std::string text_b;
+  std::string on_bad_row = "error";
   int max_length = 0;
   std::string output = "-";
 };
-
-std::vector<std::string_view> split_tabs(std::string_view line) {
-  std::vector<std::string_view> fields;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t tab = line.find('\t', start);
-    if (tab == std::string_view::npos) {
-      fields.push_back(line.substr(start));
-      return fields;
-    }
-    fields.push_back(line.substr(start, tab - start));
-    start = tab + 1;
-  }
-}
-
-// A column given as a header name, or else as a 0-based index.
-std::size_t resolve_column(const std::string& column, const std::vector<std::string_view>& header,
-                           const std::string& flag, const std::string& path) {
-  for (std::size_t i = 0; i < header.size(); ++i) {
-    if (header[i] == column) return i;
-  }
-  if (!column.empty() && column.find_first_not_of("0123456789") == std::string::npos && column.size() < 10) {
-    const std::size_t index = std::stoul(column);
-    if (index < header.size()) return index;
-    throw Error(str_format("%s %s: '%s' has only %zu columns (0-based indices 0..%zu)", flag.c_str(),
-                           column.c_str(), path.c_str(), header.size(), header.size() - 1));
-  }
-  std::string names;
-  for (const std::string_view name : header) names += (names.empty() ? "'" : ", '") + std::string(name) + "'";
-  throw Error(str_format("%s '%s': no such column in the header of '%s' (columns: %s; or give a 0-based index)",
-                         flag.c_str(), column.c_str(), path.c_str(), names.c_str()));
-}
 
 void append_int(std::string& out, int value) {
   char digits[16];
@@ -99,40 +68,17 @@ Tokenizer load_tokenizer(const TokenizeOptions& options) {
 }
 
 void run_tokenize(const TokenizeOptions& options) {
-  const std::string& path = options.data;
-  if (std::filesystem::path(path).extension() != ".tsv") {
-    throw Error("--data '" + path + "': `shardtrain tokenize` reads tab-separated files with a header row (.tsv)");
-  }
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
+  if (options.output != "-" && same_file(options.output, options.data))
+    throw Error("--output '" + options.output + "' is the input file; choose another name");
   const Tokenizer tokenizer = load_tokenizer(options);
 
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error("--data: cannot open '" + path + "'");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  const std::string text = buffer.str();
-  const std::string_view all(text);
-
-  std::size_t position = 0, line_number = 0;
-  auto next_line = [&](std::string_view& line) {
-    if (position >= all.size()) return false;
-    std::size_t end = all.find('\n', position);
-    if (end == std::string_view::npos) end = all.size();
-    line = all.substr(position, end - position);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    position = end + 1;
-    ++line_number;
-    return true;
-  };
-
-  std::string_view header_line;
-  if (!next_line(header_line)) throw Error("--data '" + path + "' is empty (a header row is expected)");
-  if (header_line.substr(0, 3) == "\xEF\xBB\xBF") header_line.remove_prefix(3);
-  const std::vector<std::string_view> header = split_tabs(header_line);
-  const std::size_t column_a = resolve_column(options.text_a, header, "--text-a", path);
-  std::optional<std::size_t> column_b;
-  if (!options.text_b.empty()) column_b = resolve_column(options.text_b, header, "--text-b", path);
-  const std::size_t needed = std::max(column_a, column_b.value_or(0)) + 1;
+  ReaderOptions reader;
+  reader.format = parse_file_format(options.format);
+  reader.text_a = options.text_a;
+  reader.text_b = options.text_b;
+  reader.on_bad_row = parse_bad_row_policy(options.on_bad_row);
+  const RawTable table = read_table(options.data, reader);
 
   std::FILE* out = stdout;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> owned(nullptr, &std::fclose);
@@ -143,30 +89,24 @@ void run_tokenize(const TokenizeOptions& options) {
   }
 
   std::string chunk;
-  std::size_t num_rows = 0;
   auto flush = [&] {
     if (!chunk.empty() && std::fwrite(chunk.data(), 1, chunk.size(), out) != chunk.size()) {
       throw Error("--output: write failed for '" + options.output + "'");
     }
     chunk.clear();
   };
-  std::string_view line;
-  while (next_line(line)) {
-    if (line.empty()) continue;
-    const std::vector<std::string_view> fields = split_tabs(line);
-    if (fields.size() < needed) {
-      throw Error(str_format("%s:%zu: the row has %zu tab-separated fields, the chosen columns need %zu",
-                             path.c_str(), line_number, fields.size(), needed));
-    }
+  for (int64_t row = 0; row < table.size(); ++row) {
     std::optional<std::string_view> text_b;
-    if (column_b) text_b = fields[*column_b];
-    append_json_line(tokenizer.encode(fields[column_a], text_b, options.max_length), chunk);
-    ++num_rows;
+    if (table.has_text_b) text_b = table.text_b[row];
+    append_json_line(tokenizer.encode(table.text_a[row], text_b, options.max_length), chunk);
     if (chunk.size() > (1u << 20)) flush();
   }
   flush();
   if (std::fflush(out) != 0) throw Error("--output: write failed for '" + options.output + "'");
-  log_info("tokenize: %zu rows from %s", num_rows, path.c_str());
+  if (table.num_bad_rows > 0)
+    log_warn("tokenize: skipped %lld bad rows of %s (--on-bad-row skip)", static_cast<long long>(table.num_bad_rows),
+             options.data.c_str());
+  log_info("tokenize: %lld rows from %s", static_cast<long long>(table.size()), options.data.c_str());
 }
 
 }  // namespace
@@ -174,17 +114,22 @@ void run_tokenize(const TokenizeOptions& options) {
 void add_tokenize_command(CLI::App& root, World& world) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* sub = root.add_subcommand(
-      "tokenize", "Encode a .tsv file with a BERT WordPiece vocabulary; print one JSON line per row");
+      "tokenize", "Encode a .tsv/.csv/.jsonl file with a BERT WordPiece vocabulary; print one JSON line per row");
   sub->add_option("--vocab", options->vocab, "vocab.txt (or a HF model folder with vocab.txt + tokenizer_config.json)")
       ->required();
   sub->add_flag("--lowercase", options->lowercase, "lowercase and strip accents (uncased vocabularies)");
-  sub->add_option("--data", options->data, "tab-separated file with a header row (.tsv, GLUE style)")->required();
-  sub->add_option("--text-a", options->text_a, "first text column: header name or 0-based index")->required();
-  sub->add_option("--text-b", options->text_b, "second text column for pairs: header name or 0-based index");
+  sub->add_option("--data", options->data, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")
+      ->required();
+  sub->add_option("--format", options->format, "tsv, csv, jsonl, or auto (from the extension)")->capture_default_str();
+  sub->add_option("--text-a", options->text_a, "first text column: header name / JSON key, or 0-based index")
+      ->required();
+  sub->add_option("--text-b", options->text_b, "second text column for pairs: header name / JSON key, or index");
+  sub->add_option("--on-bad-row", options->on_bad_row, "error: stop at the first bad row; skip: drop and count it")
+      ->capture_default_str();
   sub->add_option("--max-length", options->max_length, "truncate to this many ids, longest_first (0 = no truncation)");
   sub->add_option("--output", options->output, "output JSON-lines file, or - for stdout")->capture_default_str();
   sub->callback([&world, options] {
-    if (world.rank() == 0) run_tokenize(*options);
+    on_rank0_for_all(world, [&] { with_flag_names([&] { run_tokenize(*options); }); });
   });
 }
 

@@ -1,0 +1,97 @@
+// Batch prediction: a HF model folder + a data file -> logits for every row,
+// sharded over the ranks of a communicator, gathered back in input order.
+//
+// Every rank reads the file and loads the model (both small next to the work);
+// the rows are tokenized across ranks (build_dataset), cut into eval shards
+// (make_eval_plan: rank r takes a contiguous block of each global batch), run
+// through the model in eval mode under c10::InferenceMode, and gathered with
+// gather_for_metrics, which drops the padding of the last global batch, so each
+// row's result appears exactly once and in input order on every rank.
+//
+// With the same batch size, rank r of W runs exactly the batches a single
+// process would run as batches k*W + r, except the last, partial global batch,
+// which W ranks split into smaller batches. Dynamic padding then gives those
+// rows a different padded length, which can change fp32 logits in the last bits
+// (reduction order in softmax / matmul), never the rows or their order.
+//
+//   PredictOptions options;
+//   options.model_dir = "out/mrpc"; options.data_path = "data/glue/MRPC/dev.tsv";
+//   options.text_a = "#1 String"; options.text_b = "#2 String"; options.label = "Quality";
+//   PredictResult result = predict_file(options, world.comm());
+//   if (world.rank() == 0) write_predictions_jsonl(result, "pred.jsonl");
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardtrain/data/reader.h"
+#include "shardtrain/model/hf_folder.h"
+#include "shardtrain/train/metrics.h"
+
+namespace shardtrain {
+
+struct PredictOptions {
+  std::string model_dir;  // HF folder: config.json, model.safetensors, vocab.txt (+ tokenizer_config.json)
+  std::string data_path;
+  std::string text_a;     // column name / JSON key, or 0-based index
+  std::string text_b;     // "" = single text
+  std::string label;      // "" = no labels (no metrics)
+  FileFormat format = FileFormat::kAuto;
+  BadRowPolicy on_bad_row = BadRowPolicy::kError;
+  int max_length = 128;   // truncation (longest_first); 0 = none; <= max_position_embeddings
+  int64_t batch_size = 32;  // per rank
+  uint64_t init_seed = 42;  // for parameters the checkpoint lacks (reported)
+};
+
+// Identical on every rank after predict_file returns.
+struct PredictResult {
+  int64_t num_rows = 0;     // rows read (after skipped bad rows)
+  int64_t num_bad_rows = 0;
+  int64_t num_labels = 0;   // logits per row; 1 = regression
+  bool regression = false;  // config num_labels == 1 / problem_type "regression"
+  // num_rows * num_labels logits, row i at [i * num_labels, (i+1) * num_labels).
+  std::vector<float> logits;
+  // The table row each gathered result came from; 0..num_rows-1 when the
+  // sharding and gathering are right (predict_file checks it, tests read it).
+  std::vector<int64_t> rows;
+  std::vector<int64_t> line_numbers;   // 1-based line of each row in the file
+  std::vector<int64_t> predicted_ids;  // first argmax of each row's logits (classification)
+  // id2label names when the config has names other than HF's defaults LABEL_<i>; else empty.
+  std::vector<std::string> label_names;
+
+  // Labels from the file (label column given), as model class ids / values.
+  LabelKind label_kind = LabelKind::kNone;
+  std::vector<int64_t> label_ids;
+  std::vector<float> label_values;
+  std::optional<ClassificationMetrics> classification;
+  std::optional<RegressionMetrics> regression_metrics;
+
+  HfLoadReport load_report;  // missing / unexpected weights (message() empty when none)
+  int world_size = 1;
+  double seconds = 0;        // tokenize + forward + gather, slowest rank
+};
+
+// Runs the model over the file on all ranks of `comm` (collective; every rank
+// passes the same options). Throws shardtrain::Error (the same on every rank)
+// for a bad folder, file, column, row (policy kError), a batch size < 1, a
+// max_length above the model's max_position_embeddings, a vocabulary larger
+// than the model's embedding, or a label the model does not know: integer
+// labels must be < num_labels; string labels are looked up in the config's
+// id2label.
+PredictResult predict_file(const PredictOptions& options, MPI_Comm comm);
+
+// Row i as one JSON object (no newline):
+//   {"row":i,"line":L,"logits":[...],"label":id[,"label_name":"name"]}  classification
+//   {"row":i,"line":L,"logits":[v],"prediction":v}                      regression
+// Floats are printed with 9 significant digits (they read back as the same float).
+std::string prediction_json_line(const PredictResult& result, int64_t row);
+
+// Writes every row's line to `path` atomically: `path`.tmp, then rename. Throws
+// Error naming the file when it cannot be written.
+void write_predictions_jsonl(const PredictResult& result, const std::string& path);
+
+}  // namespace shardtrain

@@ -1,0 +1,72 @@
+// Private to the cli layer: small helpers shared by the subcommands.
+#pragma once
+
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+
+namespace shardtrain {
+
+// True when a and b name the same file (an existing file through any path, or
+// the same normalised path for one that does not exist yet).
+inline bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error))
+    return std::filesystem::equivalent(a, b, error);
+  return std::filesystem::weakly_canonical(a, error) == std::filesystem::weakly_canonical(b, error);
+}
+
+// The data layer names its settings as config keys (data.text_a); on a
+// subcommand that takes them as flags, the message should name the flag.
+inline std::string config_keys_to_flags(std::string message) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"data.text_a", "--text-a"}, {"data.text_b", "--text-b"},         {"data.label", "--label"},
+      {"data.format", "--format"}, {"data.on_bad_row", "--on-bad-row"},
+  };
+  for (const auto& [key, flag] : kNames) {
+    const std::string k(key);
+    for (size_t at = message.find(k); at != std::string::npos; at = message.find(k, at + 1))
+      message.replace(at, k.size(), flag);
+  }
+  return message;
+}
+
+template <class F>
+void with_flag_names(F&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    throw Error(config_keys_to_flags(e.what()));
+  }
+}
+
+// Runs `body` on rank 0 only, then tells every rank whether it threw
+// shardtrain::Error, so that every rank throws the same Error and run_cli
+// reports it once with exit status 2 instead of aborting the job.
+template <class F>
+void on_rank0_for_all(const World& world, F&& body) {
+  std::string message;
+  if (world.rank() == 0) {
+    try {
+      body();
+    } catch (const Error& e) {
+      message = e.what();
+      if (message.empty()) message = "error";
+    }
+  }
+  if (world.size() > 1) {
+    int length = static_cast<int>(message.size());
+    MPI_Bcast(&length, 1, MPI_INT, 0, world.comm());
+    message.resize(static_cast<size_t>(length));
+    if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, 0, world.comm());
+  }
+  if (!message.empty()) throw Error(message);
+}
+
+}  // namespace shardtrain

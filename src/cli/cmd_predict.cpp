@@ -1,0 +1,97 @@
+// `shardtrain predict`: run a HF model folder over a data file, sharded over the
+// ranks, and write one JSON line per input row (rank 0, atomically). With a
+// label column it also prints the metrics the training loop reports.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/train/predict.h"
+
+namespace shardtrain {
+namespace {
+
+struct PredictFlags {
+  PredictOptions options;
+  std::string format = "auto";
+  std::string on_bad_row = "error";
+  std::string output;
+};
+
+void check_output_path(const PredictFlags& flags) {
+  const std::filesystem::path output(flags.output);
+  if (same_file(flags.output, flags.options.data_path))
+    throw Error("--output '" + flags.output + "' is the input file; choose another name");
+  if (std::filesystem::is_directory(output)) throw Error("--output '" + flags.output + "' is a directory");
+  const std::filesystem::path parent = output.has_parent_path() ? output.parent_path() : ".";
+  if (!std::filesystem::is_directory(parent))
+    throw Error("--output '" + flags.output + "': folder '" + parent.string() + "' does not exist");
+}
+
+void run_predict(const World& world, PredictFlags& flags) {
+  PredictOptions& options = flags.options;
+  with_flag_names([&] {
+    options.format = parse_file_format(flags.format);
+    options.on_bad_row = parse_bad_row_policy(flags.on_bad_row);
+  });
+  check_output_path(flags);
+
+  PredictResult result;
+  with_flag_names([&] { result = predict_file(options, world.comm()); });
+
+  const std::string report = result.load_report.message();
+  if (!report.empty()) {
+    // Predictions from an untrained head are noise: say so loudly, but let the
+    // user look at them (HF does the same).
+    log_warn("WARNING: %s does not hold all weights of the classifier; predictions use random weights.\n%s",
+             options.model_dir.c_str(), report.c_str());
+  }
+  if (result.num_bad_rows > 0)
+    log_warn("predict: skipped %lld bad rows of %s (--on-bad-row skip)", static_cast<long long>(result.num_bad_rows),
+             options.data_path.c_str());
+
+  on_rank0_for_all(world, [&] { write_predictions_jsonl(result, flags.output); });
+
+  log_info("predict: %lld rows on %d ranks in %.3f s (%.1f rows/s, batch %lld per rank) -> %s",
+           static_cast<long long>(result.num_rows), result.world_size, result.seconds,
+           result.seconds > 0 ? static_cast<double>(result.num_rows) / result.seconds : 0.0,
+           static_cast<long long>(options.batch_size), flags.output.c_str());
+  if (result.classification) {
+    log_info("eval: %s (%lld rows)", result.classification->summary().c_str(),
+             static_cast<long long>(result.classification->count));
+  } else if (result.regression_metrics) {
+    log_info("eval: %s (%lld rows)", result.regression_metrics->summary().c_str(),
+             static_cast<long long>(result.regression_metrics->count));
+  }
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& root, World& world) {
+  auto flags = std::make_shared<PredictFlags>();
+  PredictOptions& o = flags->options;
+  CLI::App* sub = root.add_subcommand(
+      "predict", "Run a HF model folder over a .tsv/.csv/.jsonl file (sharded over the ranks); one JSON line per row");
+  sub->add_option("--model", o.model_dir, "HF model folder: config.json, model.safetensors, vocab.txt")->required();
+  sub->add_option("--data", o.data_path, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")
+      ->required();
+  sub->add_option("--text-a", o.text_a, "first text column: header name / JSON key, or 0-based index")->required();
+  sub->add_option("--text-b", o.text_b, "second text column for pairs: header name / JSON key, or index");
+  sub->add_option("--label", o.label, "label column; when given, accuracy and F1 (or MSE, Pearson) are printed");
+  sub->add_option("--format", flags->format, "tsv, csv, jsonl, or auto (from the extension)")->capture_default_str();
+  sub->add_option("--on-bad-row", flags->on_bad_row, "error: stop at the first bad row; skip: drop and count it")
+      ->capture_default_str();
+  sub->add_option("--max-length", o.max_length, "truncate each row to this many ids, longest_first (0 = none)")
+      ->capture_default_str();
+  sub->add_option("--batch-size", o.batch_size, "rows per batch on each rank")->capture_default_str();
+  sub->add_option("--output", flags->output, "predictions, one JSON line per row (written atomically by rank 0)")
+      ->required();
+  sub->callback([&world, flags] { run_predict(world, *flags); });
+}
+
+}  // namespace shardtrain

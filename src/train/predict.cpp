@@ -1,0 +1,216 @@
+#include "shardtrain/train/predict.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/InferenceMode.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/data/collator.h"
+#include "shardtrain/data/dataset.h"
+#include "shardtrain/data/sampler.h"
+#include "shardtrain/data/tokenizer.h"
+
+namespace shardtrain {
+namespace {
+
+bool has_custom_label_names(const BertConfig& config) {
+  for (size_t i = 0; i < config.id2label.size(); ++i)
+    if (config.id2label[i] != "LABEL_" + std::to_string(i)) return true;
+  return false;
+}
+
+// The file's labels as the model's class ids. Integer labels are ids already;
+// string labels only mean something through the model's id2label, never through
+// the reader's sorted order (a file missing one class would shift every id).
+void map_labels(const RawTable& table, const BertConfig& config, PredictResult* result) {
+  const Labels& labels = table.labels;
+  result->label_kind = labels.kind;
+  if (labels.kind == LabelKind::kNone) return;
+  if (labels.kind == LabelKind::kRegression) {
+    result->label_values = labels.values;
+    return;
+  }
+  std::map<std::string, int64_t> by_name;
+  for (size_t i = 0; i < config.id2label.size(); ++i) by_name[config.id2label[i]] = static_cast<int64_t>(i);
+  result->label_ids.resize(labels.class_ids.size());
+  for (size_t row = 0; row < labels.class_ids.size(); ++row) {
+    const int64_t id = labels.class_ids[row];
+    const std::string where = str_format("%s:%lld", table.path.c_str(), static_cast<long long>(table.line_numbers[row]));
+    if (labels.names.empty()) {
+      if (id >= config.num_labels)
+        throw Error(str_format("%s: label %lld, but the model has %lld labels (0..%lld)", where.c_str(),
+                               static_cast<long long>(id), static_cast<long long>(config.num_labels),
+                               static_cast<long long>(config.num_labels - 1)));
+      result->label_ids[row] = id;
+      continue;
+    }
+    const std::string& name = labels.names[id];
+    const auto found = by_name.find(name);
+    if (found == by_name.end()) {
+      std::string known;
+      for (const auto& n : config.id2label) known += (known.empty() ? "'" : ", '") + n + "'";
+      throw Error(where + ": label '" + name + "' is not one of the model's labels (id2label in config.json: " +
+                  known + ")");
+    }
+    result->label_ids[row] = found->second;
+  }
+}
+
+void append_float(std::string& out, float value) {
+  if (!std::isfinite(value)) {
+    out += "null";  // JSON has no NaN / Infinity
+    return;
+  }
+  char digits[32];
+  const int n = std::snprintf(digits, sizeof(digits), "%.9g", static_cast<double>(value));
+  out.append(digits, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
+  int rank = 0, world_size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world_size);
+  if (options.batch_size < 1)
+    throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
+  if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
+
+  HfLoadOptions load_options;
+  load_options.init_seed = options.init_seed;
+  HfModel hf = load_hf_folder(options.model_dir, load_options);
+  const BertConfig& config = hf.config;
+  if (config.problem_type == "multi_label_classification")
+    throw Error(options.model_dir + "/config.json: problem_type multi_label_classification is not supported by predict");
+  if (options.max_length > config.max_position_embeddings)
+    throw Error(str_format("--max-length %d exceeds the model's max_position_embeddings (%lld, %s/config.json)",
+                           options.max_length, static_cast<long long>(config.max_position_embeddings),
+                           options.model_dir.c_str()));
+  const Tokenizer tokenizer = Tokenizer::from_model_dir(options.model_dir);
+  if (tokenizer.vocab_size() > config.vocab_size)
+    throw Error(str_format("%s: vocab.txt has %lld tokens but config.json vocab_size is %lld",
+                           options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
+                           static_cast<long long>(config.vocab_size)));
+
+  PredictResult result;
+  result.regression = config.num_labels == 1 || config.problem_type == "regression";
+  result.num_labels = config.num_labels;
+  result.world_size = world_size;
+  result.load_report = hf.report;
+  if (!result.regression && has_custom_label_names(config)) result.label_names = config.id2label;
+
+  ReaderOptions reader;
+  reader.format = options.format;
+  reader.text_a = options.text_a;
+  reader.text_b = options.text_b;
+  reader.label = options.label;
+  reader.on_bad_row = options.on_bad_row;
+  reader.label_mode = result.regression ? LabelMode::kRegression : LabelMode::kAuto;
+  const RawTable table = read_table(options.data_path, reader);
+  if (table.size() == 0) throw Error(options.data_path + ": no rows to predict");
+  result.num_rows = table.size();
+  result.num_bad_rows = table.num_bad_rows;
+  result.line_numbers = table.line_numbers;
+  map_labels(table, config, &result);
+
+  const double start = MPI_Wtime();
+  const TokenizedDataset dataset = build_dataset(table, make_encoder(tokenizer, options.max_length), comm);
+  hf.model->eval();
+  const EvalPlan plan = make_eval_plan(result.num_rows, options.batch_size, world_size);
+  const int64_t c = result.num_labels;
+  std::vector<float> local_logits;
+  std::vector<int64_t> local_rows;
+  local_logits.reserve(plan.per_rank_count() * c);
+  local_rows.reserve(plan.per_rank_count());
+  {
+    c10::InferenceMode inference;
+    for (int64_t k = 0; k < plan.num_batches; ++k) {
+      const std::vector<int64_t> indices = eval_batch(plan, rank, k);
+      const Batch batch = collate(dataset, indices, tokenizer.pad_id());
+      const at::Tensor logits =
+          hf.model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask).to(at::kFloat).contiguous();
+      ST_ASSERT(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(indices.size()) && logits.size(1) == c,
+                "predict: unexpected logits shape");
+      const float* data = logits.data_ptr<float>();
+      local_logits.insert(local_logits.end(), data, data + logits.numel());
+      local_rows.insert(local_rows.end(), indices.begin(), indices.end());
+    }
+  }
+  result.logits = gather_for_metrics(local_logits, plan, comm, c);
+  result.rows = gather_for_metrics(local_rows, plan, comm, 1);
+  double elapsed = MPI_Wtime() - start;
+  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm);
+  result.seconds = elapsed;
+  for (int64_t i = 0; i < result.num_rows; ++i)
+    ST_ASSERT(result.rows[i] == i, "predict: gathered rows are not the input rows in order");
+
+  if (result.regression) {
+    if (result.label_kind == LabelKind::kRegression)
+      result.regression_metrics = regression_metrics(result.logits, result.label_values);
+  } else {
+    result.predicted_ids.resize(result.num_rows);
+    for (int64_t i = 0; i < result.num_rows; ++i) {
+      const float* row = result.logits.data() + i * c;
+      result.predicted_ids[i] = std::max_element(row, row + c) - row;  // first maximum, like torch.argmax
+    }
+    if (result.label_kind == LabelKind::kClass)
+      result.classification = classification_metrics(result.predicted_ids, result.label_ids);
+  }
+  return result;
+}
+
+std::string prediction_json_line(const PredictResult& result, int64_t row) {
+  ST_ASSERT(row >= 0 && row < result.num_rows, "prediction_json_line: row out of range");
+  std::string out = str_format("{\"row\":%lld,\"line\":%lld,\"logits\":[", static_cast<long long>(row),
+                               static_cast<long long>(result.line_numbers[row]));
+  const float* logits = result.logits.data() + row * result.num_labels;
+  for (int64_t j = 0; j < result.num_labels; ++j) {
+    if (j > 0) out += ',';
+    append_float(out, logits[j]);
+  }
+  out += ']';
+  if (result.regression) {
+    out += ",\"prediction\":";
+    append_float(out, logits[0]);
+  } else {
+    const int64_t id = result.predicted_ids[row];
+    out += str_format(",\"label\":%lld", static_cast<long long>(id));
+    if (!result.label_names.empty()) out += ",\"label_name\":" + nlohmann::json(result.label_names[id]).dump();
+  }
+  out += '}';
+  return out;
+}
+
+void write_predictions_jsonl(const PredictResult& result, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (!file) throw Error("--output: cannot create '" + tmp + "'");
+  bool ok = true;
+  std::string chunk;
+  for (int64_t i = 0; i < result.num_rows && ok; ++i) {
+    chunk += prediction_json_line(result, i);
+    chunk += '\n';
+    if (chunk.size() > (1u << 20) || i + 1 == result.num_rows) {
+      ok = std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size();
+      chunk.clear();
+    }
+  }
+  ok = std::fflush(file) == 0 && ok;
+  ok = std::fclose(file) == 0 && ok;
+  std::error_code error;
+  if (ok) std::filesystem::rename(tmp, path, error);
+  if (!ok || error) {
+    std::filesystem::remove(tmp, error);
+    throw Error("--output: writing '" + path + "' failed");
+  }
+}
+
+}  // namespace shardtrain
