@@ -104,15 +104,16 @@ struct DtypeInfo {
 };
 
 // Codes travel between ranks as the index into this table.
-std::vector<DtypeInfo> dtype_table() {
-  return {{at::kFloat, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, "float32"},
+const std::vector<DtypeInfo>& dtype_table() {
+  static const std::vector<DtypeInfo> table = {{at::kFloat, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, "float32"},
           {at::kDouble, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "float64"},
           {at::kInt, H5T_NATIVE_INT32, H5T_STD_I32LE, "int32"},
           {at::kLong, H5T_NATIVE_INT64, H5T_STD_I64LE, "int64"}};
+  return table;
 }
 
 int dtype_code(at::ScalarType type, const std::string& where) {
-  auto table = dtype_table();
+  const auto& table = dtype_table();
   for (size_t i = 0; i < table.size(); ++i)
     if (table[i].scalar_type == type) return static_cast<int>(i);
   throw Error(where + ": unsupported dtype " + std::string(c10::toString(type)) +
@@ -121,7 +122,7 @@ int dtype_code(at::ScalarType type, const std::string& where) {
 
 // The table index of a dataset's file type, or -1.
 int dtype_code_of_file_type(hid_t file_type) {
-  auto table = dtype_table();
+  const auto& table = dtype_table();
   H5T_class_t type_class = H5Tget_class(file_type);
   size_t size = H5Tget_size(file_type);
   for (size_t i = 0; i < table.size(); ++i)
@@ -218,7 +219,7 @@ struct TensorPlan {
 // names the group for messages.
 std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& records, const std::string& where,
                                              bool require_exact_cover) {
-  auto table = dtype_table();
+  const auto& table = dtype_table();
   std::map<std::string, TensorPlan> plans;
   for (const auto& r : records) {
     auto found = plans.find(r.name);
@@ -407,7 +408,12 @@ std::vector<TensorSlice> slices_of_shard(const std::vector<FlatTensor>& layout, 
   for (const auto& tensor : layout) {
     const int64_t begin = std::max(tensor.offset, shard_begin);
     const int64_t end = std::min(tensor.offset + numel_of(tensor.shape), shard_end);
-    if (begin >= end) continue;
+    // An empty tensor is in every shard, so its dataset is still created.
+    if (begin >= end && numel_of(tensor.shape) > 0) continue;
+    if (begin >= end) {
+      slices.push_back(TensorSlice{tensor.name, tensor.shape, 0, flat.narrow(0, 0, 0)});
+      continue;
+    }
     slices.push_back(TensorSlice{tensor.name, tensor.shape, begin - tensor.offset,
                                  flat.narrow(0, begin - shard_begin, end - begin)});
   }
@@ -744,7 +750,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
 
   // Validate everything first: every rank checks the same union of requests,
   // so an Error is thrown on all ranks before any collective read starts.
-  auto table = dtype_table();
+  const auto& table = dtype_table();
   std::vector<Dataset> datasets;
   for (const auto& [name, plan] : plans) {
     const std::string full = join_group(group, name);

@@ -70,7 +70,8 @@ struct FlatTensor {
 // The slices of `layout` that fall inside a shard of the flat buffer: the shard
 // holds flat elements [shard_begin, shard_begin + shard.numel()). Each slice's
 // data is a view into `shard` (so reading into the slices fills the shard).
-// Tensors that do not intersect the shard are left out.
+// Tensors that do not intersect the shard are left out, except empty tensors
+// (numel 0), which every shard lists with no elements so they are still written.
 std::vector<TensorSlice> slices_of_shard(const std::vector<FlatTensor>& layout, int64_t shard_begin,
                                          const at::Tensor& shard);
 
