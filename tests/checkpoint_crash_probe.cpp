@@ -28,12 +28,15 @@ using namespace shardtrain_test;
 
 namespace {
 
-void write_groups(CheckpointWriter& writer, int rank, int size, bool model_only) {
+enum class Groups { kModel, kOptimizer, kAll };
+
+void write_groups(CheckpointWriter& writer, int rank, int size, Groups groups) {
   auto layout = awkward_layout();
   const int64_t numel = layout_numel(layout);
   auto cuts = uneven_cuts(numel, size);
-  writer.write_group("model", part_slices(layout, flat_state(numel, 0.0), cuts, rank));
-  if (model_only) return;
+  if (groups != Groups::kOptimizer)
+    writer.write_group("model", part_slices(layout, flat_state(numel, 0.0), cuts, rank));
+  if (groups == Groups::kModel) return;
   writer.write_group("optim/exp_avg", part_slices(layout, flat_state(numel, 1.0), cuts, rank));
   writer.write_group("optim/exp_avg_sq", part_slices(layout, flat_state(numel, 2.0), cuts, rank));
 }
@@ -54,16 +57,16 @@ int main(int argc, char** argv) {
   if (mode == "crash") {
     {
       CheckpointWriter first(checkpoint_path(dir, 1), world.comm());
-      write_groups(first, rank, size, /*model_only=*/false);
+      write_groups(first, rank, size, Groups::kAll);
       first.set_attribute("step", 100);
       first.commit();
     }
     CheckpointWriter second(checkpoint_path(dir, 2), world.comm());
     second.set_attribute("step", 200);
-    write_groups(second, rank, size, /*model_only=*/true);
+    write_groups(second, rank, size, Groups::kModel);
     MPI_Barrier(world.comm());
     if (rank == 0) _exit(1);  // no destructor, no cleanup: as if the node died
-    write_groups(second, rank, size, /*model_only=*/false);  // the others block here until mpiexec kills them
+    write_groups(second, rank, size, Groups::kOptimizer);  // the others block here until mpiexec kills them
     second.commit();
     return 3;  // reaching here means the crash did not happen
   }
