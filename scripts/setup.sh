@@ -9,7 +9,7 @@ packages=(
   g++ make cmake pkg-config
   libtorch-dev libopenblas0-openmp          # LibTorch; OpenBLAS so matmuls don't use the reference BLAS
   libopenmpi-dev openmpi-bin                # MPI
-  libhdf5-openmpi-dev                       # parallel HDF5 (MPI-IO)
+  libhdf5-openmpi-dev hdf5-tools            # parallel HDF5 (MPI-IO); h5dump for the checkpoint tests
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev doctest-dev
   python3                                   # test helpers (no extra modules)
 )
