@@ -89,13 +89,16 @@ void run_golden(AdamW::Kernel kernel) {
     CHECK(adamw.step_count() == static_cast<int64_t>(k + 1));
     // fp32: one-ulp differences (FMA in torch's AVX2 add_, float32 vs float64
     // norm) stay near 1e-7 relative; 1e-6 leaves room for a few steps of growth.
-    // Floors: parameters are randn (|p| ~ 1, floor 1e-3), moments are compared
-    // relative to their own scale (floor 1e-3 of the tensor's max |value|).
+    // Floors: parameters are randn (|p| ~ 1, floor 1e-3); exp_avg_sq relative to
+    // 1e-3 of its max |value|; exp_avg normwise (floor = its max |value|):
+    // m = 0.9 m + 0.1 g cancels when g changes sign, so an element's own
+    // magnitude is no yardstick (elementwise relative errors there reach 4e-5
+    // from the float32-vs-float64 clip norm alone).
     at::Tensor ref_p = to_tensor(steps[k]["params"]);
     at::Tensor ref_m = to_tensor(steps[k]["exp_avg"]);
     at::Tensor ref_v = to_tensor(steps[k]["exp_avg_sq"]);
     CHECK(max_rel_error(params, ref_p, 1e-3) <= 1e-6);
-    CHECK(max_rel_error(adamw.exp_avg(), ref_m, 1e-3 * ref_m.abs().max().item<double>()) <= 1e-6);
+    CHECK(max_rel_error(adamw.exp_avg(), ref_m, ref_m.abs().max().item<double>()) <= 1e-6);
     CHECK(max_rel_error(adamw.exp_avg_sq(), ref_v, 1e-3 * ref_v.abs().max().item<double>()) <= 1e-6);
   }
   // The fixture exercises both sides of the clipping threshold.
@@ -158,7 +161,8 @@ TEST_CASE("fused and ATen kernels agree on a large buffer; chunking does not cha
   CHECK(torch::equal(p_fused, p_halves));
   CHECK(torch::equal(fused.exp_avg().narrow(0, 0, 100000), halves_a.exp_avg()));
   // See adamw.h: the kernels differ only by torch's FMA rounding in add_.
-  CHECK(max_rel_error(p_aten, p_fused, 1e-3) <= 1e-6);
+  // Floor 1e-2: |p| ~ 1 (randn); near-zero elements carry absolute rounding of the updates.
+  CHECK(max_rel_error(p_aten, p_fused, 1e-2) <= 1e-6);
   CHECK(max_rel_error(aten.exp_avg_sq(), fused.exp_avg_sq(), 1e-3 * fused.exp_avg_sq().abs().max().item<double>()) <=
         1e-6);
   // Weight decay really happened only inside the ranges: element 70050 (no decay)
