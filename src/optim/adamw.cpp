@@ -1,0 +1,175 @@
+#include "shardtrain/optim/adamw.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "shardtrain/core/check.h"
+
+namespace shardtrain {
+namespace {
+
+// Scalars exactly as torch's kernels see them: each coefficient is computed in
+// float64 (Python floats) and converted to float32 once by the ATen op.
+struct StepScalars {
+  float decay;             // 1 - lr * wd
+  float beta1, one_minus_beta1;
+  float beta2, one_minus_beta2;
+  float bias_correction2_sqrt;
+  float eps;
+  float neg_step_size;     // -(lr / bc1)
+};
+
+StepScalars make_scalars(const AdamWOptions& o, double lr, int64_t step) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+  const double step_size = lr / bias_correction1;
+  StepScalars s;
+  s.decay = static_cast<float>(1.0 - lr * o.weight_decay);
+  s.beta1 = static_cast<float>(o.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+  s.beta2 = static_cast<float>(o.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(o.eps);
+  s.neg_step_size = static_cast<float>(-step_size);
+  return s;
+}
+
+// One pass over [begin, end). `decay` is a template flag so the inner loop has
+// no branch and vectorizes; every operation is elementwise with one rounding
+// per torch op, so results do not depend on where chunks start.
+template <bool kDecay>
+void fused_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                int64_t begin, int64_t end, const StepScalars& s) {
+  for (int64_t i = begin; i < end; ++i) {
+    float param = p[i];
+    if (kDecay) param = param * s.decay;
+    const float grad = g[i];
+    const float exp_avg = m[i] * s.beta1 + s.one_minus_beta1 * grad;
+    const float exp_avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
+    // __builtin_sqrtf instead of std::sqrt: exp_avg_sq >= 0, and the builtin
+    // lets GCC emit packed sqrt without the errno fallback call.
+    const float denom = __builtin_sqrtf(exp_avg_sq) / s.bias_correction2_sqrt + s.eps;
+    p[i] = param + s.neg_step_size * exp_avg / denom;
+    m[i] = exp_avg;
+    v[i] = exp_avg_sq;
+  }
+}
+
+void fused_cpu_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                    const std::vector<ElementRange>& decay_ranges, const StepScalars& s) {
+  float* p = params.data_ptr<float>();
+  const float* g = grads.data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
+  // 16K elements = 64 KiB per stream, four streams: chunks fit L2, many chunks
+  // keep all threads busy on a 100M-element buffer.
+  constexpr int64_t kGrain = 16384;
+  at::parallel_for(0, params.numel(), kGrain, [&](int64_t chunk_begin, int64_t chunk_end) {
+    // First decay range that ends after chunk_begin.
+    auto it = std::upper_bound(decay_ranges.begin(), decay_ranges.end(), chunk_begin,
+                               [](int64_t i, const ElementRange& r) { return i < r.end; });
+    int64_t i = chunk_begin;
+    while (i < chunk_end) {
+      if (it == decay_ranges.end() || it->begin >= chunk_end) {
+        fused_span<false>(p, g, m, v, i, chunk_end, s);
+        break;
+      }
+      const int64_t decay_begin = std::max(i, it->begin);
+      const int64_t decay_end = std::min(chunk_end, it->end);
+      fused_span<false>(p, g, m, v, i, decay_begin, s);
+      fused_span<true>(p, g, m, v, decay_begin, decay_end, s);
+      i = decay_end;
+      ++it;
+    }
+  });
+}
+
+// torch's _single_tensor_adamw, op for op, on the flat tensors.
+void aten_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+               const std::vector<ElementRange>& decay_ranges, const AdamWOptions& o, double lr, int64_t step) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+  const double step_size = lr / bias_correction1;
+  const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+  const double decay = 1.0 - lr * o.weight_decay;
+  for (const ElementRange& r : decay_ranges) params.narrow(0, r.begin, r.size()).mul_(decay);
+  exp_avg.mul_(o.beta1).add_(grads, 1.0 - o.beta1);
+  exp_avg_sq.mul_(o.beta2).addcmul_(grads, grads, 1.0 - o.beta2);
+  at::Tensor denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(o.eps);
+  params.addcdiv_(exp_avg, denom, -step_size);
+}
+
+void check_options(const AdamWOptions& o) {
+  auto bad = [](const std::string& what) { throw Error("AdamW: " + what); };
+  if (!(o.lr >= 0)) bad("lr must be >= 0 (train.lr), got " + std::to_string(o.lr));
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) bad("beta1 must be in [0, 1), got " + std::to_string(o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) bad("beta2 must be in [0, 1), got " + std::to_string(o.beta2));
+  if (!(o.eps >= 0)) bad("eps must be >= 0, got " + std::to_string(o.eps));
+  if (!(o.weight_decay >= 0))
+    bad("weight_decay must be >= 0 (train.weight_decay), got " + std::to_string(o.weight_decay));
+}
+
+}  // namespace
+
+AdamW::AdamW(int64_t numel, const AdamWOptions& options, at::TensorOptions state_options)
+    : options_(options), numel_(numel) {
+  check_options(options_);
+  ST_ASSERT(numel >= 0, "AdamW over a negative number of elements");
+  const at::TensorOptions opts = state_options.has_dtype() ? state_options : state_options.dtype(at::kFloat);
+  exp_avg_ = at::zeros({numel}, opts);
+  exp_avg_sq_ = at::zeros({numel}, opts);
+}
+
+void AdamW::step(at::Tensor params, const at::Tensor& grads, const std::vector<ElementRange>& decay_ranges,
+                 double lr) {
+  TORCH_CHECK(params.dim() == 1 && params.numel() == numel_, "AdamW::step: params must be 1-D with ", numel_,
+              " elements, got ", params.sizes());
+  TORCH_CHECK(grads.dim() == 1 && grads.numel() == numel_, "AdamW::step: grads must be 1-D with ", numel_,
+              " elements, got ", grads.sizes());
+  TORCH_CHECK(params.is_contiguous() && grads.is_contiguous(), "AdamW::step: params and grads must be contiguous");
+  TORCH_CHECK(params.device() == exp_avg_.device() && grads.device() == exp_avg_.device(),
+              "AdamW::step: params, grads and state must be on one device");
+  TORCH_CHECK(params.scalar_type() == exp_avg_.scalar_type() && grads.scalar_type() == exp_avg_.scalar_type(),
+              "AdamW::step: params, grads and state must have one dtype");
+  TORCH_CHECK(lr >= 0, "AdamW::step: lr must be >= 0, got ", lr);
+  int64_t previous_end = 0;
+  for (const ElementRange& r : decay_ranges) {
+    TORCH_CHECK(r.begin >= previous_end && r.begin <= r.end && r.end <= numel_,
+                "AdamW::step: decay ranges must be sorted, disjoint and inside [0, ", numel_, "); got [", r.begin,
+                ", ", r.end, ")");
+    previous_end = r.end;
+  }
+
+  ++step_count_;
+  const bool fusable = params.device().is_cpu() && params.scalar_type() == at::kFloat;
+  Kernel kernel = kernel_;
+  if (kernel == Kernel::kAuto) kernel = fusable ? Kernel::kFusedCpu : Kernel::kAtenOps;
+  if (kernel == Kernel::kFusedCpu) {
+    ST_ASSERT(fusable, "the fused AdamW kernel needs CPU float32 buffers");
+    // Weight decay 0 multiplies by exactly 1 in torch: skip the ranges.
+    static const std::vector<ElementRange> kNone;
+    fused_cpu_step(params, grads, exp_avg_, exp_avg_sq_, options_.weight_decay == 0 ? kNone : decay_ranges,
+                   make_scalars(options_, lr, step_count_));
+  } else {
+    aten_step(params, grads, exp_avg_, exp_avg_sq_, decay_ranges, options_, lr, step_count_);
+  }
+}
+
+void AdamW::load_state(const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq, int64_t step_count) {
+  if (exp_avg.numel() != numel_ || exp_avg_sq.numel() != numel_)
+    throw Error("AdamW::load_state: the checkpoint's optimizer state has " + std::to_string(exp_avg.numel()) +
+                " / " + std::to_string(exp_avg_sq.numel()) + " elements, this optimizer " + std::to_string(numel_));
+  if (step_count < 0) throw Error("AdamW::load_state: negative step count " + std::to_string(step_count));
+  exp_avg_.copy_(exp_avg.reshape({-1}));
+  exp_avg_sq_.copy_(exp_avg_sq.reshape({-1}));
+  step_count_ = step_count;
+}
+
+}  // namespace shardtrain
