@@ -12,6 +12,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5 (MPI-IO); h5dump for the checkpoint tests
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev doctest-dev
   python3                                   # test helpers (no extra modules)
+  clang libclang-rt-14-dev                  # the brief libFuzzer run in the test suite
 )
 missing=()
 for package in "${packages[@]}"; do
