@@ -106,18 +106,26 @@ std::string strip_cr(std::string s) {
   return s;
 }
 
-// GLUE TSV: one record per line, fields split on tabs, quotes are ordinary text.
-std::vector<Record> split_tsv(const std::string& text) {
-  std::vector<Record> records;
+// Calls visit(line, row) for each line of `text`: 1-based line numbers, the
+// trailing CR of CRLF files removed.
+template <class Visit>
+void for_each_line(const std::string& text, Visit&& visit) {
   size_t pos = 0;
   int64_t line = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
     ++line;
-    std::string row = strip_cr(text.substr(pos, end - pos));
+    visit(line, strip_cr(text.substr(pos, end - pos)));
     pos = end + 1;
-    if (row.empty()) continue;
+  }
+}
+
+// GLUE TSV: one record per line, fields split on tabs, quotes are ordinary text.
+std::vector<Record> split_tsv(const std::string& text) {
+  std::vector<Record> records;
+  for_each_line(text, [&](int64_t line, const std::string& row) {
+    if (row.empty()) return;
     Record record;
     record.line = line;
     size_t start = 0;
@@ -131,7 +139,7 @@ std::vector<Record> split_tsv(const std::string& text) {
       start = tab + 1;
     }
     records.push_back(std::move(record));
-  }
+  });
   return records;
 }
 
@@ -382,24 +390,17 @@ void read_jsonl(const std::string& text, const std::string& path, const ReaderOp
     if (is_all_digits(*key))
       log_warn("%s: JSON Lines fields are chosen by key; '%s' is used as a key, not an index", path.c_str(),
                key->c_str());
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++line;
-    std::string row = strip_cr(text.substr(pos, end - pos));
-    pos = end + 1;
-    if (std::all_of(row.begin(), row.end(), [](unsigned char c) { return std::isspace(c); })) continue;
-    if (!is_valid_utf8(row.data(), row.size())) { builder.bad_row(line, "invalid UTF-8"); continue; }
+  for_each_line(text, [&](int64_t line, const std::string& row) {
+    if (std::all_of(row.begin(), row.end(), [](unsigned char c) { return std::isspace(c); })) return;
+    if (!is_valid_utf8(row.data(), row.size())) { builder.bad_row(line, "invalid UTF-8"); return; }
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(row);
     } catch (const nlohmann::json::parse_error& e) {
       builder.bad_row(line, std::string("malformed JSON: ") + e.what());
-      continue;
+      return;
     }
-    if (!object.is_object()) { builder.bad_row(line, "malformed JSON: expected an object per line"); continue; }
+    if (!object.is_object()) { builder.bad_row(line, "malformed JSON: expected an object per line"); return; }
 
     auto text_field = [&](const std::string& key, std::string* out) -> std::optional<std::string> {
       auto it = object.find(key);
@@ -419,11 +420,11 @@ void read_jsonl(const std::string& text, const std::string& path, const ReaderOp
       else if (it->is_number()) label = it->dump();
       else problem = "label field '" + options.label + "' is not a number or string";
     }
-    if (problem) { builder.bad_row(line, *problem); continue; }
+    if (problem) { builder.bad_row(line, *problem); return; }
     std::optional<std::string> b;
     if (!options.text_b.empty()) b = std::move(b_text);
     builder.add(line, std::move(a), std::move(b), label);
-  }
+  });
 }
 
 }  // namespace
