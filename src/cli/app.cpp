@@ -54,6 +54,7 @@ int run_cli(int argc, char** argv) {
   app.set_version_flag("--version", "shardtrain 0.1.0");
   app.require_subcommand(1);
   app.fallthrough(false);
+  add_train_command(app, world);
   add_config_command(app, world);
   add_tokenize_command(app, world);
   add_predict_command(app, world);

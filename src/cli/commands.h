@@ -14,5 +14,6 @@ class World;
 void add_config_command(CLI::App& root, World& world);
 void add_tokenize_command(CLI::App& root, World& world);
 void add_predict_command(CLI::App& root, World& world);
+void add_train_command(CLI::App& root, World& world);
 
 }  // namespace shardtrain

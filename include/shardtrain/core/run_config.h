@@ -104,7 +104,7 @@ struct RunConfig {
 // Metric names that checkpoint.score_attribute may name.
 inline const std::vector<std::string>& known_metric_names() {
   static const std::vector<std::string> names = {"eval_accuracy", "eval_f1", "eval_macro_f1", "eval_mcc",
-                                                 "eval_loss", "train_loss"};
+                                                 "eval_loss", "eval_mse", "eval_pearson", "train_loss"};
   return names;
 }
 

@@ -47,6 +47,7 @@ struct TrainState {
   int64_t warmup_steps = 0;
   double base_lr = 0;
   int64_t world_size = 1;        // of the job that wrote it
+  int64_t global_batch_size = 0; // examples per optimizer step (batch x ranks x accumulation)
   std::string strategy = "ddp";
   std::string config_toml;       // resolved run config
   std::string model_config_json; // the model's HF config.json (num_labels, id2label, dropout, ...)

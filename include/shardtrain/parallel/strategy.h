@@ -1,0 +1,78 @@
+// Strategy: how parameters, gradients and optimizer state are spread over the
+// ranks, and how gradients are combined. The model knows nothing about ranks
+// (DESIGN.md decision 1): a strategy wraps it from outside, after the model is
+// built and before training starts.
+//
+// One training step with any strategy (the Trainer does exactly this):
+//
+//   strategy->zero_grad();
+//   for (int m = 0; m < accumulation_steps; ++m) {
+//     strategy->prepare_backward(/*sync=*/m + 1 == accumulation_steps);
+//     at::Tensor loss = model->loss(model->forward(...), labels) / accumulation_steps;
+//     loss.backward();            // hooks reduce gradient buckets while backward runs
+//   }
+//   strategy->finish_backward();  // remaining buckets, wait: gradients are the rank average
+//   double norm = strategy->step(lr, max_grad_norm);  // clip by global norm + AdamW
+//
+// DDP (parallel/ddp.h) is the reference every other strategy is tested against
+// (DESIGN.md decision 2).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/optim/adamw.h"
+#include "shardtrain/optim/param_layout.h"
+
+namespace shardtrain {
+
+class BertForSequenceClassification;
+class Communicator;
+struct FlatPart;
+
+// Counters for logs and benchmarks.
+struct StrategyStats {
+  int64_t buckets_total = 0;             // reductions launched (all steps)
+  int64_t buckets_during_backward = 0;   // of those, launched from a hook while backward ran
+  double seconds_waiting = 0;            // in finish_backward(), waiting for reductions
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+
+  // Makes every rank's parameters equal to `root`'s (initial weights).
+  virtual void broadcast_parameters(int root) = 0;
+  // Sets all gradients to zero.
+  virtual void zero_grad() = 0;
+  // Before each micro-step's backward: sync = true on the last micro-step of
+  // an optimizer step (its gradients are reduced), false on the others
+  // (gradients only accumulate locally, like DDP's no_sync()).
+  virtual void prepare_backward(bool sync) = 0;
+  // After the last micro-step's backward: every gradient reduction launched
+  // and complete; the gradients are the average over ranks.
+  virtual void finish_backward() = 0;
+  // Clips gradients to max_grad_norm by global L2 norm (no clipping when
+  // <= 0), then one AdamW step with learning rate lr. Returns the global
+  // gradient norm before clipping.
+  virtual double step(double lr, double max_grad_norm) = 0;
+
+  virtual const ParamLayout& layout() const = 0;
+  // The part of the flat parameter / optimizer buffers this rank writes to a
+  // checkpoint (the parts of all ranks tile the layout) and fills on resume.
+  virtual FlatPart checkpoint_part() = 0;
+  // AdamW step count (checkpointed, restored with load_optimizer_step()).
+  virtual int64_t optimizer_step() const = 0;
+  // After the checkpoint_part() buffers were filled from a checkpoint: make
+  // every rank's full state consistent again (DDP: all-gather the parts) and
+  // set the AdamW step count.
+  virtual void finish_load(int64_t optimizer_step) = 0;
+
+  virtual const StrategyStats& stats() const = 0;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,45 @@
+// `shardtrain train`: the main job (train/trainer.h does the work).
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/config_flags.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/train/trainer.h"
+
+namespace shardtrain {
+
+void add_train_command(CLI::App& root, World& world) {
+  CLI::App* command = root.add_subcommand(
+      "train", "Fine-tune a BERT classifier (run folder: <run.storage_path>/<run.name>; re-running resumes)");
+  auto flags = add_config_flags(*command);
+  auto resume = std::make_shared<std::string>();
+  command->add_option("--resume", *resume,
+                      "resume from this checkpoint instead of the run folder's newest")
+      ->check(CLI::ExistingFile);
+  command->callback([flags, resume, &world]() {
+    const RunConfig config = flags->load();
+    TrainOptions options;
+    options.config_toml = config_to_toml(config);
+    options.resume_from = *resume;
+    log_info("shardtrain train on %d rank(s), %d thread(s) each; resolved config:\n%s", world.size(),
+             world.num_threads(), options.config_toml.c_str());
+    const TrainResult result = train(config, world.comm(), options);
+    if (world.rank() != 0) return;
+    if (!result.reports.empty()) {
+      std::string metrics;
+      for (const auto& kv : result.reports.back().metrics)
+        if (kv.first.rfind("eval_", 0) == 0 || kv.first == "train_loss")
+          metrics += str_format("  %s %.4f\n", kv.first.c_str(), kv.second);
+      std::printf("final metrics (step %lld):\n%s", static_cast<long long>(result.reports.back().step),
+                  metrics.c_str());
+    }
+    std::printf("run folder:        %s (result.jsonl, progress.csv, train.log)\n", result.run_dir.c_str());
+    if (!result.last_checkpoint.empty()) std::printf("newest checkpoint: %s\n", result.last_checkpoint.c_str());
+    if (!result.best_checkpoint.empty()) std::printf("best checkpoint:   %s\n", result.best_checkpoint.c_str());
+    std::fflush(stdout);
+  });
+}
+
+}  // namespace shardtrain
