@@ -30,7 +30,7 @@ void add_train_command(CLI::App& root, World& world) {
     if (!result.reports.empty()) {
       std::string metrics;
       for (const auto& kv : result.reports.back().metrics)
-        if (kv.first.rfind("eval_", 0) == 0 || kv.first == "train_loss")
+        if ((kv.first.rfind("eval_", 0) == 0 && kv.first != "eval_seconds") || kv.first == "train_loss")
           metrics += str_format("  %s %.4f\n", kv.first.c_str(), kv.second);
       std::printf("final metrics (step %lld):\n%s", static_cast<long long>(result.reports.back().step),
                   metrics.c_str());
