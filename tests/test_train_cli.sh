@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# End-to-end checks of `shardtrain train` as users run it: mpiexec -np 2, the
+# run folder, a real kill (SIGKILL of every rank at an unpredictable point,
+# possibly inside a checkpoint write) followed by a re-run that must end with
+# bit-identical parameters and the same metrics as an uninterrupted run, and
+# errors that name what to fix.
+# Usage: test_train_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
+# Needs bash, plain python3 and h5diff (hdf5-tools).
+set -u
+BIN=${1:?usage: test_train_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
+SRC=${2:?source dir}
+MPIEXEC=${3:?mpiexec}
+shift 3
+MPI_FLAGS=("$@")
+PY=python3
+export OMP_NUM_THREADS=1
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain_test_train_cli.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+FAILURES=0
+fail() {
+  FAILURES=$((FAILURES + 1))
+  echo "FAIL: $1"
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then sed 's/^/    | /' "$2" | tail -25; fi
+}
+pass() { echo "ok:   $1"; }
+
+head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
+head -n 41 "$SRC/data/glue/MRPC/dev.tsv" >"$TMP/dev.tsv"
+cat >"$TMP/tiny.toml" <<TOML
+[model]
+init = "random"
+config = "$SRC/tests/data/bert_tiny.json"
+vocab = "$SRC/data/vocab/bert-base-cased-vocab.txt"
+[data]
+train_file = "$TMP/train.tsv"
+eval_file = "$TMP/dev.tsv"
+max_length = 64
+[train]
+num_epochs = 4
+lr = 1e-3
+warmup_steps = 3
+batch_size = 2
+eval_batch_size = 8
+log_every_steps = 5
+[checkpoint]
+every_steps = 7
+num_to_keep = 2
+score_attribute = "eval_f1"
+[run]
+storage_path = "$TMP/runs"
+TOML
+
+train() {  # train RUN_NAME [extra flags...]: stdout/stderr to $TMP/RUN_NAME.log
+  local name=$1
+  shift
+  "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name "$name" "$@" \
+    >>"$TMP/$name.log" 2>&1
+}
+
+# 1. An uninterrupted run and what it leaves behind.
+if train straight; then
+  pass "train at -np 2"
+else
+  fail "train at -np 2 exited with $?" "$TMP/straight.log"
+fi
+D=$TMP/runs/straight
+for f in config.toml train.log progress.csv result.jsonl; do
+  [ -s "$D/$f" ] && pass "run folder has $f" || fail "run folder lacks $f"
+done
+grep -q "final metrics" "$TMP/straight.log" && grep -q "newest checkpoint: $D/checkpoint_" "$TMP/straight.log" &&
+  pass "train ends with the metrics and the checkpoint path" || fail "train's closing lines" "$TMP/straight.log"
+$PY - "$D" <<'PY' && pass "result.jsonl: 4 epoch reports, checkpoints every 7 steps, best 2 + newest kept" || fail "result.jsonl / kept checkpoints"
+import json, os, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(os.path.join(d, "result.jsonl"))]
+epochs = [r for r in rows if "eval_f1" in r]
+assert [r["epoch"] for r in epochs] == [1, 2, 3, 4], rows
+assert all(0 <= r["eval_accuracy"] <= 1 and r["eval_loss"] > 0 for r in epochs)
+steps = [r["step"] for r in rows]
+assert steps == sorted(steps) and steps[-1] == 96, steps  # 48 examples/epoch... 96 rows / (2x2) = 24 steps x 4
+assert [r["training_iteration"] for r in rows] == list(range(1, len(rows) + 1))
+ckpts = sorted(f for f in os.listdir(d) if f.endswith(".h5"))
+assert not [f for f in os.listdir(d) if ".tmp" in f], os.listdir(d)
+assert 2 <= len(ckpts) <= 3, ckpts
+assert ckpts[-1] == "checkpoint_%06d.h5" % len([r for r in rows if r["checkpoint"]]), ckpts
+PY
+[ "$(head -1 "$D/progress.csv")" = "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s" ] &&
+  [ "$(wc -l <"$D/progress.csv")" -ge 19 ] && pass "progress.csv has a row every 5 steps" || fail "progress.csv" "$D/progress.csv"
+if command -v h5dump >/dev/null; then
+  h5dump -H "$(ls "$D"/checkpoint_*.h5 | tail -1)" >"$TMP/h5dump.txt" 2>&1
+  grep -q 'DATASET "bert.encoder.layer.1.output.dense.weight"' "$TMP/h5dump.txt" &&
+    grep -q 'ATTRIBUTE "step"' "$TMP/h5dump.txt" && pass "h5dump reads the checkpoint as a state dict" ||
+    fail "h5dump -H of the checkpoint" "$TMP/h5dump.txt"
+fi
+
+# 2. Killed at an arbitrary point, then re-run: the same end, bit for bit.
+train killed &
+JOB=$!
+K=$TMP/runs/killed
+for _ in $(seq 1 600); do
+  [ -e "$K/checkpoint_000002.h5" ] && break
+  sleep 0.05
+done
+pkill -KILL -f -- "--run.name killed" 2>/dev/null
+wait $JOB 2>/dev/null
+[ -e "$K/checkpoint_000002.h5" ] && pass "killed run left checkpoint 2 ($(ls "$K" | grep -c '\.h5$') complete .h5 files)" ||
+  fail "killed run: no checkpoint 2 before the kill" "$TMP/killed.log"
+if train killed; then pass "re-run after the kill"; else fail "re-run after the kill" "$TMP/killed.log"; fi
+grep -q "resumed from $K/checkpoint_" "$TMP/killed.log" && pass "re-run resumed from a checkpoint" ||
+  fail "re-run did not resume" "$TMP/killed.log"
+LAST_S=$(ls "$D"/checkpoint_*.h5 | tail -1)
+LAST_K=$(ls "$K"/checkpoint_*.h5 | tail -1)
+if command -v h5diff >/dev/null; then
+  h5diff "$LAST_S" "$LAST_K" /model /model >"$TMP/h5diff.txt" 2>&1 &&
+    h5diff "$LAST_S" "$LAST_K" /optim /optim >>"$TMP/h5diff.txt" 2>&1 &&
+    pass "killed + resumed: final parameters and optimizer state bit-identical" ||
+    fail "killed + resumed: final checkpoint differs" "$TMP/h5diff.txt"
+fi
+$PY - "$D/result.jsonl" "$K/result.jsonl" <<'PY' && pass "killed + resumed: result.jsonl metrics identical" || fail "result.jsonl differs after resume"
+import json, os, sys
+def load(p):
+    out = []
+    for l in open(p):
+        r = json.loads(l)
+        for k in ("time_total_s", "eval_seconds", "checkpoint_seconds"):
+            r.pop(k, None)
+        if r.get("checkpoint"):
+            r["checkpoint"] = os.path.basename(r["checkpoint"])
+        out.append(r)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a == b, (a, b)
+PY
+ls "$K" | grep -q '\.tmp' && echo "note: the kill left a temporary checkpoint file (killed mid-write)"
+
+# 3. Re-running a finished run changes nothing.
+cp "$D/result.jsonl" "$TMP/before.jsonl"
+train straight && grep -q "training already finished" "$TMP/straight.log" && cmp -s "$D/result.jsonl" "$TMP/before.jsonl" &&
+  pass "re-running a finished run does nothing" || fail "re-running a finished run" "$TMP/straight.log"
+
+# 4. Errors name what to fix (exit status 2, one message).
+"$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name e1 --train.batch_size 0 >"$TMP/e1.log" 2>&1
+[ $? -eq 2 ] && grep -q "train.batch_size" "$TMP/e1.log" && pass "bad batch size names train.batch_size" || fail "bad batch size" "$TMP/e1.log"
+"$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name straight --train.batch_size 3 >"$TMP/e2.log" 2>&1
+[ $? -eq 2 ] && grep -q "global batch" "$TMP/e2.log" && pass "resume with another global batch is refused" || fail "global batch mismatch" "$TMP/e2.log"
+"$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name e3 --data.label "Qualty" >"$TMP/e3.log" 2>&1
+[ $? -eq 2 ] && grep -q "Qualty" "$TMP/e3.log" && pass "a missing label column is named" || fail "missing label column" "$TMP/e3.log"
+
+echo "test_train_cli: $FAILURES failure(s)"
+[ "$FAILURES" -eq 0 ]
