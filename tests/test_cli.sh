@@ -336,7 +336,9 @@ elif if [ "$CKPT_NP" -eq 2 ]; then
     expect_in "inspect: train loss" "$I" "train loss 1.625 since the last report (mean of 4)"
     expect_in "inspect: metrics" "$I" "metrics:     eval_accuracy 0.6875, eval_f1 0.8"
     expect_in "inspect: model" "$I" "2 layers, hidden 16, 2 heads, intermediate 32, vocab 28996, 2 labels (not_equivalent, equivalent)"
+    expect_in "inspect: parameters" "$I" "parameters:  476,946 in 41 tensors"
     expect_in "inspect: optimizer" "$I" "optimizer:   AdamW state present"
+    expect_in "inspect: datasets" "$I" "datasets:    123"
   fi
   if run ckpt_inspect_json 0 "$BIN" inspect "$CKPT" --json; then
     CHECKS=$((CHECKS + 1))

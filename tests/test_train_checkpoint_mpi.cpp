@@ -359,6 +359,9 @@ TEST_CASE("load_checkpoint_model: the same logits, vocabulary and state on every
   const Encoding encoding = tokenizer.encode("The cats sat", std::string_view("on the mat."), 0);
   CHECK(encoding.input_ids == std::vector<int32_t>{2, 5, 6, 10, 7, 3, 8, 5, 9, 11, 3});
   CHECK(tokenizer.vocab_path() == f.path + " (vocab_text)");
+  const std::string message = error_of([&] { Tokenizer::from_vocab_text("[PAD]\n[CLS]\n", options, "ckpt.h5 (vocab_text)"); });
+  CHECK(contains(message, "ckpt.h5 (vocab_text)"));
+  CHECK(contains(message, "[UNK]"));
 }
 
 TEST_CASE("errors: not a training checkpoint, missing file, ranks disagreeing on optimizer state") {

@@ -9,6 +9,8 @@
 //       consumed, seed 42, 30 steps, 3 warmup, lr 3e-5, strategy zero1, metrics
 //       eval_accuracy 0.6875 / eval_f1 0.8, config TOML "[train]\nlr = 3e-05\n
 //       num_epochs = 3\n", the vocabulary, lowercase 0
+//   train_checkpoint_probe OUT.h5 VOCAB.txt --bert-base   the same with
+//       bert-base-cased's shape (108M parameters), to time checkpoint I/O
 //   train_checkpoint_probe OUT.h5 --plain            a shardtrain checkpoint that
 //       is not a training checkpoint (no "kind")
 // Any number of ranks. Prints "train checkpoint probe: wrote OUT.h5".
@@ -51,13 +53,15 @@ int main(int argc, char** argv) {
       for (char c : vocab) lines += c == '\n';
       if (!vocab.empty() && vocab.back() != '\n') ++lines;
 
-      BertConfig config;
+      const bool bert_base = argc > 3 && std::string(argv[3]) == "--bert-base";
+      BertConfig config = bert_base_cased_config(2);
       config.vocab_size = lines;
-      config.hidden_size = 16;
-      config.num_hidden_layers = 2;
-      config.num_attention_heads = 2;
-      config.intermediate_size = 32;
-      config.set_num_labels(2);
+      if (!bert_base) {
+        config.hidden_size = 16;
+        config.num_hidden_layers = 2;
+        config.num_attention_heads = 2;
+        config.intermediate_size = 32;
+      }
       config.id2label = {"not_equivalent", "equivalent"};
       BertForSequenceClassification model(config);
       const auto named = model.state_dict();
@@ -105,7 +109,11 @@ int main(int argc, char** argv) {
       state.loss_sum = 6.5;
       state.loss_count = 4;
       state.train_seconds = 12.5;
+      const double start = MPI_Wtime();
       write_train_checkpoint(out, flat_tensors(layout), part, state, world.comm());
+      if (world.rank() == 0)
+        std::printf("train checkpoint probe: %lld parameters written by %lld ranks in %.3f s\n",
+                    static_cast<long long>(n), static_cast<long long>(size), MPI_Wtime() - start);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "train checkpoint probe: error: %s\n", e.what());

@@ -126,6 +126,13 @@ std::string human_bytes(int64_t bytes) {
   return unit == 0 ? str_format("%lld B", static_cast<long long>(bytes)) : str_format("%.1f %s", value, units[unit]);
 }
 
+// 108311810 -> "108,311,810"
+std::string grouped(int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return (value < 0 ? "-" : "") + digits;
+}
+
 std::string metric_value(const nlohmann::json& value) {
   if (value.is_number_float()) return str_format("%.6g", value.get<double>());
   return value.dump();
@@ -165,8 +172,8 @@ void print_text(const nlohmann::json& s) {
               "vocab %lld, %lld labels (%s)\n",
               i64(m["num_hidden_layers"]), i64(m["hidden_size"]), i64(m["num_attention_heads"]),
               i64(m["intermediate_size"]), i64(m["vocab_size"]), i64(m["num_labels"]), labels.c_str());
-  std::printf("parameters:  %lld in %lld tensors (%s)\n", i64(m["num_parameters"]), i64(m["num_tensors"]),
-              human_bytes(m["parameter_bytes"].get<int64_t>()).c_str());
+  std::printf("parameters:  %s in %lld tensors (%s)\n", grouped(m["num_parameters"].get<int64_t>()).c_str(),
+              i64(m["num_tensors"]), human_bytes(m["parameter_bytes"].get<int64_t>()).c_str());
   if (s["optimizer_state"].get<bool>())
     std::printf("optimizer:   AdamW state present (exp_avg, exp_avg_sq: %s)\n",
                 human_bytes(s["optimizer_bytes"].get<int64_t>()).c_str());
