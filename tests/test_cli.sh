@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end checks of the shardtrain command line: tokenize, config, predict.
+# End-to-end checks of the shardtrain command line: tokenize, config, predict,
+# inspect and export (on a checkpoint from tests/train_checkpoint_probe).
 # Usage: test_cli.sh SHARDTRAIN_BINARY SOURCE_DIR [MPIEXEC [MPIEXEC_FLAGS...]]
 # Needs only bash and plain python3 (no torch, no jq). Every failed check prints
 # "FAIL: <what>" with the command's output; the script exits 1 if any failed.
@@ -306,6 +307,223 @@ if run pred_badlabel 2 "$BIN" predict --model "$TMP/model" "${MRPC[@]}" --label 
   expect_in "pred_badlabel: names the column" "$TMP/pred_badlabel.err" "--label = 'Qualty' is not a column"
   CHECKS=$((CHECKS + 1))
   if [ -e "$TMP/p5.jsonl" ]; then fail "pred_badlabel: output written anyway"; else pass "pred_badlabel: no output"; fi
+fi
+
+echo "== inspect / export / predict --model CKPT"
+# A training checkpoint from tests/train_checkpoint_probe.cpp (2 ranks writing
+# uneven parts when mpiexec is given): a tiny random classifier over the
+# bert-base-cased vocabulary, AdamW moments and a known TrainState.
+PROBE=${SHARDTRAIN_TRAIN_CHECKPOINT_PROBE:-$(dirname "$BIN")/tests/train_checkpoint_probe}
+CKPT_DIR=$TMP/run
+CKPT=$CKPT_DIR/checkpoint_000002.h5
+mkdir -p "$CKPT_DIR"
+CKPT_NP=1
+if [ -n "$MPIEXEC" ]; then CKPT_NP=2; fi
+if [ ! -x "$PROBE" ]; then
+  CHECKS=$((CHECKS + 1))
+  fail "checkpoint fixture: $PROBE is not built (cmake --build build --target train_checkpoint_probe)"
+elif if [ "$CKPT_NP" -eq 2 ]; then
+       run ckpt_probe 0 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$PROBE" "$CKPT" "$VOCAB"
+     else run ckpt_probe 0 "$PROBE" "$CKPT" "$VOCAB"; fi; then
+
+  if run ckpt_inspect 0 "$BIN" inspect "$CKPT"; then
+    I=$TMP/ckpt_inspect.out
+    expect_in "inspect: path" "$I" "checkpoint:  $CKPT"
+    expect_in "inspect: kind" "$I" "kind:        shardtrain-train-checkpoint"
+    expect_in "inspect: progress" "$I" "step 12, epoch 1, 5 batches of the epoch consumed"
+    expect_in "inspect: writer" "$I" "$CKPT_NP ranks, strategy zero1, seed 42"
+    expect_in "inspect: schedule" "$I" "base lr 3e-05, 3 warmup steps, 30 training steps"
+    expect_in "inspect: train loss" "$I" "train loss 1.625 since the last report (mean of 4)"
+    expect_in "inspect: metrics" "$I" "metrics:     eval_accuracy 0.6875, eval_f1 0.8"
+    expect_in "inspect: model" "$I" "2 layers, hidden 16, 2 heads, intermediate 32, vocab 28996, 2 labels (not_equivalent, equivalent)"
+    expect_in "inspect: parameters" "$I" "parameters:  476,946 in 41 tensors"
+    expect_in "inspect: optimizer" "$I" "optimizer:   AdamW state present"
+    expect_in "inspect: datasets" "$I" "datasets:    123"
+  fi
+  if run ckpt_inspect_json 0 "$BIN" inspect "$CKPT" --json; then
+    CHECKS=$((CHECKS + 1))
+    # Parameter count from the architecture, not from the file.
+    if $PY - "$TMP/ckpt_inspect_json.out" "$CKPT" "$CKPT_NP" >"$TMP/ckpt_inspect_json.cmp" 2>&1 <<'PYEOF'
+import json, os, sys
+s = json.load(open(sys.argv[1]))
+V, H, I, P, L, C = 28996, 16, 32, 512, 2, 2
+layer = 4 * (H * H + H) + 2 * H + (I * H + I) + (H * I + H) + 2 * H
+n = V * H + P * H + 2 * H + 2 * H + L * layer + H * H + H + C * H + C
+tensors = 5 + 16 * L + 2 + 2
+expect = {"path": sys.argv[2], "size_bytes": os.path.getsize(sys.argv[2]), "kind": "shardtrain-train-checkpoint",
+          "step": 12, "epoch": 1, "batches_consumed": 5, "seed": 42, "world_size": int(sys.argv[3]),
+          "strategy": "zero1", "schedule": {"base_lr": 3e-05, "warmup_steps": 3, "num_training_steps": 30},
+          "train": {"loss_sum": 6.5, "loss_count": 4, "train_seconds": 12.5},
+          "metrics": {"eval_accuracy": 0.6875, "eval_f1": 0.8}, "optimizer_state": True,
+          "optimizer_bytes": 2 * 4 * n, "num_datasets": 3 * tensors,
+          "tokenizer": {"vocab_size": 28996, "lowercase": False}, "has_config_toml": True}
+for key, value in expect.items():
+    assert s.get(key) == value, f"{key}: {s.get(key)!r}, expected {value!r}"
+m = s["model"]
+want = {"num_hidden_layers": L, "hidden_size": H, "num_attention_heads": 2, "intermediate_size": I,
+        "vocab_size": V, "num_labels": C, "id2label": ["not_equivalent", "equivalent"],
+        "num_parameters": n, "parameter_bytes": 4 * n, "num_tensors": tensors}
+for key, value in want.items():
+    assert m.get(key) == value, f"model.{key}: {m.get(key)!r}, expected {value!r}"
+PYEOF
+    then pass "inspect --json: every field as written, parameter count from the architecture"; else
+      fail "inspect --json" "$TMP/ckpt_inspect_json.cmp"; fi
+  fi
+  if run ckpt_inspect_config 0 "$BIN" inspect "$CKPT" --config; then
+    CHECKS=$((CHECKS + 1))
+    if [ "$(cat "$TMP/ckpt_inspect_config.out")" = "$(printf '[train]\nlr = 3e-05\nnum_epochs = 3')" ]; then
+      pass "inspect --config: the stored TOML"; else fail "inspect --config" "$TMP/ckpt_inspect_config.out"; fi
+  fi
+  if run ckpt_inspect_missing 2 "$BIN" inspect "$TMP/run/nope.h5"; then
+    expect_in "inspect: missing file named" "$TMP/ckpt_inspect_missing.err" "$TMP/run/nope.h5 does not exist"
+  fi
+  if run ckpt_inspect_text 2 "$BIN" inspect "$DEV"; then
+    expect_in "inspect: not HDF5" "$TMP/ckpt_inspect_text.err" "is not an HDF5 file"
+  fi
+  if run ckpt_inspect_folder 2 "$BIN" inspect "$TMP/model"; then
+    expect_in "inspect: folder" "$TMP/ckpt_inspect_folder.err" "is a folder"
+  fi
+  if run ckpt_plain 0 "$PROBE" "$TMP/plain.h5" --plain && run ckpt_inspect_plain 2 "$BIN" inspect "$TMP/plain.h5"; then
+    expect_in "inspect: not a training checkpoint" "$TMP/ckpt_inspect_plain.err" "not a training checkpoint"
+  fi
+
+  # Export, then the HF folder and the checkpoint must predict the same: same
+  # fp32 weights, same tokenizer settings, same code path -> identical lines.
+  EXP=$TMP/exported
+  if run ckpt_export 0 "$BIN" export "$CKPT" --output "$EXP"; then
+    CHECKS=$((CHECKS + 1))
+    if cmp -s "$VOCAB" "$EXP/vocab.txt"; then pass "export: vocab.txt is the vocabulary"; else fail "export: vocab.txt differs"; fi
+    CHECKS=$((CHECKS + 1))
+    if $PY - "$EXP" >"$TMP/ckpt_export.cmp" 2>&1 <<'PYEOF'
+import json, os, sys
+d = sys.argv[1]
+t = json.load(open(os.path.join(d, "tokenizer_config.json")))
+assert t["do_lower_case"] is False, t
+c = json.load(open(os.path.join(d, "config.json")))
+assert c["num_labels"] == 2 if "num_labels" in c else len(c["id2label"]) == 2, c
+assert c["id2label"] == {"0": "not_equivalent", "1": "equivalent"}, c["id2label"]
+assert c["hidden_size"] == 16 and c["num_hidden_layers"] == 2 and c["vocab_size"] == 28996, c
+assert c["architectures"] == ["BertForSequenceClassification"], c
+PYEOF
+    then pass "export: config.json and tokenizer_config.json"; else fail "export: json files" "$TMP/ckpt_export.cmp"; fi
+  fi
+  if [ -n "$MPIEXEC" ] && run ckpt_export_np2 0 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" export "$CKPT" --output "$TMP/exported_np2"; then
+    CHECKS=$((CHECKS + 1))
+    if cmp -s "$EXP/model.safetensors" "$TMP/exported_np2/model.safetensors"; then pass "export np 2: same model.safetensors as np 1"; else
+      fail "export np 2: model.safetensors differs from np 1"; fi
+  fi
+
+  # Never overwrite user data: a non-empty folder is refused, --force replaces
+  # only the exported files.
+  echo "my notes" >"$EXP/notes.txt"
+  touch -d '2001-01-01' "$EXP/model.safetensors"
+  if run ckpt_export_refuse 2 "$BIN" export "$CKPT" --output "$EXP"; then
+    expect_in "export: refuses a non-empty folder" "$TMP/ckpt_export_refuse.err" "is not empty; refusing to write into it"
+    expect_in "export: suggests --force" "$TMP/ckpt_export_refuse.err" "--force"
+    CHECKS=$((CHECKS + 1))
+    if [ "$(date -r "$EXP/model.safetensors" +%Y)" = 2001 ]; then pass "export: refused run left the folder alone"; else
+      fail "export: refused run rewrote model.safetensors"; fi
+  fi
+  if run ckpt_export_force 0 "$BIN" export "$CKPT" --output "$EXP" --force; then
+    CHECKS=$((CHECKS + 1))
+    if [ "$(cat "$EXP/notes.txt")" = "my notes" ] && [ "$(date -r "$EXP/model.safetensors" +%Y)" != 2001 ]; then
+      pass "export --force: rewrote the model, kept the user's file"; else fail "export --force: folder contents wrong"; fi
+  fi
+  if run ckpt_export_file 2 "$BIN" export "$CKPT" --output "$DEV"; then
+    expect_in "export: --output is a file" "$TMP/ckpt_export_file.err" "exists and is not a folder"
+  fi
+  if run ckpt_export_dtype 2 "$BIN" export "$CKPT" --output "$TMP/exported_x" --dtype int8; then
+    expect_in "export: bad --dtype" "$TMP/ckpt_export_dtype.err" "--dtype 'int8'"
+  fi
+
+  # float16 / bfloat16: every value is the float32 value rounded to nearest even.
+  if run ckpt_export_f16 0 "$BIN" export "$CKPT" --output "$TMP/exported_f16" --dtype float16 &&
+     run ckpt_export_bf16 0 "$BIN" export "$CKPT" --output "$TMP/exported_bf16" --dtype bfloat16; then
+    CHECKS=$((CHECKS + 1))
+    if $PY - "$EXP/model.safetensors" "$TMP/exported_f16/model.safetensors" "$TMP/exported_bf16/model.safetensors" \
+         >"$TMP/ckpt_export_f16.cmp" 2>&1 <<'PYEOF'
+import json, struct, sys
+def load(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    return header, blob[8 + n:]
+h32, d32 = load(sys.argv[1])
+h16, d16 = load(sys.argv[2])
+hbf, dbf = load(sys.argv[3])
+assert set(h32) == set(h16) == set(hbf), "tensor names differ"
+for name, e in h32.items():
+    assert e["dtype"] == "F32" and h16[name]["dtype"] == "F16" and hbf[name]["dtype"] == "BF16", name
+    assert e["shape"] == h16[name]["shape"] == hbf[name]["shape"], name
+    a, b = e["data_offsets"]
+    count = (b - a) // 4
+    x = struct.unpack("<%df" % count, d32[a:b])
+    a16, b16 = h16[name]["data_offsets"]
+    y = struct.unpack("<%de" % count, d16[a16:b16])
+    want = struct.unpack("<%de" % count, struct.pack("<%de" % count, *x))
+    assert y == want, f"{name}: float16 values are not the rounded float32 values"
+    bits = struct.unpack("<%dI" % count, d32[a:b])
+    abf, bbf = hbf[name]["data_offsets"]
+    got = struct.unpack("<%dH" % count, dbf[abf:bbf])
+    rne = tuple((u + 0x7FFF + ((u >> 16) & 1)) >> 16 for u in bits)
+    assert got == rne, f"{name}: bfloat16 values are not the rounded float32 values"
+PYEOF
+    then pass "export --dtype float16/bfloat16: float32 values rounded to nearest even"; else
+      fail "export --dtype" "$TMP/ckpt_export_f16.cmp"; fi
+  fi
+
+  CK_PRED=(predict "${MRPC[@]}" --label Quality)
+  if run ckpt_pred 0 "$BIN" "${CK_PRED[@]}" --model "$CKPT" --output "$TMP/pc.jsonl" &&
+     run ckpt_pred_hf 0 "$BIN" "${CK_PRED[@]}" --model "$EXP" --output "$TMP/pe.jsonl"; then
+    expect_in "predict --model CKPT: prints metrics" "$TMP/ckpt_pred.err" "eval: accuracy"
+    CHECKS=$((CHECKS + 1))
+    if grep -q WARNING "$TMP/ckpt_pred.err"; then fail "predict --model CKPT: warns" "$TMP/ckpt_pred.err"; else pass "predict --model CKPT: no warning"; fi
+    CHECKS=$((CHECKS + 1))
+    if $PY - "$TMP/pc.jsonl" "$TMP/pe.jsonl" >"$TMP/ckpt_pred.cmp" 2>&1 <<'PYEOF'
+import json, sys
+a = open(sys.argv[1]).read().splitlines()
+b = open(sys.argv[2]).read().splitlines()
+assert len(a) == len(b) == 408, (len(a), len(b))
+first = [json.loads(l)["logits"][0] for l in a]
+assert max(first) - min(first) > 1e-3, "logits do not depend on the input: the comparison would mean nothing"
+for i, (x, y) in enumerate(zip(a, b)):
+    assert x == y, f"row {i}: checkpoint {x} vs exported folder {y}"
+PYEOF
+    then pass "predict: checkpoint and its exported folder give identical lines"; else fail "predict CKPT vs export" "$TMP/ckpt_pred.cmp"; fi
+    CHECKS=$((CHECKS + 1))
+    if [ "$(grep -o 'eval: .*' "$TMP/ckpt_pred.err")" = "$(grep -o 'eval: .*' "$TMP/ckpt_pred_hf.err")" ]; then
+      pass "predict: same metrics from checkpoint and folder"; else fail "predict: metrics differ" "$TMP/ckpt_pred.err"; fi
+  fi
+  if [ -n "$MPIEXEC" ] && run ckpt_pred_np2 0 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" "${CK_PRED[@]}" --model "$CKPT" \
+       --output "$TMP/pc2.jsonl"; then
+    CHECKS=$((CHECKS + 1))
+    # Tolerance as for pred_np2 above (other padding in the last global batch).
+    if $PY - "$TMP/pc.jsonl" "$TMP/pc2.jsonl" >"$TMP/ckpt_pred_np2.cmp" 2>&1 <<'PYEOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 408, (len(a), len(b))
+for x, y in zip(a, b):
+    assert x["row"] == y["row"], (x, y)
+    assert max(abs(p - q) for p, q in zip(x["logits"], y["logits"])) <= 1e-4, (x, y)
+PYEOF
+    then pass "predict --model CKPT np 2: same as np 1"; else fail "predict --model CKPT np 2" "$TMP/ckpt_pred_np2.cmp"; fi
+  fi
+
+  # Other tools read the file: h5dump lists the datasets with their true shapes.
+  if command -v h5dump >/dev/null 2>&1; then
+    if run ckpt_h5dump 0 h5dump -H "$CKPT"; then
+      H=$TMP/ckpt_h5dump.out
+      expect_in "h5dump: /model group" "$H" 'GROUP "model"'
+      expect_in "h5dump: word embeddings" "$H" 'DATASET "bert.embeddings.word_embeddings.weight"'
+      expect_in "h5dump: true shape" "$H" "DATASPACE  SIMPLE { ( 28996, 16 ) / ( 28996, 16 ) }"
+      expect_in "h5dump: optimizer group" "$H" 'GROUP "exp_avg_sq"'
+      expect_in "h5dump: kind attribute" "$H" 'ATTRIBUTE "kind"'
+    fi
+  else
+    echo "skip: h5dump not installed (apt-get install hdf5-tools)"
+  fi
 fi
 
 echo "== $CHECKS checks, $FAILURES failed"

@@ -58,6 +58,8 @@ int run_cli(int argc, char** argv) {
   add_config_command(app, world);
   add_tokenize_command(app, world);
   add_predict_command(app, world);
+  add_inspect_command(app, world);
+  add_export_command(app, world);
 
   int status = 0;
   try {

@@ -1,6 +1,7 @@
-// `shardtrain predict`: run a HF model folder over a data file, sharded over the
-// ranks, and write one JSON line per input row (rank 0, atomically). With a
-// label column it also prints the metrics the training loop reports.
+// `shardtrain predict`: run a HF model folder (or the model of a training
+// checkpoint) over a data file, sharded over the ranks, and write one JSON line
+// per input row (rank 0, atomically). With a label column it also prints the
+// metrics the training loop reports.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -76,8 +77,12 @@ void add_predict_command(CLI::App& root, World& world) {
   auto flags = std::make_shared<PredictFlags>();
   PredictOptions& o = flags->options;
   CLI::App* sub = root.add_subcommand(
-      "predict", "Run a HF model folder over a .tsv/.csv/.jsonl file (sharded over the ranks); one JSON line per row");
-  sub->add_option("--model", o.model_dir, "HF model folder: config.json, model.safetensors, vocab.txt")->required();
+      "predict",
+      "Run a HF model folder or training checkpoint over a .tsv/.csv/.jsonl file (sharded over the ranks); one JSON "
+      "line per row");
+  sub->add_option("--model", o.model_dir,
+                  "HF model folder (config.json, model.safetensors, vocab.txt) or a training checkpoint file")
+      ->required();
   sub->add_option("--data", o.data_path, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")
       ->required();
   sub->add_option("--text-a", o.text_a, "first text column: header name / JSON key, or 0-based index")->required();

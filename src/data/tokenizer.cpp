@@ -159,14 +159,10 @@ struct Tokenizer::Vocab {
 
 namespace {
 
-std::shared_ptr<Tokenizer::Vocab> read_vocab(const std::string& path, const SpecialTokenNames& names) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error("cannot open vocabulary file '" + path + "'");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  if (file.bad()) throw Error("cannot read vocabulary file '" + path + "'");
-  const std::string text = buffer.str();
-
+// `path` names the vocabulary in messages and vocab_path() (a file, or where
+// in-memory text came from).
+std::shared_ptr<Tokenizer::Vocab> parse_vocab(const std::string& text, const std::string& path,
+                                              const SpecialTokenNames& names) {
   auto vocab = std::make_shared<Tokenizer::Vocab>();
   vocab->path = path;
   std::size_t position = 0;
@@ -228,6 +224,15 @@ std::shared_ptr<Tokenizer::Vocab> read_vocab(const std::string& path, const Spec
     vocab->ascii_char_id[c] = id >= 0 ? id : vocab->unk_id;
   }
   return vocab;
+}
+
+std::shared_ptr<Tokenizer::Vocab> read_vocab(const std::string& path, const SpecialTokenNames& names) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error("cannot open vocabulary file '" + path + "'");
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  if (file.bad()) throw Error("cannot read vocabulary file '" + path + "'");
+  return parse_vocab(buffer.str(), path, names);
 }
 
 bool vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
@@ -444,6 +449,14 @@ Tokenizer Tokenizer::from_vocab_file(const std::string& vocab_path, const Tokeni
     throw Error("tokenizer options for '" + vocab_path + "': strip_accents and keep_accents are both set");
   }
   return Tokenizer(read_vocab(vocab_path, SpecialTokenNames{}), options);
+}
+
+Tokenizer Tokenizer::from_vocab_text(const std::string& text, const TokenizerOptions& options,
+                                     const std::string& source) {
+  if (options.strip_accents && options.keep_accents) {
+    throw Error("tokenizer options for '" + source + "': strip_accents and keep_accents are both set");
+  }
+  return Tokenizer(parse_vocab(text, source, SpecialTokenNames{}), options);
 }
 
 Tokenizer Tokenizer::from_model_dir(const std::string& dir) {

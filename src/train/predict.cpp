@@ -17,6 +17,7 @@
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
 namespace {
@@ -64,6 +65,35 @@ void map_labels(const RawTable& table, const BertConfig& config, PredictResult* 
   }
 }
 
+// The model and tokenizer from a HF folder or a training checkpoint file.
+struct PredictModel {
+  BertConfig config;
+  std::shared_ptr<BertForSequenceClassification> model;
+  Tokenizer tokenizer;
+  HfLoadReport report;
+  std::string config_source;  // where the config came from, for messages
+};
+
+PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm) {
+  if (is_checkpoint_file(options.model_dir)) {
+    CheckpointModel checkpoint = load_checkpoint_model(options.model_dir, comm);
+    TokenizerOptions tokenizer_options;
+    tokenizer_options.lowercase = checkpoint.lowercase;
+    Tokenizer tokenizer = Tokenizer::from_vocab_text(checkpoint.vocab_text, tokenizer_options,
+                                                     options.model_dir + " (attribute vocab_text)");
+    HfLoadReport report;  // a checkpoint holds every parameter (load_checkpoint_model checks it)
+    report.folder = options.model_dir;
+    return PredictModel{std::move(checkpoint.config), std::move(checkpoint.model), std::move(tokenizer),
+                        std::move(report), options.model_dir + " (attribute model_config_json)"};
+  }
+  HfLoadOptions load_options;
+  load_options.init_seed = options.init_seed;
+  HfModel hf = load_hf_folder(options.model_dir, load_options);
+  Tokenizer tokenizer = Tokenizer::from_model_dir(options.model_dir);
+  return PredictModel{std::move(hf.config), std::move(hf.model), std::move(tokenizer), std::move(hf.report),
+                      options.model_dir + "/config.json"};
+}
+
 void append_float(std::string& out, float value) {
   if (!std::isfinite(value)) {
     out += "null";  // JSON has no NaN / Infinity
@@ -84,27 +114,25 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
     throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
 
-  HfLoadOptions load_options;
-  load_options.init_seed = options.init_seed;
-  HfModel hf = load_hf_folder(options.model_dir, load_options);
-  const BertConfig& config = hf.config;
+  const PredictModel loaded = load_predict_model(options, comm);
+  const BertConfig& config = loaded.config;
+  const Tokenizer& tokenizer = loaded.tokenizer;
   if (config.problem_type == "multi_label_classification")
-    throw Error(options.model_dir + "/config.json: problem_type multi_label_classification is not supported by predict");
+    throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
   if (options.max_length > config.max_position_embeddings)
-    throw Error(str_format("--max-length %d exceeds the model's max_position_embeddings (%lld, %s/config.json)",
+    throw Error(str_format("--max-length %d exceeds the model's max_position_embeddings (%lld, %s)",
                            options.max_length, static_cast<long long>(config.max_position_embeddings),
-                           options.model_dir.c_str()));
-  const Tokenizer tokenizer = Tokenizer::from_model_dir(options.model_dir);
+                           loaded.config_source.c_str()));
   if (tokenizer.vocab_size() > config.vocab_size)
-    throw Error(str_format("%s: vocab.txt has %lld tokens but config.json vocab_size is %lld",
+    throw Error(str_format("%s: the vocabulary has %lld tokens but the model's vocab_size is %lld (%s)",
                            options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
-                           static_cast<long long>(config.vocab_size)));
+                           static_cast<long long>(config.vocab_size), loaded.config_source.c_str()));
 
   PredictResult result;
   result.regression = config.num_labels == 1 || config.problem_type == "regression";
   result.num_labels = config.num_labels;
   result.world_size = world_size;
-  result.load_report = hf.report;
+  result.load_report = loaded.report;
   if (!result.regression && has_custom_label_names(config)) result.label_names = config.id2label;
 
   ReaderOptions reader;
@@ -123,7 +151,7 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
 
   const double start = MPI_Wtime();
   const TokenizedDataset dataset = build_dataset(table, make_encoder(tokenizer, options.max_length), comm);
-  hf.model->eval();
+  loaded.model->eval();
   const EvalPlan plan = make_eval_plan(result.num_rows, options.batch_size, world_size);
   const int64_t c = result.num_labels;
   std::vector<float> local_logits;
@@ -136,7 +164,7 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
       const std::vector<int64_t> indices = eval_batch(plan, rank, k);
       const Batch batch = collate(dataset, indices, tokenizer.pad_id());
       const at::Tensor logits =
-          hf.model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask).to(at::kFloat).contiguous();
+          loaded.model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask).to(at::kFloat).contiguous();
       ST_ASSERT(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(indices.size()) && logits.size(1) == c,
                 "predict: unexpected logits shape");
       const float* data = logits.data_ptr<float>();

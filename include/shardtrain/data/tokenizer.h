@@ -88,6 +88,12 @@ class Tokenizer {
   // one of [UNK] [CLS] [SEP] [PAD], or when the options contradict each other.
   static Tokenizer from_vocab_file(const std::string& vocab_path, const TokenizerOptions& options);
 
+  // The same from the content of a vocab.txt held in memory (e.g. the
+  // vocabulary stored in a training checkpoint). `source` stands for the file in
+  // error messages and is what vocab_path() returns.
+  static Tokenizer from_vocab_text(const std::string& text, const TokenizerOptions& options,
+                                   const std::string& source = "vocab.txt");
+
   // HF model folder: vocab.txt + tokenizer_config.json if present.
   // tokenizer_config.json keys used: do_lower_case, strip_accents (null/true/
   // false), tokenize_chinese_chars, and unk/cls/sep/pad/mask_token (a string or
@@ -123,7 +129,7 @@ class Tokenizer {
   // Number of lines in vocab.txt (the embedding size of the model).
   int64_t vocab_size() const;
   const TokenizerOptions& options() const;
-  // The file the vocabulary was read from.
+  // The file the vocabulary was read from (from_vocab_text: its `source`).
   const std::string& vocab_path() const;
 
   // id -> token string (for debugging / export). Throws shardtrain::Error for

@@ -1,5 +1,6 @@
-// Batch prediction: a HF model folder + a data file -> logits for every row,
-// sharded over the ranks of a communicator, gathered back in input order.
+// Batch prediction: a HF model folder (or a training checkpoint) + a data file
+// -> logits for every row, sharded over the ranks of a communicator, gathered
+// back in input order.
 //
 // Every rank reads the file and loads the model (both small next to the work);
 // the rows are tokenized across ranks (build_dataset), cut into eval shards
@@ -35,7 +36,10 @@
 namespace shardtrain {
 
 struct PredictOptions {
-  std::string model_dir;  // HF folder: config.json, model.safetensors, vocab.txt (+ tokenizer_config.json)
+  // HF folder (config.json, model.safetensors, vocab.txt, tokenizer_config.json),
+  // or a training checkpoint file (train_checkpoint.h: its model, config and
+  // vocabulary), told apart by is_checkpoint_file().
+  std::string model_dir;
   std::string data_path;
   std::string text_a;     // column name / JSON key, or 0-based index
   std::string text_b;     // "" = single text

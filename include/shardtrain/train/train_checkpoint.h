@@ -62,7 +62,10 @@ struct TrainState {
 };
 
 // A rank's part of the flat buffers: elements [begin, begin + params.numel())
-// of the layout. exp_avg / exp_avg_sq: same numel, or undefined (model only).
+// of the layout. exp_avg / exp_avg_sq: same numel, or undefined (model only;
+// then on every rank alike). Any device and float dtype; the checkpoint holds
+// float32. Elements past the layout's end (ZeRO padding) are ignored when
+// writing and left as they are when reading.
 struct FlatPart {
   int64_t begin = 0;
   at::Tensor params;
@@ -83,12 +86,17 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
 TrainState read_train_state(const CheckpointReader& reader);
 
 // Collective: fills part.params (and exp_avg / exp_avg_sq when defined) from
-// the checkpoint. Error, naming the file and tensor, when the checkpoint's
-// tensors do not match the layout (names, shapes).
+// the checkpoint; any part, whatever partition wrote it. Error, naming the file
+// and tensor, when the checkpoint's tensors do not match the layout (a tensor
+// missing or extra, another shape), or when optimizer state is asked for and
+// the checkpoint has none. Every rank checks the same file metadata, so all
+// throw alike.
 void read_train_part(CheckpointReader& reader, const std::vector<FlatTensor>& layout, FlatPart& part);
 
-// The model of a checkpoint on the CPU (fp32), with its HF config and
-// tokenizer inputs; for inspect / export / predict --model CKPT.
+// The model of a checkpoint on the CPU (fp32, in eval mode), with its HF
+// config and tokenizer inputs; for inspect / export / predict --model CKPT.
+// Build its tokenizer with Tokenizer::from_vocab_text(vocab_text, options with
+// lowercase).
 struct CheckpointModel {
   BertConfig config;
   std::shared_ptr<BertForSequenceClassification> model;
@@ -99,8 +107,8 @@ struct CheckpointModel {
 // Collective over comm (every rank gets the whole model).
 CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm);
 
-// True when `path` is an HDF5 file (by its signature), i.e. a checkpoint rather
-// than a HF folder. Local.
+// True when `path` is a regular file that starts with the 8-byte HDF5
+// signature, i.e. a checkpoint rather than a HF folder. Local; never throws.
 bool is_checkpoint_file(const std::string& path);
 
 // Seed of the default generator for a micro-step: a SplitMix64 hash of

@@ -1,0 +1,115 @@
+// `shardtrain export CKPT --output DIR`: the model of a training checkpoint as
+// a HF folder (config.json, model.safetensors, vocab.txt, tokenizer_config.json)
+// that transformers' from_pretrained and `shardtrain predict` load. Every rank
+// reads the checkpoint (the read is collective); rank 0 writes. A non-empty DIR
+// is refused unless --force, and even then only the four files are replaced.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/model/hf_folder.h"
+#include "shardtrain/train/train_checkpoint.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ExportFlags {
+  std::string checkpoint;
+  std::string output;
+  std::string dtype = "float32";
+  bool force = false;
+};
+
+at::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "float16" || name == "fp16") return at::kHalf;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  throw Error("--dtype '" + name + "': expected float32, float16 or bfloat16");
+}
+
+// Checked before the (possibly long) checkpoint read, on rank 0.
+void check_paths(const ExportFlags& flags) {
+  if (fs::is_directory(flags.checkpoint))
+    throw Error(flags.checkpoint + " is a folder; export reads a training checkpoint file (checkpoint_<n>.h5)");
+  if (!fs::exists(flags.checkpoint)) throw Error("checkpoint " + flags.checkpoint + " does not exist");
+  if (!is_checkpoint_file(flags.checkpoint))
+    throw Error(flags.checkpoint + " is not an HDF5 file (not a shardtrain training checkpoint)");
+  std::error_code error;
+  if (fs::exists(flags.output, error) && !fs::is_directory(flags.output, error))
+    throw Error("--output '" + flags.output + "' exists and is not a folder");
+  if (fs::is_directory(flags.output, error) && !fs::is_empty(flags.output, error) && !flags.force)
+    throw Error("--output '" + flags.output +
+                "' is not empty; refusing to write into it (pass --force to replace config.json, "
+                "model.safetensors, vocab.txt and tokenizer_config.json there; other files are kept)");
+}
+
+// `path`.tmp, then rename: a reader never sees half a file.
+void write_file(const fs::path& path, const std::string& content) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.flush();
+    if (!out) throw Error(path.string() + ": write failed");
+  }
+  std::error_code error;
+  fs::rename(tmp, path, error);
+  if (error) {
+    fs::remove(tmp, error);
+    throw Error(path.string() + ": cannot write: " + error.message());
+  }
+}
+
+void run_export(const World& world, const ExportFlags& flags) {
+  at::ScalarType dtype = at::kFloat;
+  with_flag_names([&] { dtype = parse_dtype(flags.dtype); });
+  on_rank0_for_all(world, [&] { check_paths(flags); });
+
+  const CheckpointModel checkpoint = load_checkpoint_model(flags.checkpoint, world.comm());
+
+  on_rank0_for_all(world, [&] {
+    HfSaveOptions save;
+    save.dtype = dtype;
+    save_hf_folder(*checkpoint.model, flags.output, save);
+    const fs::path folder(flags.output);
+    write_file(folder / "vocab.txt", checkpoint.vocab_text);
+    const nlohmann::json tokenizer_config = {{"do_lower_case", checkpoint.lowercase},
+                                             {"model_max_length", checkpoint.config.max_position_embeddings},
+                                             {"tokenizer_class", "BertTokenizer"}};
+    write_file(folder / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+  });
+  log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, vocab.txt, "
+           "tokenizer_config.json)",
+           flags.checkpoint.c_str(), static_cast<long long>(checkpoint.state.step),
+           static_cast<long long>(checkpoint.state.epoch), flags.output.c_str(), flags.dtype.c_str());
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& root, World& world) {
+  auto flags = std::make_shared<ExportFlags>();
+  CLI::App* sub = root.add_subcommand(
+      "export", "Write the model of a training checkpoint as a HF folder (config.json, model.safetensors, vocab.txt)");
+  sub->add_option("checkpoint", flags->checkpoint, "training checkpoint file (checkpoint_<n>.h5)")->required();
+  sub->add_option("--output", flags->output, "HF folder to write (created if needed; must be empty without --force)")
+      ->required();
+  sub->add_option("--dtype", flags->dtype, "dtype of the saved weights: float32, float16 or bfloat16")
+      ->capture_default_str();
+  sub->add_flag("--force", flags->force,
+                "write into a non-empty --output folder, replacing the exported files (others are kept)");
+  sub->callback([&world, flags] { run_export(world, *flags); });
+}
+
+}  // namespace shardtrain

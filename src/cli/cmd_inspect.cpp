@@ -1,0 +1,223 @@
+// `shardtrain inspect CKPT`: what a training checkpoint holds, without loading
+// the weights: progress (step, epoch, sampler position), the job that wrote it,
+// the schedule, the metrics of its report, the model and whether optimizer
+// state is there. --json prints the same as one JSON object; --config prints
+// the resolved run config TOML stored with it. Rank 0 reads the file alone.
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/model/bert.h"
+#include "shardtrain/train/train_checkpoint.h"
+
+namespace shardtrain {
+namespace {
+
+struct InspectFlags {
+  std::string path;
+  bool json = false;
+  bool config = false;
+};
+
+struct GroupSummary {
+  int64_t num_tensors = 0;
+  int64_t num_elements = 0;
+  int64_t num_bytes = 0;
+};
+
+GroupSummary summarize_group(const CheckpointReader& reader, const std::string& group) {
+  GroupSummary out;
+  for (const std::string& name : reader.names(group)) {
+    int64_t numel = 1;
+    for (int64_t d : reader.shape(group, name)) numel *= d;
+    out.num_tensors += 1;
+    out.num_elements += numel;
+    out.num_bytes += numel * static_cast<int64_t>(c10::elementSize(reader.dtype(group, name)));
+  }
+  return out;
+}
+
+int64_t count_lines(const std::string& text) {
+  int64_t lines = 0;
+  for (char c : text) lines += c == '\n';
+  if (!text.empty() && text.back() != '\n') ++lines;
+  return lines;
+}
+
+// Everything inspect reports, as the --json object; the text form is printed from it.
+nlohmann::json summarize(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw Error(path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+  CheckpointReader reader(path, MPI_COMM_SELF);
+  const TrainState state = read_train_state(reader);
+  const BertConfig config = BertConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
+
+  nlohmann::json metrics;
+  try {
+    metrics = nlohmann::json::parse(state.metrics_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": attribute metrics_json is not JSON: " + e.what());
+  }
+
+  const GroupSummary model = summarize_group(reader, "model");
+  const bool has_optimizer = reader.has("optim", "exp_avg") && reader.has("optim", "exp_avg_sq");
+  GroupSummary exp_avg, exp_avg_sq;
+  if (has_optimizer) {
+    exp_avg = summarize_group(reader, "optim/exp_avg");
+    exp_avg_sq = summarize_group(reader, "optim/exp_avg_sq");
+  }
+
+  nlohmann::json out;
+  out["path"] = path;
+  out["size_bytes"] = static_cast<int64_t>(std::filesystem::file_size(path));
+  out["kind"] = kTrainCheckpointKind;
+  out["step"] = state.step;
+  out["epoch"] = state.epoch;
+  out["batches_consumed"] = state.batches_consumed;
+  out["seed"] = state.seed;
+  out["world_size"] = state.world_size;
+  out["global_batch_size"] = state.global_batch_size;
+  out["strategy"] = state.strategy;
+  out["schedule"] = {{"base_lr", state.base_lr},
+                     {"warmup_steps", state.warmup_steps},
+                     {"num_training_steps", state.num_training_steps}};
+  out["train"] = {{"loss_sum", state.loss_sum},
+                  {"loss_count", state.loss_count},
+                  {"train_seconds", state.train_seconds}};
+  out["metrics"] = metrics;
+  out["model"] = {{"num_hidden_layers", config.num_hidden_layers},
+                  {"hidden_size", config.hidden_size},
+                  {"num_attention_heads", config.num_attention_heads},
+                  {"intermediate_size", config.intermediate_size},
+                  {"vocab_size", config.vocab_size},
+                  {"max_position_embeddings", config.max_position_embeddings},
+                  {"num_labels", config.num_labels},
+                  {"id2label", config.id2label},
+                  {"num_parameters", model.num_elements},
+                  {"parameter_bytes", model.num_bytes},
+                  {"num_tensors", model.num_tensors}};
+  out["optimizer_state"] = has_optimizer;
+  out["optimizer_bytes"] = exp_avg.num_bytes + exp_avg_sq.num_bytes;
+  out["num_datasets"] = model.num_tensors + exp_avg.num_tensors + exp_avg_sq.num_tensors;
+  out["tokenizer"] = {{"vocab_size", count_lines(state.vocab_text)}, {"lowercase", state.lowercase != 0}};
+  out["has_config_toml"] = !state.config_toml.empty();
+  return out;
+}
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? str_format("%lld B", static_cast<long long>(bytes)) : str_format("%.1f %s", value, units[unit]);
+}
+
+// 108311810 -> "108,311,810"
+std::string grouped(int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return (value < 0 ? "-" : "") + digits;
+}
+
+std::string metric_value(const nlohmann::json& value) {
+  if (value.is_number_float()) return str_format("%.6g", value.get<double>());
+  return value.dump();
+}
+
+void print_text(const nlohmann::json& s) {
+  const nlohmann::json& m = s["model"];
+  auto i64 = [](const nlohmann::json& v) { return static_cast<long long>(v.get<int64_t>()); };
+  std::printf("checkpoint:  %s (%s)\n", s["path"].get<std::string>().c_str(), human_bytes(s["size_bytes"].get<int64_t>()).c_str());
+  std::printf("kind:        %s\n", s["kind"].get<std::string>().c_str());
+  std::printf("progress:    step %lld, epoch %lld, %lld batches of the epoch consumed\n", i64(s["step"]),
+              i64(s["epoch"]), i64(s["batches_consumed"]));
+  std::printf("written by:  %lld ranks, strategy %s, seed %lld, global batch %lld\n", i64(s["world_size"]),
+              s["strategy"].get<std::string>().c_str(), i64(s["seed"]), i64(s["global_batch_size"]));
+  const nlohmann::json& schedule = s["schedule"];
+  std::printf("schedule:    base lr %g, %lld warmup steps, %lld training steps\n", schedule["base_lr"].get<double>(),
+              i64(schedule["warmup_steps"]), i64(schedule["num_training_steps"]));
+  const nlohmann::json& train = s["train"];
+  const int64_t loss_count = train["loss_count"].get<int64_t>();
+  if (loss_count > 0)
+    std::printf("train:       %.1f s trained; train loss %.6g since the last report (mean of %lld)\n",
+                train["train_seconds"].get<double>(), train["loss_sum"].get<double>() / static_cast<double>(loss_count),
+                static_cast<long long>(loss_count));
+  else
+    std::printf("train:       %.1f s trained\n", train["train_seconds"].get<double>());
+  std::string metrics;
+  if (s["metrics"].is_object()) {
+    for (const auto& [key, value] : s["metrics"].items())
+      metrics += (metrics.empty() ? "" : ", ") + key + " " + metric_value(value);
+  } else {
+    metrics = s["metrics"].dump();
+  }
+  std::printf("metrics:     %s\n", metrics.empty() ? "(none)" : metrics.c_str());
+  std::string labels;
+  for (const auto& name : m["id2label"]) labels += (labels.empty() ? "" : ", ") + name.get<std::string>();
+  std::printf("model:       BertForSequenceClassification, %lld layers, hidden %lld, %lld heads, intermediate %lld, "
+              "vocab %lld, %lld labels (%s)\n",
+              i64(m["num_hidden_layers"]), i64(m["hidden_size"]), i64(m["num_attention_heads"]),
+              i64(m["intermediate_size"]), i64(m["vocab_size"]), i64(m["num_labels"]), labels.c_str());
+  std::printf("parameters:  %s in %lld tensors (%s)\n", grouped(m["num_parameters"].get<int64_t>()).c_str(),
+              i64(m["num_tensors"]), human_bytes(m["parameter_bytes"].get<int64_t>()).c_str());
+  if (s["optimizer_state"].get<bool>())
+    std::printf("optimizer:   AdamW state present (exp_avg, exp_avg_sq: %s)\n",
+                human_bytes(s["optimizer_bytes"].get<int64_t>()).c_str());
+  else
+    std::printf("optimizer:   no optimizer state (model only; a resumed run would restart AdamW)\n");
+  const nlohmann::json& tokenizer = s["tokenizer"];
+  std::printf("tokenizer:   %lld tokens, lowercase %s\n", i64(tokenizer["vocab_size"]),
+              tokenizer["lowercase"].get<bool>() ? "yes" : "no");
+  std::printf("datasets:    %lld\n", i64(s["num_datasets"]));
+}
+
+void run_inspect(const World& world, const InspectFlags& flags) {
+  on_rank0_for_all(world, [&] {
+    if (flags.config) {
+      if (std::filesystem::is_directory(flags.path))
+        throw Error(flags.path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+      CheckpointReader reader(flags.path, MPI_COMM_SELF);
+      const TrainState state = read_train_state(reader);
+      if (state.config_toml.empty()) throw Error(flags.path + ": the checkpoint stores no run config");
+      std::fputs(state.config_toml.c_str(), stdout);
+      if (state.config_toml.back() != '\n') std::fputc('\n', stdout);
+      return;
+    }
+    const nlohmann::json summary = summarize(flags.path);
+    if (flags.json)
+      std::printf("%s\n", summary.dump(2).c_str());
+    else
+      print_text(summary);
+    std::fflush(stdout);
+  });
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& root, World& world) {
+  auto flags = std::make_shared<InspectFlags>();
+  CLI::App* sub = root.add_subcommand(
+      "inspect", "Summarise a training checkpoint: progress, schedule, metrics, model, optimizer state");
+  sub->add_option("checkpoint", flags->path, "training checkpoint file (checkpoint_<n>.h5)")->required();
+  auto* json = sub->add_flag("--json", flags->json, "print the summary as one JSON object");
+  sub->add_flag("--config", flags->config, "print the resolved run config (TOML) stored in the checkpoint")
+      ->excludes(json);
+  sub->callback([&world, flags] { run_inspect(world, *flags); });
+}
+
+}  // namespace shardtrain
