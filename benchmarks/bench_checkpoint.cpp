@@ -19,7 +19,7 @@
 //   --params N   parameter count (default: BERT-base-cased, 108.3M); the layout
 //                keeps BERT's tensor names and shapes with fewer layers and a
 //                smaller vocabulary
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <mpi.h>
 #include <sys/stat.h>

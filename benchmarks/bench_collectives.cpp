@@ -16,7 +16,8 @@
 //       [--ops all_reduce,reduce_scatter,all_gather,broadcast] [--json FILE]
 //
 // The nccl backend needs a build with NCCL and one GPU per rank on each node.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

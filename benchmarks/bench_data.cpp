@@ -10,7 +10,8 @@
 // and written as JSON with --json FILE.
 //
 //   bench_data [--repeats N] [--threads T] [--json out.json]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <chrono>
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   const std::string path = SHARDTRAIN_SOURCE_DIR "/data/glue/MRPC/train.tsv";
   ReaderOptions options;
   options.text_a = "#1 String";

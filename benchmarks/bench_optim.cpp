@@ -14,7 +14,8 @@
 // is reported with the same 28-byte count so the two numbers compare as speed.
 //
 //   bench_optim [--numel N] [--steps 10] [--warmup 2] [--threads T] [--json FILE]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <nlohmann/json.hpp>
 

@@ -8,7 +8,7 @@
 //                                      latest, intact and bit-exact; checkpoint
 //                                      2 has no final name, only its .tmp file
 // Prints "checkpoint crash probe: OK" and exits 0 when verify passes.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <dirent.h>
 #include <sys/stat.h>

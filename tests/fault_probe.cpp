@@ -3,7 +3,7 @@
 //                          timeout is 1 s: rank 0 must abort naming rank 1
 //   fault_probe mpi-error  an MPI call fails: the fatal path must print host,
 //                          rank, file:line and MPI's message, then abort
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <chrono>
 #include <cstring>

@@ -18,22 +18,15 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/core/check.h"
 #include "support/checkpoint_state.h"
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 using namespace shardtrain_test;
 
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
 
 bool exists(const std::string& path) {
   struct stat info {};

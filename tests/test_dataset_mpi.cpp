@@ -12,22 +12,15 @@
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
 #include "support/whitespace_tokenizer.h"
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 using shardtrain_test::WhitespaceTokenizer;
 
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
 
 // True on every rank iff `values` is identical on every rank (compared with rank 0's copy).
 template <class T>

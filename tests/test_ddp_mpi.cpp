@@ -6,12 +6,18 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include "support/mpi_ranks.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 using namespace shardtrain;
+
+// Everything in a file namespace: the *_mpi tests are compiled together (unity build).
+namespace ddp_mpi_test {
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
 
 namespace {
 
@@ -155,3 +161,5 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
     CHECK(part.exp_avg.numel() == part.params.numel());
   }
 }
+
+}  // namespace ddp_mpi_test

@@ -1,6 +1,6 @@
-// Shared doctest main. Torch comes first: glog (pulled in by torch) defines CHECK,
-// and doctest must define it last or assertions silently vanish.
-#include <torch/torch.h>
+// Shared doctest main. It includes no torch header, so it compiles in seconds;
+// a file that does include torch must include it before doctest: glog (pulled in
+// by torch) defines CHECK, and doctest must define it last or assertions silently vanish.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 

@@ -8,11 +8,14 @@
 #include "shardtrain/train/metrics.h"
 
 using namespace shardtrain;
-using Ids = std::vector<int64_t>;
 
 namespace {
+
+// (Not "Ids": test files share translation units, and test_tokenizer.cpp has its own Ids.)
+using LabelIds = std::vector<int64_t>;
+
 // Expand a confusion matrix (rows = true label, columns = prediction) into pairs.
-void from_confusion(const std::vector<std::vector<int64_t>>& c, Ids* predictions, Ids* labels) {
+void from_confusion(const std::vector<std::vector<int64_t>>& c, LabelIds* predictions, LabelIds* labels) {
   for (size_t t = 0; t < c.size(); ++t)
     for (size_t p = 0; p < c[t].size(); ++p)
       for (int64_t n = 0; n < c[t][p]; ++n) {
@@ -24,7 +27,7 @@ void from_confusion(const std::vector<std::vector<int64_t>>& c, Ids* predictions
 
 TEST_CASE("accuracy and binary F1") {
   // Rows 0, 1, 3 right -> 3/5. Class 1: TP = row 1, FP = rows 2 and 4, FN = 0 -> 2*1 / (2+2+0) = 0.5.
-  const Ids predictions = {0, 1, 1, 0, 1}, labels = {0, 1, 0, 0, 0};
+  const LabelIds predictions = {0, 1, 1, 0, 1}, labels = {0, 1, 0, 0, 0};
   CHECK(accuracy(predictions, labels) == doctest::Approx(0.6).epsilon(1e-15));
   CHECK(binary_f1(predictions, labels) == doctest::Approx(0.5).epsilon(1e-15));
   // Class 0 as positive: TP = 2 (rows 0, 3), FP = 0, FN = 2 (rows 2, 4) -> 4/6.
@@ -57,10 +60,10 @@ TEST_CASE("3-class macro F1 and MCC from a known confusion matrix") {
   // true 0              5  2  0
   // true 1              1  3  1
   // true 2              0  2  4
-  Ids predictions, labels;
+  LabelIds predictions, labels;
   from_confusion({{5, 2, 0}, {1, 3, 1}, {0, 2, 4}}, &predictions, &labels);
   REQUIRE(labels.size() == 18);
-  CHECK(confusion_matrix(predictions, labels, 3) == Ids{5, 2, 0, 1, 3, 1, 0, 2, 4});
+  CHECK(confusion_matrix(predictions, labels, 3) == LabelIds{5, 2, 0, 1, 3, 1, 0, 2, 4});
   CHECK(accuracy(predictions, labels) == doctest::Approx(12.0 / 18.0).epsilon(1e-15));
   // F1 per class: 0: tp 5 fp 1 fn 2 -> 10/13; 1: tp 3 fp 4 fn 2 -> 6/12; 2: tp 4 fp 1 fn 2 -> 8/11.
   const double macro = (10.0 / 13.0 + 0.5 + 8.0 / 11.0) / 3.0;

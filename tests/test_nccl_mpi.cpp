@@ -7,7 +7,7 @@
 // library was built without NCCL, when no CUDA device is visible, or when more
 // ranks share a node than it has GPUs: NCCL refuses two ranks of one
 // communicator on the same GPU ("Duplicate GPU detected"). On a one-GPU machine
-// run `mpiexec -np 1 tests/test_nccl_mpi`.
+// run `mpiexec -np 1 tests/shardtrain_mpi_tests --source-file='*/test_nccl_mpi.cpp'`.
 //
 // Device tensors are made with copy_to_device and checked on the host after
 // copy_to_host, so the test runs with a CPU LibTorch too (torch cannot run

@@ -18,6 +18,7 @@
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/predict.h"
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -27,11 +28,7 @@ namespace {
 const std::string kSource = SHARDTRAIN_SOURCE_DIR;
 const std::string kDev = kSource + "/data/glue/MRPC/dev.tsv";
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using shardtrain_test::world_rank;
 
 // One temp folder per test run, named by rank 0 and shared with the others.
 const fs::path& temp_dir() {

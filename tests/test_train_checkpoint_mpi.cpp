@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/mpi_ranks.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
@@ -28,18 +29,12 @@
 using namespace shardtrain;
 using namespace shardtrain_test;
 
-namespace {
+// Everything in a file namespace: the *_mpi tests are compiled together (unity build).
+namespace train_checkpoint_mpi_test {
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+namespace {
 
 bool all_ranks(bool ok) {
   int mine = ok ? 1 : 0, all = 0;
@@ -436,3 +431,5 @@ TEST_CASE("train_rng_seed: deterministic and distinct over neighbouring inputs")
 }
 
 TEST_CASE("train checkpoint: clean up") { remove_dir(fixture().dir); }
+
+}  // namespace train_checkpoint_mpi_test

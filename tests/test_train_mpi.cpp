@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "support/mpi_ranks.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/reader.h"
@@ -27,18 +28,12 @@
 namespace fs = std::filesystem;
 using namespace shardtrain;
 
-namespace {
+// Everything in a file namespace: the *_mpi tests are compiled together (unity build).
+namespace train_mpi_test {
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+namespace {
 
 // A fresh folder shared by all ranks.
 std::string temp_dir(const std::string& name) {
@@ -319,3 +314,5 @@ TEST_CASE("resuming with a different global batch is refused with the fix in the
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) fs::remove_all(dir);
 }
+
+}  // namespace train_mpi_test
