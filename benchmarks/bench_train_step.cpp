@@ -283,10 +283,18 @@ int run(World& world, int argc, char** argv) {
     comm.broadcast(reference, 0);
     const int identical = at::equal(reference, ddp.flat_params()) ? 1 : 0;
     if (world.min_over_ranks(identical) == 0) {
-      const double diff = (reference - ddp.flat_params()).abs().max().item<double>();
-      fatal("bench_train_step", __FILE__, __LINE__,
-            str_format("after %d warm-up steps the parameters differ between ranks (rank %d vs rank 0: max |diff| %g)",
-                       warmup, rank, diff));
+      // Name the rank that is furthest from rank 0 (rank 0 reports, the others wait for the abort).
+      struct {
+        double diff;
+        int rank;
+      } local{(reference - ddp.flat_params()).abs().max().item<double>(), rank}, worst{};
+      ST_CHECK_MPI(MPI_Reduce(&local, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, 0, world.comm()));
+      if (rank == 0)
+        fatal("bench_train_step", __FILE__, __LINE__,
+              str_format("after %d warm-up steps the parameters differ between ranks: rank %d differs from rank 0 "
+                         "by max |diff| %g",
+                         warmup, worst.rank, worst.diff));
+      ST_CHECK_MPI(MPI_Barrier(world.comm()));  // never completes: rank 0 aborts the job
     }
     if (rank == 0) {
       std::printf("# check after warm-up: loss %.4f and grad norm %.4f finite on every rank; flat parameters "
