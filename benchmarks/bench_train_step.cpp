@@ -1,0 +1,423 @@
+// One data-parallel training step of BertForSequenceClassification, timed
+// through the real training path: DataParallel (parallel/ddp.h) over an
+// MpiCommunicator on MPI_COMM_WORLD, in exactly the Trainer's step sequence
+//   zero_grad, prepare_backward(true), forward + loss, loss.backward(),
+//   finish_backward(), step(lr, max_grad_norm)
+// on synthetic batches: token ids uniform in [1, vocab) from a seeded generator
+// (different per rank), token types 0, full attention mask, labels 0/1;
+// dropout as in the model config (train mode, seeded per rank).
+//
+// Check before timing: after the warm-up steps the loss and the gradient norm
+// are finite on every rank, and every rank's flat parameter buffer is
+// bit-identical to rank 0's (rank 0's is broadcast and compared with
+// at::equal). Otherwise the job aborts with a message.
+//
+// Peak: each rank first measures its own matrix-product peak, fp32
+// at::mm_out of --peak-size square matrices (FLOP = 2 n^3), best of 5 runs
+// after 2 warm-ups, with all ranks running at once (barrier before), which is
+// what training sees; the job's peak is the sum over ranks.
+//
+// Model FLOPs per step (legend: R ranks, B per-rank batch, L sequence length,
+// D hidden, I intermediate, N layers, C labels; S = B R global samples,
+// T = S L global tokens):
+//   forward  = 2 * N (4 D^2 + 2 D I) * T        non-embedding matmul weights
+//                                               (Q, K, V, attention output,
+//                                               intermediate, output)
+//            + 2 * 2 * N * S * L^2 * D          attention scores Q K^T and
+//                                               probabilities x V
+//            + 2 * S * (D^2 + D C)              pooler and classifier ([CLS] only)
+//   training = 3 * forward                      (backward = 2 x forward)
+// Embedding lookups, LayerNorm, softmax, GELU, dropout and AdamW are not counted.
+//   MFU = training FLOPs / median step time / job peak
+//
+// Step time is the slowest rank's, per step. It is split into
+//   fwd_bwd   zero_grad + forward + loss + backward (bucket all-reduces launched
+//             from the gradient hooks overlap this part)
+//   finish    finish_backward(): launching the remaining buckets and waiting
+//   optim     step(): global-norm clipping + AdamW
+// and rank 0 prints min/median/max of each, samples/s and tokens/s (global,
+// at the median step time), the MFU and DataParallel's bucket counters.
+//
+//   mpirun -np R bench_train_step [--model quickstart|bert-base|PATH/config.json]
+//       [--batch-size 16] [--seq-len 128] [--steps 10] [--warmup 2]
+//       [--peak-size 2048] [--seed 42] [--json FILE]
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/model/bert.h"
+#include "shardtrain/optim/adamw.h"
+#include "shardtrain/parallel/ddp.h"
+
+using namespace shardtrain;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Summary {
+  double min = 0, median = 0, max = 0;
+};
+
+Summary summarize(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  const double median = values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+  return {values.front(), median, values.back()};
+}
+
+nlohmann::json to_json(const Summary& s) { return {{"min", s.min}, {"median", s.median}, {"max", s.max}}; }
+
+// The element-wise maximum over ranks: a step is as slow as its slowest rank.
+std::vector<double> max_over_ranks(std::vector<double> values, MPI_Comm comm) {
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_MAX, comm));
+  return values;
+}
+
+// bert-base-cased's shape, spelled out.
+BertConfig bert_base_config() {
+  BertConfig c;
+  c.vocab_size = 28996;
+  c.hidden_size = 768;
+  c.num_hidden_layers = 12;
+  c.num_attention_heads = 12;
+  c.intermediate_size = 3072;
+  c.max_position_embeddings = 512;
+  c.type_vocab_size = 2;
+  c.hidden_act = "gelu";
+  c.hidden_dropout_prob = 0.1;
+  c.attention_probs_dropout_prob = 0.1;
+  c.set_num_labels(2);
+  c.validate("bert-base");
+  return c;
+}
+
+BertConfig resolve_model(const std::string& model) {
+  if (model == "quickstart") return BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_mini.json");
+  if (model == "bert-base") return bert_base_config();
+  return BertConfig::from_file(model);
+}
+
+// GFLOP/s of this process's best fp32 n x n matrix product.
+double measure_matmul_gflops(int64_t n, MPI_Comm comm) {
+  auto gen = at::detail::createCPUGenerator(7);
+  const at::Tensor a = at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor b = at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor c = at::empty({n, n}, a.options());
+  for (int i = 0; i < 2; ++i) at::mm_out(c, a, b);
+  ST_CHECK_MPI(MPI_Barrier(comm));
+  double best_s = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    at::mm_out(c, a, b);
+    best_s = std::min(best_s, seconds_since(start));
+  }
+  // A quick sanity check that the product was computed: one entry against a dot product.
+  const double expected = at::dot(a[0], b.select(1, 0)).item<double>();
+  const double got = c[0][0].item<double>();
+  ST_ASSERT(std::abs(got - expected) <= 1e-3 * (1.0 + std::abs(expected)), "matmul peak: wrong product");
+  return 2.0 * static_cast<double>(n) * n * n / best_s / 1e9;
+}
+
+// Training FLOPs of one optimizer step for the whole job (formula in the header).
+struct FlopCount {
+  double matmul = 0, attention = 0, head = 0;
+  double forward() const { return matmul + attention + head; }
+  double training() const { return 3.0 * forward(); }
+};
+
+FlopCount count_flops(const BertConfig& c, int64_t global_samples, int64_t seq_len) {
+  const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double N = static_cast<double>(c.num_hidden_layers), C = static_cast<double>(c.num_labels);
+  const double S = static_cast<double>(global_samples), L = static_cast<double>(seq_len);
+  FlopCount f;
+  f.matmul = 2.0 * N * (4.0 * D * D + 2.0 * D * I) * S * L;
+  f.attention = 2.0 * 2.0 * N * S * L * L * D;
+  f.head = 2.0 * S * (D * D + D * C);
+  return f;
+}
+
+struct Batch {
+  at::Tensor input_ids, token_type_ids, attention_mask, labels;
+};
+
+int run(World& world, int argc, char** argv) {
+  CLI::App app{"Data-parallel training step of BertForSequenceClassification: samples/s, tokens/s, MFU"};
+  std::string model_name = "quickstart", json_path;
+  int64_t batch_size = 16, seq_len = 128, peak_size = 2048, seed = 42;
+  int steps = 10, warmup = 2;
+  app.add_option("--model", model_name, "quickstart (configs/models/bert_mini.json), bert-base, or a HF config.json");
+  app.add_option("--batch-size", batch_size, "samples per rank per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--seq-len", seq_len, "tokens per sample")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup", warmup, "untimed steps before the check and the timing")->check(CLI::Range(1, 1000000));
+  app.add_option("--peak-size", peak_size, "n of the n x n fp32 matmul that measures the peak")
+      ->check(CLI::Range(int64_t{64}, int64_t{16384}));
+  app.add_option("--seed", seed, "seed of the weights and the synthetic batches");
+  app.add_option("--json", json_path, "write the results here (rank 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (world.rank() == 0) return app.exit(e);
+    return e.get_exit_code();
+  }
+
+  const BertConfig config = resolve_model(model_name);
+  if (seq_len > config.max_position_embeddings)
+    throw Error(str_format("--seq-len %lld exceeds the model's max_position_embeddings (%lld)",
+                           static_cast<long long>(seq_len), static_cast<long long>(config.max_position_embeddings)));
+  if (config.num_labels < 2 || config.problem_type == "regression" || config.problem_type == "multi_label_classification")
+    throw Error("--model: the benchmark uses labels 0/1 and needs a single-label classifier with num_labels >= 2");
+
+  at::set_num_threads(world.num_threads());
+  const int rank = world.rank(), ranks = world.size();
+  MpiCommunicator comm(world.comm());
+
+  // ---- peak ----
+  const double rank_gflops = measure_matmul_gflops(peak_size, world.comm());
+  std::vector<double> all_gflops(static_cast<size_t>(ranks));
+  ST_CHECK_MPI(MPI_Allgather(&rank_gflops, 1, MPI_DOUBLE, all_gflops.data(), 1, MPI_DOUBLE, world.comm()));
+  double job_peak_gflops = 0;
+  for (double g : all_gflops) job_peak_gflops += g;
+
+  // ---- model, strategy, data ----
+  auto model = std::make_shared<BertForSequenceClassification>(config);
+  model->init_weights(static_cast<uint64_t>(seed));
+  model->train();
+  // Dropout draws from the global generator: seeded per rank, so runs repeat and ranks draw different masks.
+  torch::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
+  AdamWOptions adamw;
+  DataParallel ddp(*model, comm, adamw);
+  ddp.broadcast_parameters(0);
+  const double lr = adamw.lr, max_grad_norm = 1.0;
+
+  // A few distinct batches per rank, cycled (regenerating them would time the RNG).
+  const int num_batches = std::min(warmup + steps, 8);
+  std::vector<Batch> batches;
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed) * 1000003u + static_cast<uint64_t>(rank));
+  const auto long_options = at::TensorOptions().dtype(at::kLong);
+  for (int i = 0; i < num_batches; ++i) {
+    Batch b;
+    b.input_ids = at::randint(1, config.vocab_size, {batch_size, seq_len}, gen, long_options);
+    b.token_type_ids = at::zeros({batch_size, seq_len}, long_options);
+    b.attention_mask = at::ones({batch_size, seq_len}, long_options);
+    b.labels = at::randint(0, 2, {batch_size}, gen, long_options);
+    batches.push_back(b);
+  }
+
+  const int64_t global_samples = batch_size * ranks, global_tokens = global_samples * seq_len;
+  const FlopCount flops = count_flops(config, global_samples, seq_len);
+  if (rank == 0) {
+    std::printf("# bench_train_step: model %s (D %lld, layers %lld, heads %lld, I %lld, vocab %lld, %lld parameters)\n",
+                model_name.c_str(), static_cast<long long>(config.hidden_size),
+                static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.num_attention_heads),
+                static_cast<long long>(config.intermediate_size), static_cast<long long>(config.vocab_size),
+                static_cast<long long>(config.num_parameters()));
+    std::printf("# %d ranks x %d threads, batch %lld per rank (global %lld samples, %lld tokens), seq_len %lld, "
+                "dropout %.2f/%.2f, DDP %zu buckets, %d warm-up + %d timed steps\n",
+                ranks, at::get_num_threads(), static_cast<long long>(batch_size), static_cast<long long>(global_samples),
+                static_cast<long long>(global_tokens), static_cast<long long>(seq_len), config.hidden_dropout_prob,
+                config.attention_probs_dropout_prob, ddp.buckets().size(), warmup, steps);
+    std::printf("# peak: fp32 mm %lldx%lld, best of 5, all ranks at once: per rank", static_cast<long long>(peak_size),
+                static_cast<long long>(peak_size));
+    for (double g : all_gflops) std::printf(" %.1f", g);
+    std::printf(" GFLOP/s; job peak (sum) %.1f GFLOP/s\n", job_peak_gflops);
+    std::printf("# FLOP/step = 3 x forward; forward = 2 N (4D^2 + 2DI) T + 4 N S L^2 D + 2 S (D^2 + DC)\n");
+    std::printf("#   = 3 x (%.4g matmul + %.4g attention + %.4g pooler/classifier) = %.4g FLOP\n", flops.matmul,
+                flops.attention, flops.head, flops.training());
+    std::fflush(stdout);
+  }
+
+  // ---- steps ----
+  struct StepTimes {
+    double fwd_bwd = 0, finish = 0, optim = 0, loss = 0, grad_norm = 0;
+  };
+  auto train_step = [&](int index) {
+    const Batch& b = batches[static_cast<size_t>(index % num_batches)];
+    StepTimes t;
+    const auto start = Clock::now();
+    ddp.zero_grad();
+    ddp.prepare_backward(true);
+    at::Tensor loss = model->loss(model->forward(b.input_ids, b.token_type_ids, b.attention_mask), b.labels);
+    loss.backward();
+    const auto backward_done = Clock::now();
+    ddp.finish_backward();
+    const auto reduced = Clock::now();
+    t.grad_norm = ddp.step(lr, max_grad_norm);
+    const auto stepped = Clock::now();
+    t.fwd_bwd = std::chrono::duration<double>(backward_done - start).count();
+    t.finish = std::chrono::duration<double>(reduced - backward_done).count();
+    t.optim = std::chrono::duration<double>(stepped - reduced).count();
+    t.loss = loss.item<double>();
+    return t;
+  };
+
+  StepTimes last;
+  for (int i = 0; i < warmup; ++i) last = train_step(i);
+
+  // ---- check ----
+  {
+    const int finite = std::isfinite(last.loss) && std::isfinite(last.grad_norm) ? 1 : 0;
+    if (world.min_over_ranks(finite) == 0)
+      fatal("bench_train_step", __FILE__, __LINE__,
+            str_format("after %d warm-up steps the loss (%g) or gradient norm (%g) is not finite on some rank "
+                       "(this rank: %d)",
+                       warmup, last.loss, last.grad_norm, rank));
+    at::Tensor reference = ddp.flat_params().clone();
+    comm.broadcast(reference, 0);
+    const int identical = at::equal(reference, ddp.flat_params()) ? 1 : 0;
+    if (world.min_over_ranks(identical) == 0) {
+      // Name the rank that is furthest from rank 0 (rank 0 reports, the others wait for the abort).
+      struct {
+        double diff;
+        int rank;
+      } local{(reference - ddp.flat_params()).abs().max().item<double>(), rank}, worst{};
+      ST_CHECK_MPI(MPI_Reduce(&local, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, 0, world.comm()));
+      if (rank == 0)
+        fatal("bench_train_step", __FILE__, __LINE__,
+              str_format("after %d warm-up steps the parameters differ between ranks: rank %d differs from rank 0 "
+                         "by max |diff| %g",
+                         warmup, worst.rank, worst.diff));
+      ST_CHECK_MPI(MPI_Barrier(world.comm()));  // never completes: rank 0 aborts the job
+    }
+    if (rank == 0) {
+      std::printf("# check after warm-up: loss %.4f and grad norm %.4f finite on every rank; flat parameters "
+                  "(%lld elements) bit-identical on all %d ranks\n",
+                  last.loss, last.grad_norm, static_cast<long long>(ddp.flat_params().numel()), ranks);
+      std::fflush(stdout);
+    }
+  }
+
+  // ---- timing ----
+  const StrategyStats before = ddp.stats();
+  std::vector<double> step_s, fwd_bwd_s, finish_s, optim_s;
+  std::vector<double> losses;
+  comm.barrier();
+  const auto timed_start = Clock::now();
+  for (int i = 0; i < steps; ++i) {
+    const StepTimes t = train_step(warmup + i);
+    step_s.push_back(t.fwd_bwd + t.finish + t.optim);
+    fwd_bwd_s.push_back(t.fwd_bwd);
+    finish_s.push_back(t.finish);
+    optim_s.push_back(t.optim);
+    losses.push_back(t.loss);
+  }
+  const double timed_total_s = max_over_ranks({seconds_since(timed_start)}, world.comm())[0];
+  const StrategyStats after = ddp.stats();
+  const Summary step = summarize(max_over_ranks(step_s, world.comm()));
+  const Summary fwd_bwd = summarize(max_over_ranks(fwd_bwd_s, world.comm()));
+  const Summary finish = summarize(max_over_ranks(finish_s, world.comm()));
+  const Summary optim = summarize(max_over_ranks(optim_s, world.comm()));
+  for (double l : losses)
+    if (!std::isfinite(l)) fatal("bench_train_step", __FILE__, __LINE__, "a timed step produced a non-finite loss");
+
+  const double samples_per_s = static_cast<double>(global_samples) / step.median;
+  const double tokens_per_s = static_cast<double>(global_tokens) / step.median;
+  const double model_gflops = flops.training() / step.median / 1e9;
+  const double mfu = model_gflops / job_peak_gflops;
+  const double buckets_per_step = static_cast<double>(after.buckets_total - before.buckets_total) / steps;
+  const double buckets_in_backward_per_step =
+      static_cast<double>(after.buckets_during_backward - before.buckets_during_backward) / steps;
+
+  if (rank == 0) {
+    std::printf("# times in ms: slowest rank per step; fwd_bwd = zero_grad+forward+loss+backward, "
+                "finish = finish_backward, optim = clip+AdamW\n");
+    std::printf("%-10s %10s %10s %10s\n", "part", "min_ms", "median_ms", "max_ms");
+    auto row = [](const char* name, const Summary& s) {
+      std::printf("%-10s %10.2f %10.2f %10.2f\n", name, s.min * 1e3, s.median * 1e3, s.max * 1e3);
+    };
+    row("step", step);
+    row("fwd_bwd", fwd_bwd);
+    row("finish", finish);
+    row("optim", optim);
+    std::printf("throughput at the median step: %.2f samples/s, %.0f tokens/s (global); %d steps in %.3f s\n",
+                samples_per_s, tokens_per_s, steps, timed_total_s);
+    std::printf("model FLOP/s %.2f GFLOP/s = MFU %.1f%% of the measured job peak %.1f GFLOP/s\n", model_gflops,
+                100.0 * mfu, job_peak_gflops);
+    std::printf("DDP: %.1f bucket all-reduces per step, %.1f of them launched during backward\n", buckets_per_step,
+                buckets_in_backward_per_step);
+    std::fflush(stdout);
+  }
+
+  if (rank == 0 && !json_path.empty()) {
+    nlohmann::json doc = {
+        {"benchmark", "bench_train_step"},
+        {"model", model_name},
+        {"config",
+         {{"hidden_size", config.hidden_size},
+          {"num_hidden_layers", config.num_hidden_layers},
+          {"num_attention_heads", config.num_attention_heads},
+          {"intermediate_size", config.intermediate_size},
+          {"vocab_size", config.vocab_size},
+          {"num_labels", config.num_labels},
+          {"num_parameters", config.num_parameters()},
+          {"hidden_dropout_prob", config.hidden_dropout_prob},
+          {"attention_probs_dropout_prob", config.attention_probs_dropout_prob}}},
+        {"ranks", ranks},
+        {"threads_per_rank", at::get_num_threads()},
+        {"batch_size_per_rank", batch_size},
+        {"seq_len", seq_len},
+        {"global_samples_per_step", global_samples},
+        {"global_tokens_per_step", global_tokens},
+        {"warmup", warmup},
+        {"steps", steps},
+        {"check", "after warm-up: loss and grad norm finite on every rank, flat params bit-identical to rank 0's"},
+        {"peak",
+         {{"method", str_format("fp32 at::mm %lldx%lld, best of 5 after 2 warm-ups, all ranks at once",
+                                static_cast<long long>(peak_size), static_cast<long long>(peak_size))},
+          {"per_rank_gflops", all_gflops},
+          {"job_gflops", job_peak_gflops}}},
+        {"flops_per_step",
+         {{"formula", "3 * (2 N (4D^2 + 2DI) T + 4 N S L^2 D + 2 S (D^2 + D C)); T, S global tokens, samples"},
+          {"matmul_forward", flops.matmul},
+          {"attention_forward", flops.attention},
+          {"head_forward", flops.head},
+          {"training", flops.training()}}},
+        {"time_s",
+         {{"step", to_json(step)}, {"fwd_bwd", to_json(fwd_bwd)}, {"finish_backward", to_json(finish)},
+          {"optimizer", to_json(optim)}, {"timed_total", timed_total_s}}},
+        {"samples_per_s", samples_per_s},
+        {"tokens_per_s", tokens_per_s},
+        {"model_gflops", model_gflops},
+        {"mfu", mfu},
+        {"ddp",
+         {{"buckets", ddp.buckets().size()},
+          {"buckets_per_step", buckets_per_step},
+          {"buckets_during_backward_per_step", buckets_in_backward_per_step}}},
+        {"losses", losses}};
+    std::ofstream out(json_path);
+    if (!out) throw Error("--json: cannot write " + json_path);
+    out << doc.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  World world(&argc, &argv);
+  try {
+    return run(world, argc, argv);
+  } catch (const Error& e) {
+    if (world.rank() == 0) std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+    return 2;
+  }
+}
