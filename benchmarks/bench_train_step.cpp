@@ -111,7 +111,7 @@ BertConfig bert_base_config() {
 }
 
 BertConfig resolve_model(const std::string& model) {
-  if (model == "quickstart") return BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_mini.json");
+  if (model == "quickstart") return BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
   if (model == "bert-base") return bert_base_config();
   return BertConfig::from_file(model);
 }
@@ -164,7 +164,7 @@ int run(World& world, int argc, char** argv) {
   std::string model_name = "quickstart", json_path;
   int64_t batch_size = 16, seq_len = 128, peak_size = 2048, seed = 42;
   int steps = 10, warmup = 2;
-  app.add_option("--model", model_name, "quickstart (configs/models/bert_mini.json), bert-base, or a HF config.json");
+  app.add_option("--model", model_name, "quickstart (configs/models/bert_tiny.json), bert-base, or a HF config.json");
   app.add_option("--batch-size", batch_size, "samples per rank per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seq-len", seq_len, "tokens per sample")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));

@@ -66,7 +66,7 @@ std::string head_of(const std::string& source, int rows, const std::string& dir,
 RunConfig tiny_config(const std::string& dir) {
   RunConfig c;
   c.model.init = "random";
-  c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_tiny.json";
+  c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json";
   c.model.vocab = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt";
   c.data.train_file = head_of("data/glue/MRPC/train.tsv", 96, dir, "train.tsv");
   c.data.eval_file = head_of("data/glue/MRPC/dev.tsv", 37, dir, "dev.tsv");  // 37: not a multiple of any batch
@@ -210,7 +210,7 @@ TEST_CASE("eval counts every example once; checkpoints hold the parameters by na
 
   // Recompute the last eval on one process from the final parameters.
   auto model = std::make_shared<BertForSequenceClassification>(
-      BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_tiny.json"));
+      BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json"));
   {
     at::NoGradGuard no_grad;
     auto named = model->state_dict();

@@ -1,10 +1,12 @@
 // `shardtrain train`: the main job (train/trainer.h does the work).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/trainer.h"
 
@@ -20,6 +22,17 @@ void add_train_command(CLI::App& root, World& world) {
       ->check(CLI::ExistingFile);
   command->callback([flags, resume, &world]() {
     const RunConfig config = flags->load();
+    // A requeued Slurm job (node failure, preemption, scontrol requeue) starts
+    // again with SLURM_RESTART_COUNT set; train resumes, up to run.max_failures times.
+    if (const char* restarts = std::getenv("SLURM_RESTART_COUNT")) {
+      const long long count = std::atoll(restarts);
+      if (config.run.max_failures >= 0 && count > config.run.max_failures)
+        throw Error(str_format("this job has been restarted %lld times (SLURM_RESTART_COUNT) and run.max_failures = "
+                               "%lld: not resuming again; raise run.max_failures (-1 = no limit) and resubmit",
+                               count, static_cast<long long>(config.run.max_failures)));
+      if (count > 0) log_info("restart %lld of this job (run.max_failures %lld)", count,
+                              static_cast<long long>(config.run.max_failures));
+    }
     TrainOptions options;
     options.config_toml = config_to_toml(config);
     options.resume_from = *resume;

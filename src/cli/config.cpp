@@ -381,7 +381,9 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   require(!c.run.storage_path.empty(), "run.storage_path: must not be empty");
   require(c.run.name.find('/') == std::string::npos && c.run.name != "." && c.run.name != "..",
           "run.name = " + quote(c.run.name) + ": must be a plain folder name (no '/')");
-  non_negative("run.max_failures", static_cast<double>(c.run.max_failures));
+  if (c.run.max_failures < -1)
+    throw Error(str_format("run.max_failures must be -1 (no limit) or >= 0, got %lld",
+                           static_cast<long long>(c.run.max_failures)));
   positive("run.collective_timeout_s", c.run.collective_timeout_s);
 #ifndef SHARDTRAIN_HAVE_NCCL
   require(c.run.device != "cuda",

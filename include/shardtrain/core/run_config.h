@@ -87,7 +87,7 @@ struct CheckpointConfig {
 struct JobConfig {
   std::string storage_path = "runs";
   std::string name;              // default: the config file's stem
-  int64_t max_failures = 0;
+  int64_t max_failures = -1;    // restarts allowed (SLURM_RESTART_COUNT); -1 = no limit
   double collective_timeout_s = 600.0;
   std::string device = "cpu";    // cpu | cuda
 };
@@ -185,7 +185,7 @@ void visit_config_keys(Config& c, Visitor&& visit) {
 
   visit("run.storage_path", c.run.storage_path, "directory that holds run folders", Choices{});
   visit("run.name", c.run.name, "run folder name (default: the config file's stem)", Choices{});
-  visit("run.max_failures", c.run.max_failures, "restarts allowed (Slurm requeue)", Choices{});
+  visit("run.max_failures", c.run.max_failures, "restarts allowed (Slurm requeue); -1 = no limit", Choices{});
   visit("run.collective_timeout_s", c.run.collective_timeout_s, "abort if a collective takes longer", Choices{});
   visit("run.device", c.run.device, "compute device", Choices{"cpu", "cuda"});
 }
