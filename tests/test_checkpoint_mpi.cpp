@@ -50,24 +50,6 @@ void remove_dir(const std::string& dir) {
 }
 
 // True on every rank iff `ok` holds on every rank.
-bool all_ranks(bool ok) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 std::string run_command(const std::string& command) {
   std::string out;
   FILE* pipe = popen(command.c_str(), "r");

@@ -36,24 +36,6 @@ using shardtrain_test::world_size;
 
 namespace {
 
-bool all_ranks(bool ok) {
-  int mine = ok ? 1 : 0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all == 1;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // A fresh directory shared by all ranks (rank 0 creates it).
 std::string shared_temp_dir() {
   char buffer[256] = {0};
