@@ -28,7 +28,7 @@
 #include "shardtrain/model/bert.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/optim/schedule.h"
-#include "shardtrain/parallel/ddp.h"
+#include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/train_checkpoint.h"
 #if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
@@ -329,9 +329,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   const TrainConfig& t = config.train;
   const double invocation_start = MPI_Wtime();
 
-  if (config.parallel.strategy != "ddp")
-    throw Error("parallel.strategy = \"" + config.parallel.strategy +
-                "\" is not available in this version yet; use \"ddp\"");
+  require_available_strategy(config.parallel.strategy);
   if (t.mixed_precision != "no")
     throw Error("train.mixed_precision = \"" + t.mixed_precision +
                 "\" is not implemented in this version yet; use \"no\" (fp32)");
@@ -469,9 +467,10 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   adamw.weight_decay = t.weight_decay;
   DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = config.parallel.bucket_cap_mb;
-  DataParallel strategy(*model, *communicator, adamw, ddp_options);
-  strategy.broadcast_parameters(0);
-  const std::vector<FlatTensor> flat_layout = flat_tensors(strategy.layout());
+  std::unique_ptr<Strategy> strategy =
+      make_strategy(config.parallel.strategy, *model, *communicator, adamw, ddp_options);
+  strategy->broadcast_parameters(0);
+  const std::vector<FlatTensor> flat_layout = flat_tensors(strategy->layout());
 
   SamplerOptions sampler_options;
   sampler_options.num_examples = train_data.size();
@@ -520,9 +519,9 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       log_warn("%s planned %lld optimizer steps, this job plans %lld: the learning-rate schedule follows this job",
                resume_path.c_str(), static_cast<long long>(state.num_training_steps),
                static_cast<long long>(total_steps));
-    FlatPart part = strategy.checkpoint_part();
+    FlatPart part = strategy->checkpoint_part();
     read_train_part(reader, flat_layout, part);
-    strategy.finish_load(state.step);
+    strategy->finish_load(state.step);
     step = state.step;
     epoch = state.epoch;
     resume_batches = state.batches_consumed;
@@ -563,11 +562,12 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
 
   log_info("training: %lld examples, %lld ranks x batch %lld x accumulation %lld = %lld per step; %lld steps "
            "(%lld per epoch, %lld epochs), warmup %lld, %lld parameters, run folder %s",
-           static_cast<long long>(train_data.size()), world, static_cast<long long>(t.batch_size),
+           static_cast<long long>(train_data.size()), static_cast<long long>(world),
+           static_cast<long long>(t.batch_size),
            static_cast<long long>(accumulation), static_cast<long long>(global_batch * accumulation),
            static_cast<long long>(total_steps), static_cast<long long>(steps_per_epoch),
            static_cast<long long>(num_epochs), static_cast<long long>(warmup),
-           static_cast<long long>(strategy.layout().numel()), run_dir.c_str());
+           static_cast<long long>(strategy->layout().numel()), run_dir.c_str());
 
   EvalContext eval_context;
   eval_context.model = model.get();
@@ -609,7 +609,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       state.base_lr = t.lr;
       state.world_size = world;
       state.global_batch_size = global_batch * accumulation;
-      state.strategy = strategy.name();
+      state.strategy = strategy->name();
       state.config_toml = options.config_toml;
       state.model_config_json = saved_config.to_json();
       state.vocab_text = vocab_text;
@@ -619,7 +619,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       state.loss_count = 0;
       state.train_seconds = elapsed_total();
       const double start = MPI_Wtime();
-      write_train_checkpoint(path, flat_layout, strategy.checkpoint_part(), state, comm);
+      write_train_checkpoint(path, flat_layout, strategy->checkpoint_part(), state, comm);
       report.metrics["checkpoint_seconds"] = MPI_Wtime() - start;
       report.checkpoint = path;
       result.last_checkpoint = path;
@@ -732,7 +732,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
         micro.push_back(std::move(indices));
       }
       if (micro.empty()) break;
-      strategy.zero_grad();
+      strategy->zero_grad();
       double local[2] = {0, 0};  // loss sum over micro-steps, real tokens
       for (size_t m = 0; m < micro.size(); ++m) {
         at::manual_seed(train_rng_seed(t.seed, step, static_cast<int64_t>(m), rank));
@@ -741,13 +741,13 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
         const at::Tensor loss = model->loss(logits, batch.labels);
         local[0] += loss.item<double>();
         local[1] += static_cast<double>(batch.num_real_tokens);
-        strategy.prepare_backward(m + 1 == micro.size());
+        strategy->prepare_backward(m + 1 == micro.size());
         // Accelerate divides by gradient_accumulation_steps, also for a short last group.
         (loss / static_cast<double>(accumulation)).backward();
       }
-      strategy.finish_backward();
+      strategy->finish_backward();
       const double lr = schedule.lr(step);
-      const double norm = strategy.step(lr, t.max_grad_norm);
+      const double norm = strategy->step(lr, t.max_grad_norm);
       ++step;
       local[0] /= static_cast<double>(micro.size());
       MPI_Allreduce(MPI_IN_PLACE, local, 2, MPI_DOUBLE, MPI_SUM, comm);
@@ -796,8 +796,8 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   broadcast_string(result.best_checkpoint, comm);
   if (result.last_checkpoint.empty() && rank == 0 && !kept.empty()) result.last_checkpoint = kept.back().path;
   broadcast_string(result.last_checkpoint, comm);
-  result.final_params = strategy.flat_params().narrow(0, 0, strategy.layout().numel()).to(at::kCPU).clone();
-  for (const ParamSlot& slot : strategy.layout().slots()) result.param_names.push_back(slot.name);
+  result.final_params = strategy->flat_params().narrow(0, 0, strategy->layout().numel()).to(at::kCPU).clone();
+  for (const ParamSlot& slot : strategy->layout().slots()) result.param_names.push_back(slot.name);
   if (result.finished)
     log_info("done: %lld steps in %s; checkpoints in %s (newest %s%s%s)", static_cast<long long>(step),
              format_duration(MPI_Wtime() - invocation_start).c_str(), run_dir.c_str(), result.last_checkpoint.c_str(),

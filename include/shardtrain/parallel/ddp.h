@@ -59,8 +59,8 @@ class DataParallel : public Strategy {
   void finish_load(int64_t optimizer_step) override;
   const StrategyStats& stats() const override;
 
-  // The flat buffers (numel padded_numel(world size)); for tests and benchmarks.
-  at::Tensor flat_params() const;
+  at::Tensor flat_params() const override;
+  // The flat gradient buffer (numel padded_numel(world size)); for tests and benchmarks.
   at::Tensor flat_grads() const;
   // Bucket b covers grads elements [begin, end); bucket 0 is launched first.
   std::vector<ElementRange> buckets() const;

@@ -15,7 +15,8 @@
 //   double norm = strategy->step(lr, max_grad_norm);  // clip by global norm + AdamW
 //
 // DDP (parallel/ddp.h) is the reference every other strategy is tested against
-// (DESIGN.md decision 2).
+// (DESIGN.md decision 2). ZeRO stage 1 and 2 are in parallel/zero.h;
+// make_strategy() (parallel/make_strategy.h) builds one by its config name.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -62,6 +63,10 @@ class Strategy {
   virtual double step(double lr, double max_grad_norm) = 0;
 
   virtual const ParamLayout& layout() const = 0;
+  // The full flat parameter buffer (layout order, padded_numel(world size)
+  // elements; the module's parameters are views into it). Identical on every
+  // rank after broadcast_parameters(), step() and finish_load().
+  virtual at::Tensor flat_params() const = 0;
   // The part of the flat parameter / optimizer buffers this rank writes to a
   // checkpoint (the parts of all ranks tile the layout) and fills on resume.
   virtual FlatPart checkpoint_part() = 0;

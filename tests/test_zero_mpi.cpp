@@ -1,0 +1,426 @@
+// ZeroStrategy (stage 1 and 2) against DDP, the reference (DESIGN.md decision
+// 2): same initial weights, same per-rank batches, K steps, parameters and
+// gradient norms compared after every step; optimizer state really sharded;
+// checkpoints exchanged between ddp / zero1 / zero2 and world sizes; and the
+// training job end to end. Runs at -np 2 and -np 4.
+//
+// Tolerances (fp32). Stage 1 reduces the same buckets with the same all-reduce
+// as DDP and AdamW is elementwise, so the gradients are identical and only the
+// global norm differs (float64 sum of W shard partials instead of one sum:
+// ~1e-16 relative), which reaches the float32 clip coefficient at most as one
+// rounding step. Stage 2 sums with reduce-scatter: for W > 2 MPI may add the W
+// terms in another order, ~1 ulp (6e-8 relative) of a gradient element.
+// AdamW's update lr * m / (sqrt(v) + eps) is insensitive to a relative change
+// of the gradient of that size beyond a few ulp of lr, plus one ulp of the
+// parameter (|p| < 1): per step well under 1e-7 at lr 1e-2. So 1e-6 after 3
+// steps; an update that is wrong at all moves parameters by ~lr = 1e-2.
+#include <torch/torch.h>
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/mpi_ranks.h"
+#include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/model/bert.h"
+#include "shardtrain/parallel/ddp.h"
+#include "shardtrain/parallel/make_strategy.h"
+#include "shardtrain/parallel/zero.h"
+#include "shardtrain/train/train_checkpoint.h"
+#include "shardtrain/train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace shardtrain;
+
+// Everything in a file namespace: the *_mpi tests are compiled together (unity build).
+namespace zero_mpi_test {
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
+
+namespace {
+
+constexpr double kParamTolerance = 1e-6;  // see the file comment
+constexpr double kNormRelTolerance = 1e-5;
+constexpr double kLr = 1e-2;
+constexpr double kMaxGradNorm = 0.1;  // the norms here are 0.05-0.23: most steps clip, some do not
+
+BertConfig tiny() {
+  BertConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = 0;
+  c.attention_probs_dropout_prob = 0;
+  c.num_labels = 3;
+  c.id2label = {"a", "b", "c"};
+  return c;
+}
+
+struct Inputs {
+  at::Tensor ids, types, labels;
+};
+
+// Data-rank r's micro-batch m of optimizer step s: deterministic, different for every (r, s, m).
+Inputs inputs_for(int r, int s, int m) {
+  at::manual_seed(5000 + 101 * r + 7 * s + m);
+  Inputs in;
+  in.ids = torch::randint(1, 50, {3, 7}, torch::kInt64);
+  in.types = torch::randint(0, 2, {3, 7}, torch::kInt64);
+  in.labels = torch::randint(0, 3, {3}, torch::kInt64);
+  return in;
+}
+
+// The batches of data-ranks [first, first + count) as one batch: with equal
+// batch sizes, the mean loss over it is the average of their mean losses.
+Inputs concatenated(int first, int count, int s, int m) {
+  std::vector<at::Tensor> ids, types, labels;
+  for (int r = first; r < first + count; ++r) {
+    Inputs in = inputs_for(r, s, m);
+    ids.push_back(in.ids);
+    types.push_back(in.types);
+    labels.push_back(in.labels);
+  }
+  return {torch::cat(ids), torch::cat(types), torch::cat(labels)};
+}
+
+std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
+  auto model = std::make_shared<BertForSequenceClassification>(tiny());
+  model->init_weights(seed);
+  return model;
+}
+
+// One optimizer step of two accumulated micro-steps (the first without sync),
+// this rank standing for data-ranks [first, first + count). Returns the norm.
+double train_step(Strategy& strategy, BertForSequenceClassification& model, int first, int count, int s) {
+  strategy.zero_grad();
+  for (int m = 0; m < 2; ++m) {
+    strategy.prepare_backward(m == 1);
+    const Inputs in = concatenated(first, count, s, m);
+    (model.loss(model.forward(in.ids, in.types), in.labels) / 2).backward();
+  }
+  strategy.finish_backward();
+  return strategy.step(kLr, kMaxGradNorm);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+// A fresh folder shared by all ranks.
+std::string temp_dir(const std::string& name) {
+  std::string path;
+  if (world_rank() == 0) {
+    path = (fs::temp_directory_path() / ("shardtrain_zero_" + std::to_string(getpid()) + "_" + name)).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  int64_t n = static_cast<int64_t>(path.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  path.resize(n);
+  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
+}
+
+ZeroOptions zero_options(int stage) {
+  ZeroOptions o;
+  o.stage = stage;
+  o.bucket_cap_mb = 0.004;  // ~1000 floats: many buckets
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO stage 1 and 2 train exactly like DDP, with the optimizer state sharded") {
+  const int rank = world_rank(), W = world_size();
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  AdamWOptions adamw;
+
+  auto ddp_model = make_model(rank == 0 ? 5 : 6);  // differ on purpose: broadcast must fix it
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_mb = 0.004;
+  DataParallel ddp(*ddp_model, comm, adamw, ddp_options);
+  ddp.broadcast_parameters(0);
+
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    auto model = make_model(rank == 0 ? 5 : 7);
+    ZeroStrategy zero(*model, comm, adamw, zero_options(stage));
+    zero.broadcast_parameters(0);
+    CHECK(zero.name() == (stage == 1 ? "zero1" : "zero2"));
+    CHECK(at::equal(zero.flat_params(), ddp.flat_params()));
+
+    // Memory really sharded: AdamW state for 1/W of the padded buffer.
+    const int64_t padded = zero.layout().padded_numel(W);
+    CHECK(zero.flat_params().numel() == padded);
+    CHECK(zero.shard() == zero.layout().shard_range(rank, W));
+    CHECK(zero.optimizer().numel() == padded / W);
+    CHECK(zero.optimizer().exp_avg().numel() == padded / W);
+    CHECK(zero.optimizer().exp_avg_sq().numel() == padded / W);
+    CHECK(zero.shard_grads().numel() == padded / W);
+
+    // DDP from the same start, step by step (its state is rewound by rebuilding it per stage).
+    auto reference_model = make_model(5);
+    DataParallel reference(*reference_model, comm, adamw, ddp_options);
+    const at::Tensor initial = zero.flat_params().clone();
+    bool clipped = false;
+    for (int s = 0; s < 3; ++s) {
+      CAPTURE(s);
+      const double ddp_norm = train_step(reference, *reference_model, rank, 1, s);
+      const double zero_norm = train_step(zero, *model, rank, 1, s);
+      clipped = clipped || ddp_norm > kMaxGradNorm;
+      CHECK(std::abs(zero_norm - ddp_norm) <= kNormRelTolerance * ddp_norm);
+      const double diff = max_diff(zero.flat_params(), reference.flat_params());
+      MESSAGE("stage " << stage << " step " << s << ": norm " << zero_norm << " vs ddp " << ddp_norm
+                       << ", max |param - ddp| " << diff);
+      CHECK(diff <= kParamTolerance);
+      // The module's parameters are views of the gathered buffer: every rank has all of them.
+      CHECK(model->classifier()->weight.data_ptr() ==
+            zero.flat_params().narrow(0, zero.layout().slot("classifier.weight").offset, 1).data_ptr());
+      at::Tensor root = zero.flat_params().clone();
+      comm.broadcast(root, 0);
+      CHECK(at::equal(root, zero.flat_params()));
+    }
+    CHECK(clipped);  // the clipping path ran (the test would not see a wrong norm otherwise)
+    CHECK(zero.optimizer_step() == 3);
+    CHECK(max_diff(zero.flat_params(), initial) > kLr / 2);  // training moved the parameters
+
+    // Same AdamW state as DDP's over this rank's shard (checkpoint_part covers S_r for both).
+    const FlatPart mine = zero.checkpoint_part();
+    const FlatPart theirs = reference.checkpoint_part();
+    REQUIRE(mine.begin == theirs.begin);
+    REQUIRE(mine.params.numel() == theirs.params.numel());
+    CHECK(max_diff(mine.exp_avg, theirs.exp_avg) <= 1e-7);  // |m| ~ |g| < 1: ulps of it
+    CHECK(max_diff(mine.exp_avg_sq, theirs.exp_avg_sq) <= 1e-7);
+
+    // Checkpoint parts tile the layout in rank order.
+    int64_t mine_range[2] = {mine.begin, mine.params.numel()};
+    std::vector<int64_t> all(2 * W);
+    MPI_Allgather(mine_range, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, MPI_COMM_WORLD);
+    int64_t expected_begin = 0;
+    for (int r = 0; r < W; ++r) {
+      CHECK(all[2 * r] == expected_begin);
+      expected_begin += all[2 * r + 1];
+    }
+    CHECK(expected_begin == zero.layout().numel());
+    CHECK(mine.exp_avg.numel() == mine.params.numel());
+
+    if (stage == 1) {
+      CHECK(zero.stats().buckets_during_backward > 0);  // reduced from the hooks while backward ran
+    } else {
+      CHECK(zero.stats().buckets_total == 3);  // one reduce-scatter per step
+    }
+  }
+}
+
+TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world size") {
+  const int rank = world_rank(), W = world_size();
+  const std::string dir = temp_dir("exchange");
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  AdamWOptions adamw;
+  DdpOptions ddp_options;
+  ddp_options.bucket_cap_mb = 0.004;
+
+  // The reader job: the first W/2 ranks (np 2: one rank), each standing for two writer ranks.
+  const int reader_size = W / 2;
+  const bool reads = rank < reader_size;
+  MPI_Comm reader_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, reads ? 0 : MPI_UNDEFINED, rank, &reader_comm);
+
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"ddp", "zero2"}, {"zero2", "ddp"}, {"zero1", "zero2"}, {"zero2", "zero1"}};
+  for (const auto& pair : pairs) {
+    const std::string& writer_name = pair.first;
+    const std::string& reader_name = pair.second;
+    CAPTURE(writer_name);
+    CAPTURE(reader_name);
+    const std::string path = dir + "/" + writer_name + "_to_" + reader_name + ".h5";
+
+    // Writer: W ranks, 2 steps, checkpoint, then a third step (the reference).
+    auto model = make_model(5);
+    std::unique_ptr<Strategy> writer = make_strategy(writer_name, *model, comm, adamw, ddp_options);
+    CHECK(writer->name() == writer_name);
+    for (int s = 0; s < 2; ++s) train_step(*writer, *model, rank, 1, s);
+    TrainState state;
+    state.step = writer->optimizer_step();
+    state.world_size = W;
+    state.strategy = writer->name();
+    write_train_checkpoint(path, flat_tensors(writer->layout()), writer->checkpoint_part(), state, MPI_COMM_WORLD);
+    const at::Tensor saved = writer->flat_params().clone();
+    train_step(*writer, *model, rank, 1, 2);
+    const at::Tensor after = writer->flat_params().clone();
+
+    // Same world size, the reader strategy: the state it loads continues identically.
+    {
+      auto fresh = make_model(9);
+      std::unique_ptr<Strategy> reader = make_strategy(reader_name, *fresh, comm, adamw, ddp_options);
+      CheckpointReader file(path, MPI_COMM_WORLD);
+      CHECK(read_train_state(file).strategy == writer_name);
+      FlatPart part = reader->checkpoint_part();
+      read_train_part(file, flat_tensors(reader->layout()), part);
+      reader->finish_load(read_train_state(file).step);
+      CHECK(reader->optimizer_step() == 2);
+      CHECK(at::equal(reader->flat_params(), saved));  // float32 stored as float32: exact
+      train_step(*reader, *fresh, rank, 1, 2);
+      const double diff = max_diff(reader->flat_params(), after);
+      MESSAGE(writer_name << " -> " << reader_name << " at " << W << " ranks: max |param - writer| after a step "
+                          << diff);
+      CHECK(diff <= kParamTolerance);
+    }
+
+    // W/2 ranks: rank r takes the batches of writer ranks 2r and 2r+1 (same global batch).
+    if (reads) {
+      MpiCommunicator half(reader_comm);
+      auto fresh = make_model(11);
+      std::unique_ptr<Strategy> reader = make_strategy(reader_name, *fresh, half, adamw, ddp_options);
+      CheckpointReader file(path, reader_comm);
+      FlatPart part = reader->checkpoint_part();
+      read_train_part(file, flat_tensors(reader->layout()), part);
+      reader->finish_load(read_train_state(file).step);
+      const int64_t numel = reader->layout().numel();
+      CHECK(at::equal(reader->flat_params().narrow(0, 0, numel), saved.narrow(0, 0, numel)));
+      train_step(*reader, *fresh, 2 * rank, 2, 2);
+      // One mean over 6 examples instead of two means over 3 averaged: fp32 sums in another order.
+      const double diff = max_diff(reader->flat_params().narrow(0, 0, numel), after.narrow(0, 0, numel));
+      MESSAGE(writer_name << " at " << W << " ranks -> " << reader_name << " at " << reader_size
+                          << " ranks: max |param - writer| after a step " << diff);
+      CHECK(diff <= kParamTolerance);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (reads) MPI_Comm_free(&reader_comm);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(dir);
+}
+
+TEST_CASE("make_strategy builds ddp, zero1, zero2 and names the others as not available yet") {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  for (const std::string name : {"ddp", "zero1", "zero2"}) {
+    auto model = make_model(5);
+    CHECK(make_strategy(name, *model, comm, AdamWOptions{})->name() == name);
+  }
+  for (const std::string name : {"zero3", "fsdp", "hybrid", "zero"}) {
+    auto model = make_model(5);
+    std::string message;
+    try {
+      make_strategy(name, *model, comm, AdamWOptions{});
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    CHECK(message == "parallel.strategy = \"" + name +
+                         "\" is not available in this version yet; use ddp, zero1 or zero2");
+  }
+  auto model = make_model(5);
+  ZeroOptions bad;
+  bad.stage = 3;
+  CHECK_THROWS_AS(ZeroStrategy(*model, comm, AdamWOptions{}, bad), Error);
+}
+
+// ---- the training job end to end (helpers as in test_train_mpi.cpp) ----
+
+namespace {
+
+// The header and the first `rows` rows of a shipped MRPC file.
+std::string head_of(const std::string& source, int rows, const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  if (world_rank() == 0) {
+    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
+    std::ofstream out(path);
+    std::string line;
+    for (int i = 0; i <= rows && std::getline(in, line); ++i) out << line << '\n';
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+RunConfig tiny_config(const std::string& dir) {
+  RunConfig c;
+  c.model.init = "random";
+  c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json";
+  c.model.vocab = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt";
+  c.model.hidden_dropout_prob = 0.0;  // dropout masks depend on the rank: off, to compare world sizes
+  c.model.attention_probs_dropout_prob = 0.0;
+  c.data.train_file = head_of("data/glue/MRPC/train.tsv", 96, dir, "train.tsv");
+  c.data.format = "tsv";
+  c.data.max_length = 64;
+  c.train.num_epochs = 1;
+  c.train.lr = 1e-3;
+  c.train.warmup_steps = 2;
+  c.train.batch_size = 4;
+  c.train.seed = 7;
+  c.train.max_grad_norm = 1.0;
+  c.train.log_every_steps = 1000;
+  c.checkpoint.every_epochs = 0;
+  c.run.storage_path = dir;
+  c.run.name = "run";
+  return c;
+}
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.live_progress = false;
+  o.config_toml = "# test\n";
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("train() with zero1 / zero2 ends like ddp; a ddp checkpoint resumes with zero2 on fewer ranks") {
+  const int rank = world_rank(), W = world_size();
+  const std::string dir = temp_dir("train");
+  RunConfig config = tiny_config(dir);
+
+  config.run.name = "ddp";
+  const TrainResult ddp = train(config, MPI_COMM_WORLD, quiet());
+  REQUIRE(ddp.finished);
+  REQUIRE(ddp.steps >= 6);
+  // fp32, 24/W steps at lr 1e-3: the same argument as the file comment, with
+  // test_train_mpi.cpp's 1e-5 bound for a whole run.
+  for (const std::string name : {"zero1", "zero2"}) {
+    config.run.name = name;
+    config.parallel.strategy = name;
+    const TrainResult zero = train(config, MPI_COMM_WORLD, quiet());
+    CHECK(zero.finished);
+    CHECK(zero.steps == ddp.steps);
+    const double diff = max_diff(zero.final_params, ddp.final_params);
+    MESSAGE("train() " << name << " vs ddp at " << W << " ranks: max |param difference| " << diff);
+    CHECK(diff < 1e-5);
+  }
+
+  // ddp on W ranks stopped after the checkpoint of step 3, resumed with zero2
+  // on W/2 ranks with twice the per-rank batch (same global batch).
+  config.run.name = "moved";
+  config.parallel.strategy = "ddp";
+  config.checkpoint.every_steps = 3;
+  TrainOptions stop = quiet();
+  stop.stop_after_step = 4;
+  const TrainResult first = train(config, MPI_COMM_WORLD, stop);
+  CHECK_FALSE(first.finished);
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < W / 2 ? 0 : MPI_UNDEFINED, rank, &half);
+  if (rank < W / 2) {
+    RunConfig resumed = config;
+    resumed.parallel.strategy = "zero2";
+    resumed.train.batch_size = config.train.batch_size * 2;
+    const TrainResult second = train(resumed, half, quiet());
+    CHECK(second.finished);
+    CHECK(second.resumed_from == checkpoint_path(dir + "/moved", 1));
+    CHECK(second.steps == ddp.steps);
+    const double diff = max_diff(second.final_params, ddp.final_params);
+    MESSAGE("ddp at " << W << " ranks resumed with zero2 at " << W / 2 << " ranks: max |param difference| " << diff);
+    CHECK(diff < 1e-5);
+    MPI_Comm_free(&half);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(dir);
+}
+
+}  // namespace zero_mpi_test
