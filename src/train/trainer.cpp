@@ -330,6 +330,13 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   const double invocation_start = MPI_Wtime();
 
   require_available_strategy(config.parallel.strategy);
+  // Keys of the next strategies: refuse them rather than silently train without them.
+  if (config.parallel.offload_optimizer != "none")
+    throw Error("parallel.offload_optimizer = \"" + config.parallel.offload_optimizer +
+                "\" is not available in this version yet; use \"none\"");
+  if (!config.parallel.deepspeed_config.empty())
+    throw Error("parallel.deepspeed_config is not read in this version yet; set parallel.strategy "
+                "(zero1 / zero2) and the train.* keys instead");
   if (t.mixed_precision != "no")
     throw Error("train.mixed_precision = \"" + t.mixed_precision +
                 "\" is not implemented in this version yet; use \"no\" (fp32)");
