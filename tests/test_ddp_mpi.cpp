@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "support/mpi_ranks.h"
+#include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/parallel/ddp.h"
@@ -21,20 +22,7 @@ using shardtrain_test::world_size;
 
 namespace {
 
-BertConfig tiny() {
-  BertConfig c;
-  c.vocab_size = 50;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = 0;
-  c.attention_probs_dropout_prob = 0;
-  c.num_labels = 3;
-  c.id2label = {"a", "b", "c"};
-  return c;
-}
+BertConfig tiny() { return shardtrain_test::tiny_bert_config(); }
 
 struct Inputs {
   at::Tensor ids, types, labels;

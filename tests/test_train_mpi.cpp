@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "support/mpi_ranks.h"
+#include "support/train_fixtures.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/reader.h"
@@ -35,62 +36,9 @@ using shardtrain_test::world_size;
 
 namespace {
 
-// A fresh folder shared by all ranks.
-std::string temp_dir(const std::string& name) {
-  std::string path;
-  if (world_rank() == 0) {
-    path = (fs::temp_directory_path() / ("shardtrain_train_" + std::to_string(getpid()) + "_" + name)).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  int64_t n = static_cast<int64_t>(path.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  path.resize(n);
-  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return path;
-}
-
-// The header and the first `rows` rows of a shipped MRPC file.
-std::string head_of(const std::string& source, int rows, const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
-    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
-    std::ofstream out(path);
-    std::string line;
-    for (int i = 0; i <= rows && std::getline(in, line); ++i) out << line << '\n';
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
-
-RunConfig tiny_config(const std::string& dir) {
-  RunConfig c;
-  c.model.init = "random";
-  c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json";
-  c.model.vocab = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt";
-  c.data.train_file = head_of("data/glue/MRPC/train.tsv", 96, dir, "train.tsv");
-  c.data.eval_file = head_of("data/glue/MRPC/dev.tsv", 37, dir, "dev.tsv");  // 37: not a multiple of any batch
-  c.data.format = "tsv";
-  c.data.max_length = 64;
-  c.train.num_epochs = 2;
-  c.train.lr = 1e-3;
-  c.train.warmup_steps = 2;
-  c.train.batch_size = 4;
-  c.train.eval_batch_size = 5;
-  c.train.seed = 7;
-  c.train.log_every_steps = 1000;
-  c.checkpoint.every_epochs = 1;
-  c.run.storage_path = dir;
-  c.run.name = "run";
-  return c;
-}
-
-TrainOptions quiet() {
-  TrainOptions o;
-  o.live_progress = false;
-  o.config_toml = "# test\n";
-  return o;
-}
+std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("train", name); }
+RunConfig tiny_config(const std::string& dir) { return shardtrain_test::tiny_run_config(dir); }
+TrainOptions quiet() { return shardtrain_test::quiet_train_options(); }
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> out;

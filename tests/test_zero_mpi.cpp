@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "support/mpi_ranks.h"
+#include "support/train_fixtures.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
@@ -52,20 +53,7 @@ constexpr double kNormRelTolerance = 1e-5;
 constexpr double kLr = 1e-2;
 constexpr double kMaxGradNorm = 0.1;  // the norms here are 0.05-0.23: most steps clip, some do not
 
-BertConfig tiny() {
-  BertConfig c;
-  c.vocab_size = 50;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 16;
-  c.hidden_dropout_prob = 0;
-  c.attention_probs_dropout_prob = 0;
-  c.num_labels = 3;
-  c.id2label = {"a", "b", "c"};
-  return c;
-}
+BertConfig tiny() { return shardtrain_test::tiny_bert_config(); }
 
 struct Inputs {
   at::Tensor ids, types, labels;
@@ -116,19 +104,7 @@ double train_step(Strategy& strategy, BertForSequenceClassification& model, int 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // A fresh folder shared by all ranks.
-std::string temp_dir(const std::string& name) {
-  std::string path;
-  if (world_rank() == 0) {
-    path = (fs::temp_directory_path() / ("shardtrain_zero_" + std::to_string(getpid()) + "_" + name)).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  int64_t n = static_cast<int64_t>(path.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  path.resize(n);
-  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return path;
-}
+std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("zero", name); }
 
 ZeroOptions zero_options(int stage) {
   ZeroOptions o;
@@ -328,48 +304,19 @@ TEST_CASE("make_strategy builds ddp, zero1, zero2 and names the others as not av
 
 namespace {
 
-// The header and the first `rows` rows of a shipped MRPC file.
-std::string head_of(const std::string& source, int rows, const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
-    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
-    std::ofstream out(path);
-    std::string line;
-    for (int i = 0; i <= rows && std::getline(in, line); ++i) out << line << '\n';
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
-
+// tests/support/train_fixtures.h's run, dropout off, no eval, one epoch.
 RunConfig tiny_config(const std::string& dir) {
-  RunConfig c;
-  c.model.init = "random";
-  c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json";
-  c.model.vocab = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt";
+  RunConfig c = shardtrain_test::tiny_run_config(dir);
   c.model.hidden_dropout_prob = 0.0;  // dropout masks depend on the rank: off, to compare world sizes
   c.model.attention_probs_dropout_prob = 0.0;
-  c.data.train_file = head_of("data/glue/MRPC/train.tsv", 96, dir, "train.tsv");
-  c.data.format = "tsv";
-  c.data.max_length = 64;
+  c.data.eval_file.clear();
   c.train.num_epochs = 1;
-  c.train.lr = 1e-3;
-  c.train.warmup_steps = 2;
-  c.train.batch_size = 4;
-  c.train.seed = 7;
   c.train.max_grad_norm = 1.0;
-  c.train.log_every_steps = 1000;
   c.checkpoint.every_epochs = 0;
-  c.run.storage_path = dir;
-  c.run.name = "run";
   return c;
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.live_progress = false;
-  o.config_toml = "# test\n";
-  return o;
-}
+TrainOptions quiet() { return shardtrain_test::quiet_train_options(); }
 
 }  // namespace
 

@@ -1,0 +1,102 @@
+// Small models, data and run configs shared by the training tests
+// (test_ddp_mpi, test_zero_mpi, test_train_mpi). Collective where noted.
+#pragma once
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "shardtrain/core/run_config.h"
+#include "shardtrain/model/bert.h"
+#include "shardtrain/train/trainer.h"
+#include "mpi_ranks.h"
+
+namespace shardtrain_test {
+
+// A BERT small enough to compare strategies step by step: vocab 50, hidden 16,
+// 2 layers, 3 labels, dropout off.
+inline shardtrain::BertConfig tiny_bert_config() {
+  shardtrain::BertConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = 0;
+  c.attention_probs_dropout_prob = 0;
+  c.num_labels = 3;
+  c.id2label = {"a", "b", "c"};
+  return c;
+}
+
+// Collective: a fresh, empty folder /tmp/shardtrain_<prefix>_<pid>_<name>, the same on every rank.
+inline std::string make_shared_temp_dir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::string path;
+  if (world_rank() == 0) {
+    path = (fs::temp_directory_path() / ("shardtrain_" + prefix + "_" + std::to_string(getpid()) + "_" + name))
+               .string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  int64_t n = static_cast<int64_t>(path.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  path.resize(static_cast<size_t>(n));
+  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
+}
+
+// Collective: the header and the first `rows` rows of a shipped file (e.g.
+// data/glue/MRPC/train.tsv), written to dir/name by rank 0.
+inline std::string head_of_shipped(const std::string& source, int rows, const std::string& dir,
+                                   const std::string& name) {
+  const std::string path = dir + "/" + name;
+  if (world_rank() == 0) {
+    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
+    std::ofstream out(path);
+    std::string line;
+    for (int i = 0; i <= rows && std::getline(in, line); ++i) out << line << '\n';
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+// Collective: a run of tests/data/bert_h32.json on 96 MRPC train rows and 37
+// dev rows (37: not a multiple of any batch), 2 epochs of batch 4 per rank,
+// lr 1e-3, seed 7, a checkpoint per epoch, run folder dir/run.
+inline shardtrain::RunConfig tiny_run_config(const std::string& dir) {
+  shardtrain::RunConfig c;
+  c.model.init = "random";
+  c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json";
+  c.model.vocab = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt";
+  c.data.train_file = head_of_shipped("data/glue/MRPC/train.tsv", 96, dir, "train.tsv");
+  c.data.eval_file = head_of_shipped("data/glue/MRPC/dev.tsv", 37, dir, "dev.tsv");
+  c.data.format = "tsv";
+  c.data.max_length = 64;
+  c.train.num_epochs = 2;
+  c.train.lr = 1e-3;
+  c.train.warmup_steps = 2;
+  c.train.batch_size = 4;
+  c.train.eval_batch_size = 5;
+  c.train.seed = 7;
+  c.train.log_every_steps = 1000;
+  c.checkpoint.every_epochs = 1;
+  c.run.storage_path = dir;
+  c.run.name = "run";
+  return c;
+}
+
+// TrainOptions for tests: no live progress line.
+inline shardtrain::TrainOptions quiet_train_options() {
+  shardtrain::TrainOptions o;
+  o.live_progress = false;
+  o.config_toml = "# test\n";
+  return o;
+}
+
+}  // namespace shardtrain_test
