@@ -33,22 +33,6 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &info) == 0;
 }
 
-// A fresh directory shared by all ranks (rank 0 creates it).
-std::string shared_temp_dir() {
-  char buffer[256] = {0};
-  if (world_rank() == 0) {
-    std::snprintf(buffer, sizeof(buffer), "/tmp/shardtrain_ckpt_test_XXXXXX");
-    REQUIRE(mkdtemp(buffer) != nullptr);
-  }
-  MPI_Bcast(buffer, sizeof(buffer), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return buffer;
-}
-
-void remove_dir(const std::string& dir) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) std::system(("rm -rf '" + dir + "'").c_str());
-}
-
 // True on every rank iff `ok` holds on every rank.
 std::string run_command(const std::string& command) {
   std::string out;
@@ -79,7 +63,7 @@ void write_state(const std::string& path, const std::vector<int64_t>& cuts) {
 }  // namespace
 
 TEST_CASE("uneven shards written collectively read back bit-exactly under other partitions") {
-  const std::string dir = shared_temp_dir();
+  const std::string dir = make_shared_temp_dir("ckpt_test");
   const std::string path = checkpoint_path(dir, 1);
   auto layout = awkward_layout();
   const int64_t numel = layout_numel(layout);
@@ -148,11 +132,11 @@ TEST_CASE("uneven shards written collectively read back bit-exactly under other 
   CHECK(at::equal(counts.narrow(0, cuts[rank], cuts[rank + 1] - cuts[rank]),
                   expected_counts.narrow(0, cuts[rank], cuts[rank + 1] - cuts[rank])));
   CHECK(at::equal(reader.read_tensor("counts", "tail").view({-1}), expected_counts.narrow(0, layout.back().offset, 18)));
-  remove_dir(dir);
+  remove_shared_dir(dir);
 }
 
 TEST_CASE("attributes round-trip: int, double, 10 KB TOML text, empty text, binary bytes, 100 KB text") {
-  const std::string dir = shared_temp_dir();
+  const std::string dir = make_shared_temp_dir("ckpt_test");
   const std::string path = dir + "/attrs.h5";
   std::string toml;
   for (int i = 0; toml.size() < 10 * 1024; ++i)
@@ -194,11 +178,11 @@ TEST_CASE("attributes round-trip: int, double, 10 KB TOML text, empty text, bina
   CHECK(contains(message, "'config' is not an integer"));
   message = error_of([&] { reader.string_attribute("nope"); });
   CHECK(contains(message, "no attribute 'nope'"));
-  remove_dir(dir);
+  remove_shared_dir(dir);
 }
 
 TEST_CASE("latest_checkpoint picks the highest complete index and ignores temporary files") {
-  const std::string dir = shared_temp_dir();
+  const std::string dir = make_shared_temp_dir("ckpt_test");
   CHECK(latest_checkpoint(dir).empty());
   CHECK(latest_checkpoint(dir + "/does_not_exist").empty());
   auto layout = awkward_layout();
@@ -221,11 +205,11 @@ TEST_CASE("latest_checkpoint picks the highest complete index and ignores tempor
   CHECK(latest_checkpoint(dir) == dir + "/checkpoint_000003.h5");
   CHECK(checkpoint_path(dir, 3) == dir + "/checkpoint_000003.h5");
   CHECK(checkpoint_path("/runs/a", 1234567) == "/runs/a/checkpoint_1234567.h5");
-  remove_dir(dir);
+  remove_shared_dir(dir);
 }
 
 TEST_CASE("a writer destroyed without commit leaves no final file, removes its tmp, keeps an older final") {
-  const std::string dir = shared_temp_dir();
+  const std::string dir = make_shared_temp_dir("ckpt_test");
   const std::string path = checkpoint_path(dir, 4);
   auto layout = awkward_layout();
   const int64_t numel = layout_numel(layout);
@@ -278,11 +262,11 @@ TEST_CASE("a writer destroyed without commit leaves no final file, removes its t
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_FALSE(exists(bad_path));
   CHECK(latest_checkpoint(dir) == path);
-  remove_dir(dir);
+  remove_shared_dir(dir);
 }
 
 TEST_CASE("reading what is not there names the file, the dataset and both shapes") {
-  const std::string dir = shared_temp_dir();
+  const std::string dir = make_shared_temp_dir("ckpt_test");
   const std::string path = checkpoint_path(dir, 1);
   auto layout = awkward_layout();
   write_state(path, uneven_cuts(layout_numel(layout), world_size()));
@@ -322,11 +306,11 @@ TEST_CASE("reading what is not there names the file, the dataset and both shapes
         dir + "/text.h5 is not an HDF5 file (not a shardtrain checkpoint)");
   CHECK(contains(error_of([&] { CheckpointWriter w(dir + "/no/such/dir/c.h5", MPI_COMM_WORLD); }),
                  "checkpoint directory " + dir + "/no/such/dir does not exist"));
-  remove_dir(dir);
+  remove_shared_dir(dir);
 }
 
 TEST_CASE("h5dump sees an ordinary HDF5 state dict: true shapes, float32, row-major values") {
-  const std::string dir = shared_temp_dir();
+  const std::string dir = make_shared_temp_dir("ckpt_test");
   const std::string path = checkpoint_path(dir, 1);
   auto layout = awkward_layout();
   const int64_t numel = layout_numel(layout);
@@ -358,7 +342,7 @@ TEST_CASE("h5dump sees an ordinary HDF5 state dict: true shapes, float32, row-ma
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(error_of([&] { CheckpointReader r(dir + "/plain.h5", MPI_COMM_WORLD); }) ==
         dir + "/plain.h5 is an HDF5 file but not a shardtrain checkpoint (no 'shardtrain_format_version' attribute)");
-  remove_dir(dir);
+  remove_shared_dir(dir);
 }
 
 TEST_CASE("slices_of_shard cuts a flat shard at tensor boundaries as views") {

@@ -36,22 +36,6 @@ using shardtrain_test::world_size;
 
 namespace {
 
-// A fresh directory shared by all ranks (rank 0 creates it).
-std::string shared_temp_dir() {
-  char buffer[256] = {0};
-  if (world_rank() == 0) {
-    std::snprintf(buffer, sizeof(buffer), "/tmp/shardtrain_train_ckpt_test_XXXXXX");
-    REQUIRE(mkdtemp(buffer) != nullptr);
-  }
-  MPI_Bcast(buffer, sizeof(buffer), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return buffer;
-}
-
-void remove_dir(const std::string& dir) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) std::system(("rm -rf '" + dir + "'").c_str());
-}
-
 const char* kVocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\non\nmat\n##s\n.\n";
 
 BertConfig tiny_config(int64_t num_labels = 3) {
@@ -139,7 +123,7 @@ struct Fixture {
 Fixture& fixture() {
   static Fixture f;
   if (f.model) return f;
-  f.dir = shared_temp_dir();
+  f.dir = make_shared_temp_dir("train_ckpt_test");
   f.path = checkpoint_path(f.dir, 1);
   f.model_only_path = checkpoint_path(f.dir, 2);
   f.model = tiny_model(f.config, 7);
@@ -412,6 +396,6 @@ TEST_CASE("train_rng_seed: deterministic and distinct over neighbouring inputs")
   CHECK(train_rng_seed(42, 1, 2, 3) != train_rng_seed(42, 3, 2, 1));
 }
 
-TEST_CASE("train checkpoint: clean up") { remove_dir(fixture().dir); }
+TEST_CASE("train checkpoint: clean up") { remove_shared_dir(fixture().dir); }
 
 }  // namespace train_checkpoint_mpi_test

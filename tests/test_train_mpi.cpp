@@ -36,7 +36,7 @@ using shardtrain_test::world_size;
 
 namespace {
 
-std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("train", name); }
+std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("train_" + name); }
 RunConfig tiny_config(const std::string& dir) { return shardtrain_test::tiny_run_config(dir); }
 TrainOptions quiet() { return shardtrain_test::quiet_train_options(); }
 

@@ -104,7 +104,7 @@ double train_step(Strategy& strategy, BertForSequenceClassification& model, int 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // A fresh folder shared by all ranks.
-std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("zero", name); }
+std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("zero_" + name); }
 
 ZeroOptions zero_options(int stage) {
   ZeroOptions o;

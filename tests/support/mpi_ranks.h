@@ -5,7 +5,12 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
 #include <string>
+#include <vector>
+#include <stdlib.h>
 
 #include "shardtrain/core/check.h"
 
@@ -39,6 +44,26 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Collective: a fresh, empty directory /tmp/shardtrain_<name>_XXXXXX (mkdtemp
+// on rank 0), the same path on every rank. Throws on every rank if it cannot
+// be created.
+inline std::string make_shared_temp_dir(const std::string& name) {
+  std::vector<char> buffer(512, '\0');
+  if (world_rank() == 0) {
+    std::snprintf(buffer.data(), buffer.size(), "/tmp/shardtrain_%s_XXXXXX", name.c_str());
+    if (mkdtemp(buffer.data()) == nullptr) buffer[0] = '\0';
+  }
+  MPI_Bcast(buffer.data(), static_cast<int>(buffer.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (buffer[0] == '\0') throw std::runtime_error("cannot create a temporary directory for " + name);
+  return buffer.data();
+}
+
+// Collective: removes a make_shared_temp_dir() directory once every rank is done with it.
+inline void remove_shared_dir(const std::string& dir) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <mpi.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -32,23 +31,6 @@ inline shardtrain::BertConfig tiny_bert_config() {
   c.num_labels = 3;
   c.id2label = {"a", "b", "c"};
   return c;
-}
-
-// Collective: a fresh, empty folder /tmp/shardtrain_<prefix>_<pid>_<name>, the same on every rank.
-inline std::string make_shared_temp_dir(const std::string& prefix, const std::string& name) {
-  namespace fs = std::filesystem;
-  std::string path;
-  if (world_rank() == 0) {
-    path = (fs::temp_directory_path() / ("shardtrain_" + prefix + "_" + std::to_string(getpid()) + "_" + name))
-               .string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  int64_t n = static_cast<int64_t>(path.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  path.resize(static_cast<size_t>(n));
-  MPI_Bcast(path.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return path;
 }
 
 // Collective: the header and the first `rows` rows of a shipped file (e.g.
