@@ -94,8 +94,8 @@ void append_line(const std::string& path, const std::string& line) {
   out << line << '\n';
 }
 
-// Keeps the lines of a report file that belong to steps <= max_step; the
-// first `header_lines` lines are kept as they are.
+// Keeps the lines of a report file that belong to steps <= max_step: JSON
+// lines by their "step", CSV rows by their first column (the header stays).
 void truncate_after_step(const std::string& path, int64_t max_step, bool jsonl) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
