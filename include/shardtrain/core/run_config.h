@@ -65,6 +65,22 @@ struct FsdpConfig {
   std::string state_dict_type = "FULL_STATE_DICT";  // FULL_STATE_DICT | SHARDED_STATE_DICT
   bool offload_to_cpu = true;
   bool rank0_only = true;
+  std::string backward_prefetch = "BACKWARD_PRE";  // BACKWARD_PRE | BACKWARD_POST | NO_PREFETCH
+  bool forward_prefetch = false;  // gather the next unit while the current one runs forward
+};
+
+// [parallel.zero]: DeepSpeed zero_optimization knobs, with DeepSpeed's names
+// and meaning (sizes in elements). A DeepSpeed JSON (parallel.deepspeed_config)
+// fills these after resolving its "auto" values.
+struct ZeroConfig {
+  bool overlap_comm = true;               // collectives run while compute goes on
+  int64_t reduce_bucket_size = 0;         // gradient elements per reduction; 0 = parallel.bucket_cap_mb
+  int64_t allgather_bucket_size = 0;      // parameter elements per post-step all-gather; 0 = one all-gather
+  bool contiguous_gradients = true;       // gradients always live in flat buffers here
+  bool round_robin_gradients = false;
+  int64_t stage3_prefetch_bucket_size = 50000000;      // zero3: elements gathered ahead of use; 0 = off
+  int64_t stage3_param_persistence_threshold = 100000;  // zero3: smaller parameters stay replicated
+  bool gather_16bit_weights_on_model_save = false;
 };
 
 struct ParallelConfig {
@@ -74,6 +90,7 @@ struct ParallelConfig {
   std::string offload_optimizer = "none";  // none | cpu
   double bucket_cap_mb = 25.0;   // gradient bucket size for overlapped reduction
   FsdpConfig fsdp;
+  ZeroConfig zero;
 };
 
 struct CheckpointConfig {
