@@ -1,8 +1,9 @@
-// ZeroStrategy (stage 1 and 2) against DDP, the reference (DESIGN.md decision
-// 2): same initial weights, same per-rank batches, K steps, parameters and
+// ZeroStrategy (stage 1) against DDP, the reference (DESIGN.md decision 2):
+// same initial weights, same per-rank batches, K steps, parameters and
 // gradient norms compared after every step; optimizer state really sharded;
 // checkpoints exchanged between ddp / zero1 / zero2 and world sizes; and the
-// training job end to end. Runs at -np 2 and -np 4.
+// training job end to end. Runs at -np 2 and -np 4. (Stage 2 and 3, FSDP and
+// hybrid against DDP: test_sharding_mpi.cpp.)
 //
 // Tolerances (fp32). Stage 1 reduces the same buckets with the same all-reduce
 // as DDP and AdamW is elementwise, so the gradients are identical and only the
@@ -45,6 +46,7 @@ using namespace shardtrain;
 namespace zero_mpi_test {
 using shardtrain_test::world_rank;
 using shardtrain_test::world_size;
+using shardtrain_test::error_of;
 
 namespace {
 
@@ -106,16 +108,25 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs()
 // A fresh folder shared by all ranks.
 std::string temp_dir(const std::string& name) { return shardtrain_test::make_shared_temp_dir("zero_" + name); }
 
-ZeroOptions zero_options(int stage) {
+ZeroOptions zero_options(int64_t allgather_bucket_size) {
   ZeroOptions o;
-  o.stage = stage;
   o.bucket_cap_mb = 0.004;  // ~1000 floats: many buckets
+  o.allgather_bucket_size = allgather_bucket_size;
   return o;
+}
+
+// parallel.strategy = name, buckets as small as zero_options'.
+std::unique_ptr<Strategy> strategy_named(const std::string& name, BertForSequenceClassification& model,
+                                         Communicator& comm) {
+  ParallelConfig parallel;
+  parallel.strategy = name;
+  parallel.bucket_cap_mb = 0.004;
+  return make_strategy(parallel, model, comm, AdamWOptions{});
 }
 
 }  // namespace
 
-TEST_CASE("ZeRO stage 1 and 2 train exactly like DDP, with the optimizer state sharded") {
+TEST_CASE("ZeRO stage 1 trains exactly like DDP, with the optimizer state sharded") {
   const int rank = world_rank(), W = world_size();
   MpiCommunicator comm(MPI_COMM_WORLD);
   AdamWOptions adamw;
@@ -126,12 +137,13 @@ TEST_CASE("ZeRO stage 1 and 2 train exactly like DDP, with the optimizer state s
   DataParallel ddp(*ddp_model, comm, adamw, ddp_options);
   ddp.broadcast_parameters(0);
 
-  for (int stage : {1, 2}) {
-    CAPTURE(stage);
+  // The post-step all-gather in one piece, and in pieces of 100 elements per rank.
+  for (int64_t allgather : {0, 100}) {
+    CAPTURE(allgather);
     auto model = make_model(rank == 0 ? 5 : 7);
-    ZeroStrategy zero(*model, comm, adamw, zero_options(stage));
+    ZeroStrategy zero(*model, comm, adamw, zero_options(allgather));
     zero.broadcast_parameters(0);
-    CHECK(zero.name() == (stage == 1 ? "zero1" : "zero2"));
+    CHECK(zero.name() == "zero1");
     CHECK(at::equal(zero.flat_params(), ddp.flat_params()));
 
     // Memory really sharded: AdamW state for 1/W of the padded buffer.
@@ -155,7 +167,7 @@ TEST_CASE("ZeRO stage 1 and 2 train exactly like DDP, with the optimizer state s
       clipped = clipped || ddp_norm > kMaxGradNorm;
       CHECK(std::abs(zero_norm - ddp_norm) <= kNormRelTolerance * ddp_norm);
       const double diff = max_diff(zero.flat_params(), reference.flat_params());
-      MESSAGE("stage " << stage << " step " << s << ": norm " << zero_norm << " vs ddp " << ddp_norm
+      MESSAGE("allgather_bucket_size " << allgather << " step " << s << ": norm " << zero_norm << " vs ddp " << ddp_norm
                        << ", max |param - ddp| " << diff);
       CHECK(diff <= kParamTolerance);
       // The module's parameters are views of the gathered buffer: every rank has all of them.
@@ -189,11 +201,11 @@ TEST_CASE("ZeRO stage 1 and 2 train exactly like DDP, with the optimizer state s
     CHECK(expected_begin == zero.layout().numel());
     CHECK(mine.exp_avg.numel() == mine.params.numel());
 
-    if (stage == 1) {
-      CHECK(zero.stats().buckets_during_backward > 0);  // reduced from the hooks while backward ran
-    } else {
-      CHECK(zero.stats().buckets_total == 3);  // one reduce-scatter per step
-    }
+    CHECK(zero.stats().buckets_during_backward > 0);  // reduced from the hooks while backward ran
+    // Memory as the ZeRO paper counts stage 1: params and grads whole, AdamW 1/W.
+    CHECK(zero.memory().param_bytes == 4 * padded);
+    CHECK(zero.memory().grad_bytes == 4 * padded);
+    CHECK(zero.memory().optimizer_bytes == 8 * padded / W);
   }
 }
 
@@ -201,9 +213,6 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
   const int rank = world_rank(), W = world_size();
   const std::string dir = temp_dir("exchange");
   MpiCommunicator comm(MPI_COMM_WORLD);
-  AdamWOptions adamw;
-  DdpOptions ddp_options;
-  ddp_options.bucket_cap_mb = 0.004;
 
   // The reader job: the first W/2 ranks (np 2: one rank), each standing for two writer ranks.
   const int reader_size = W / 2;
@@ -222,14 +231,14 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
 
     // Writer: W ranks, 2 steps, checkpoint, then a third step (the reference).
     auto model = make_model(5);
-    std::unique_ptr<Strategy> writer = make_strategy(writer_name, *model, comm, adamw, ddp_options);
+    std::unique_ptr<Strategy> writer = strategy_named(writer_name, *model, comm);
     CHECK(writer->name() == writer_name);
     for (int s = 0; s < 2; ++s) train_step(*writer, *model, rank, 1, s);
     TrainState state;
     state.step = writer->optimizer_step();
     state.world_size = W;
     state.strategy = writer->name();
-    write_train_checkpoint(path, flat_tensors(writer->layout()), writer->checkpoint_part(), state, MPI_COMM_WORLD);
+    write_train_checkpoint(path, flat_tensors(writer->layout()), writer->checkpoint_parts(), state, MPI_COMM_WORLD);
     const at::Tensor saved = writer->flat_params().clone();
     train_step(*writer, *model, rank, 1, 2);
     const at::Tensor after = writer->flat_params().clone();
@@ -237,11 +246,11 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
     // Same world size, the reader strategy: the state it loads continues identically.
     {
       auto fresh = make_model(9);
-      std::unique_ptr<Strategy> reader = make_strategy(reader_name, *fresh, comm, adamw, ddp_options);
+      std::unique_ptr<Strategy> reader = strategy_named(reader_name, *fresh, comm);
       CheckpointReader file(path, MPI_COMM_WORLD);
       CHECK(read_train_state(file).strategy == writer_name);
-      FlatPart part = reader->checkpoint_part();
-      read_train_part(file, flat_tensors(reader->layout()), part);
+      std::vector<FlatPart> parts = reader->checkpoint_parts();
+      read_train_parts(file, flat_tensors(reader->layout()), parts, true);
       reader->finish_load(read_train_state(file).step);
       CHECK(reader->optimizer_step() == 2);
       CHECK(at::equal(reader->flat_params(), saved));  // float32 stored as float32: exact
@@ -256,10 +265,10 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
     if (reads) {
       MpiCommunicator half(reader_comm);
       auto fresh = make_model(11);
-      std::unique_ptr<Strategy> reader = make_strategy(reader_name, *fresh, half, adamw, ddp_options);
+      std::unique_ptr<Strategy> reader = strategy_named(reader_name, *fresh, half);
       CheckpointReader file(path, reader_comm);
-      FlatPart part = reader->checkpoint_part();
-      read_train_part(file, flat_tensors(reader->layout()), part);
+      std::vector<FlatPart> parts = reader->checkpoint_parts();
+      read_train_parts(file, flat_tensors(reader->layout()), parts, true);
       reader->finish_load(read_train_state(file).step);
       const int64_t numel = reader->layout().numel();
       CHECK(at::equal(reader->flat_params().narrow(0, 0, numel), saved.narrow(0, 0, numel)));
@@ -277,27 +286,42 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
   if (rank == 0) fs::remove_all(dir);
 }
 
-TEST_CASE("make_strategy builds ddp, zero1, zero2 and names the others as not available yet") {
+TEST_CASE("make_strategy builds every parallel.strategy and refuses what does not exist") {
   MpiCommunicator comm(MPI_COMM_WORLD);
-  for (const std::string name : {"ddp", "zero1", "zero2"}) {
+  const int W = world_size();
+  auto built = [&](ParallelConfig parallel) {
     auto model = make_model(5);
-    CHECK(make_strategy(name, *model, comm, AdamWOptions{})->name() == name);
+    return make_strategy(parallel, *model, comm, AdamWOptions{})->name();
+  };
+  ParallelConfig p;
+  for (const std::string name : {"ddp", "zero1", "zero2", "zero3"}) {
+    p.strategy = name;
+    CHECK(built(p) == name);
   }
-  for (const std::string name : {"zero3", "fsdp", "hybrid", "zero"}) {
-    auto model = make_model(5);
-    std::string message;
-    try {
-      make_strategy(name, *model, comm, AdamWOptions{});
-    } catch (const Error& e) {
-      message = e.what();
-    }
-    CHECK(message == "parallel.strategy = \"" + name +
-                         "\" is not available in this version yet; use ddp, zero1 or zero2");
+  p.strategy = "hybrid";
+  p.ranks_per_node = W / 2;
+  CHECK(built(p) == "hybrid");
+  p.ranks_per_node = W;  // one node: nothing to replicate across, full sharding
+  CHECK(built(p) == "zero3");
+  p.ranks_per_node = 3;  // does not divide 2 or 4
+  CHECK(error_of([&] { built(p); }).find("parallel.ranks_per_node") != std::string::npos);
+  p = ParallelConfig{};
+  p.strategy = "fsdp";
+  const std::vector<std::pair<std::string, std::string>> fsdp = {
+      {"FULL_SHARD", "zero3"}, {"SHARD_GRAD_OP", "zero2"}, {"NO_SHARD", "ddp"}};
+  for (const auto& pair : fsdp) {
+    p.fsdp.sharding_strategy = pair.first;
+    CHECK(built(p) == pair.second);
   }
-  auto model = make_model(5);
-  ZeroOptions bad;
-  bad.stage = 3;
-  CHECK_THROWS_AS(ZeroStrategy(*model, comm, AdamWOptions{}, bad), Error);
+  p.fsdp.sharding_strategy = "FULL";
+  CHECK(error_of([&] { built(p); }).find("parallel.fsdp.sharding_strategy = \"FULL\"") != std::string::npos);
+  p = ParallelConfig{};
+  p.offload_optimizer = "cpu";
+  CHECK(error_of([&] { built(p); }).find("needs a sharded strategy") != std::string::npos);
+  p.strategy = "zero";
+  p.offload_optimizer = "none";
+  CHECK(error_of([&] { built(p); }) ==
+        "parallel.strategy = \"zero\" is not one of ddp, zero1, zero2, zero3, fsdp, hybrid");
 }
 
 // ---- the training job end to end (helpers as in test_train_mpi.cpp) ----

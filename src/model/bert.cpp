@@ -418,7 +418,15 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
   at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
   TORCH_CHECK(types.sizes() == input_ids.sizes(), "token_type_ids must match input_ids ", input_ids.sizes());
 
-  at::Tensor hidden = embeddings_->forward(input_ids, types);  // [B, L, D]
+  const int64_t head_unit = num_units() - 1;
+  auto before = [this](int64_t unit) {
+    if (hooks_) hooks_->before_forward(unit);
+  };
+  auto after = [this](int64_t unit, at::Tensor output) {
+    return hooks_ ? hooks_->after_forward(unit, std::move(output)) : output;
+  };
+  before(0);
+  at::Tensor hidden = after(0, embeddings_->forward(input_ids, types));  // [B, L, D]
   const at::ScalarType dtype = hidden.scalar_type();
   at::Tensor additive_mask;  // [B, 1, 1, L]: 0 where attended, finfo.min at padding (HF's extended mask)
   if (attention_mask.defined()) {
@@ -428,9 +436,33 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
   } else {
     additive_mask = at::zeros({B, 1, 1, L}, hidden.options());
   }
-  for (auto& layer : layers_) hidden = layer->forward(hidden, additive_mask);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int64_t unit = static_cast<int64_t>(i) + 1;
+    before(unit);
+    hidden = after(unit, layers_[i]->forward(hidden, additive_mask));
+  }
+  before(head_unit);
   at::Tensor pooled = pooler_->forward(hidden);  // [B, D]
-  return classifier_(maybe_dropout(pooled, config_.effective_classifier_dropout(), is_training()));  // [B, C]
+  return after(head_unit, classifier_(maybe_dropout(pooled, config_.effective_classifier_dropout(),
+                                                    is_training())));  // [B, C]
+}
+
+int64_t BertForSequenceClassification::unit_of(const std::string& name) const {
+  const std::string embeddings = "bert.embeddings.", layer = "bert.encoder.layer.";
+  if (name.compare(0, embeddings.size(), embeddings) == 0) return 0;
+  if (name.compare(0, layer.size(), layer) == 0) {
+    const size_t dot = name.find('.', layer.size());
+    if (dot != std::string::npos) {
+      const std::string index = name.substr(layer.size(), dot - layer.size());
+      if (!index.empty() && index.find_first_not_of("0123456789") == std::string::npos) {
+        const int64_t i = std::stoll(index);
+        if (i < static_cast<int64_t>(layers_.size())) return i + 1;
+      }
+    }
+  } else if (name.compare(0, 12, "bert.pooler.") == 0 || name.compare(0, 11, "classifier.") == 0) {
+    return num_units() - 1;
+  }
+  throw Error("'" + name + "' is not a parameter name of this BERT model");
 }
 
 at::Tensor BertForSequenceClassification::loss(const at::Tensor& logits, const at::Tensor& labels) const {

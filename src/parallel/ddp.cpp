@@ -20,6 +20,7 @@ struct DataParallel::Impl {
   FlatModel flat;
   std::unique_ptr<AdamW> adamw;
   StrategyStats stats;
+  int64_t bytes_base = 0;  // comm.stats().bytes_sent when this strategy was built
   std::unique_ptr<GradientBuckets> buckets;
 
   explicit Impl(Communicator& c) : comm(c) {}
@@ -28,6 +29,7 @@ struct DataParallel::Impl {
 DataParallel::DataParallel(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
                            const DdpOptions& options)
     : impl_(std::make_unique<Impl>(comm)) {
+  impl_->bytes_base = comm.stats().bytes_sent;
   if (!(options.bucket_cap_mb > 0))
     throw Error(str_format("parallel.bucket_cap_mb must be > 0, got %g", options.bucket_cap_mb));
   Impl& s = *impl_;
@@ -93,8 +95,23 @@ void DataParallel::finish_load(int64_t optimizer_step) {
   s.adamw->load_state(exp_avg, exp_avg_sq, optimizer_step);
 }
 
-const StrategyStats& DataParallel::stats() const { return impl_->stats; }
+const StrategyStats& DataParallel::stats() const {
+  impl_->stats.bytes_sent = impl_->comm.stats().bytes_sent - impl_->bytes_base;
+  return impl_->stats;
+}
+
+std::vector<FlatPart> DataParallel::checkpoint_parts() { return {checkpoint_part()}; }
+StrategyMemory DataParallel::memory() const {
+  const int64_t n = impl_->flat.padded_numel;
+  StrategyMemory m;
+  m.param_bytes = n * 4;
+  m.grad_bytes = n * 4;
+  m.optimizer_bytes = 2 * n * 4;
+  return m;
+}
+
 at::Tensor DataParallel::flat_params() const { return impl_->flat.params; }
+const AdamW& DataParallel::optimizer() const { return *impl_->adamw; }
 at::Tensor DataParallel::flat_grads() const { return impl_->flat.grads; }
 std::vector<ElementRange> DataParallel::buckets() const { return impl_->buckets->buckets(); }
 

@@ -54,6 +54,22 @@ class GradientReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
+GradientReadyHooks::GradientReadyHooks(const std::vector<at::Tensor>& parameters, std::function<void(size_t)> ready,
+                                       const std::string& who) {
+  auto shared_ready = std::make_shared<std::function<void(size_t)>>(std::move(ready));
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters[i]);
+    ST_ASSERT(accumulator != nullptr, who + ": parameter " + std::to_string(i) + " has no gradient accumulator");
+    const uintptr_t key =
+        accumulator->add_post_hook(std::make_unique<GradientReadyHook>([shared_ready, i] { (*shared_ready)(i); }));
+    hooks_.emplace_back(std::move(accumulator), key);
+  }
+}
+
+GradientReadyHooks::~GradientReadyHooks() {
+  for (auto& hook : hooks_) hook.first->del_post_hook(hook.second);
+}
+
 GradientBuckets::GradientBuckets(const FlatModel& model, double bucket_cap_mb, LaunchFn launch, StrategyStats& stats)
     : launch_(std::move(launch)), stats_(stats) {
   ST_ASSERT(bucket_cap_mb > 0, "GradientBuckets: bucket_cap_mb must be > 0");
@@ -77,17 +93,8 @@ GradientBuckets::GradientBuckets(const FlatModel& model, double bucket_cap_mb, L
   slot_done_.assign(slots.size(), 0);
   reset_round();
 
-  for (size_t i = 0; i < slots.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(model.parameters[i]);
-    ST_ASSERT(accumulator != nullptr, "GradientBuckets: no gradient accumulator for " + slots[i].name);
-    const uintptr_t key =
-        accumulator->add_post_hook(std::make_unique<GradientReadyHook>([this, i] { on_gradient(i); }));
-    hooks_.emplace_back(std::move(accumulator), key);
-  }
-}
-
-GradientBuckets::~GradientBuckets() {
-  for (auto& hook : hooks_) hook.first->del_post_hook(hook.second);
+  hooks_ = std::make_unique<GradientReadyHooks>(model.parameters, [this](size_t i) { on_gradient(i); },
+                                                "GradientBuckets");
 }
 
 void GradientBuckets::reset_round() {

@@ -46,6 +46,22 @@ struct FlatModel {
 // `world_size` ranks. `who` names the strategy in assertion messages.
 FlatModel flatten_model(BertForSequenceClassification& model, int world_size, const std::string& who);
 
+// A post-hook on every parameter's gradient accumulator: ready(i) runs once
+// autograd has accumulated parameters[i]'s gradient in a backward pass.
+class GradientReadyHooks {
+ public:
+  GradientReadyHooks(const std::vector<at::Tensor>& parameters, std::function<void(size_t)> ready,
+                     const std::string& who);
+  ~GradientReadyHooks();  // removes the hooks
+  GradientReadyHooks(const GradientReadyHooks&) = delete;
+  GradientReadyHooks& operator=(const GradientReadyHooks&) = delete;
+
+ private:
+  // The gradient accumulators must stay alive: a leaf holds its accumulator
+  // weakly, so a new one (without our hook) would be made for each backward.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+};
+
 class GradientBuckets {
  public:
   // Starts the reduction of grads elements `range`; returns its handle.
@@ -55,7 +71,6 @@ class GradientBuckets {
   // `stats` must outlive this object. bucket_cap_mb > 0 (checked by the caller,
   // which owns the config error).
   GradientBuckets(const FlatModel& model, double bucket_cap_mb, LaunchFn launch, StrategyStats& stats);
-  ~GradientBuckets();  // removes the hooks
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
 
@@ -83,9 +98,7 @@ class GradientBuckets {
   std::vector<std::unique_ptr<Work>> works_;  // by bucket; null = not launched
   size_t next_launch_ = 0;
   bool sync_ = false;
-  // The gradient accumulators must stay alive: a leaf holds its accumulator
-  // weakly, so a new one (without our hook) would be made for each backward.
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::unique_ptr<GradientReadyHooks> hooks_;
 };
 
 }  // namespace shardtrain

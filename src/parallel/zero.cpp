@@ -18,85 +18,86 @@ namespace shardtrain {
 
 struct ZeroStrategy::Impl {
   Communicator& comm;
-  int stage = 1;
+  ZeroOptions options;
   FlatModel flat;
   ElementRange shard;
-  at::Tensor shard_grads;  // stage 1: view of flat.grads; stage 2: its own buffer
+  at::Tensor shard_grads;  // view of flat.grads
+  at::Tensor master;       // shard_params(), or its host copy with offload_optimizer on a GPU
   std::unique_ptr<AdamW> adamw;
   std::vector<ElementRange> shard_decay;  // decay ranges relative to shard.begin
   StrategyStats stats;
-  std::unique_ptr<GradientBuckets> buckets;  // stage 1 only
+  int64_t bytes_base = 0;  // comm.stats().bytes_sent when this strategy was built
+  std::unique_ptr<GradientBuckets> buckets;
 
   explicit Impl(Communicator& c) : comm(c) {}
 
   at::Tensor shard_params() const { return flat.params.narrow(0, shard.begin, shard.size()); }
 
-  // Every rank's parameter shard into every rank's full buffer. all_gather
-  // needs an input that does not alias its output, hence the copy.
+  // Every rank's parameter shard into every rank's full buffer, in pieces of
+  // allgather_bucket_size elements per rank when set. all_gather needs an
+  // input that does not alias its output, hence the copy.
   void gather_params() {
-    at::Tensor mine = shard_params().clone();
-    comm.all_gather(mine, flat.params);
+    const int64_t per_rank = shard.size();
+    const int64_t piece = options.allgather_bucket_size > 0 ? std::min(options.allgather_bucket_size, per_rank)
+                                                             : per_rank;
+    if (piece == per_rank) {
+      comm.all_gather(shard_params().clone(), flat.params);
+      return;
+    }
+    const int world = comm.size();
+    at::Tensor staging = at::empty({piece * world}, flat.params.options());
+    for (int64_t begin = 0; begin < per_rank; begin += piece) {
+      const int64_t count = std::min(piece, per_rank - begin);
+      at::Tensor out = staging.narrow(0, 0, count * world);
+      comm.all_gather(shard_params().narrow(0, begin, count).clone(), out);
+      for (int r = 0; r < world; ++r)
+        flat.params.narrow(0, r * per_rank + begin, count).copy_(out.narrow(0, r * count, count));
+    }
   }
 };
 
 ZeroStrategy::ZeroStrategy(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
                            const ZeroOptions& options)
     : impl_(std::make_unique<Impl>(comm)) {
-  if (options.stage != 1 && options.stage != 2)
-    throw Error(str_format("ZeRO stage must be 1 or 2 here, got %d (stage 3 is not available yet)", options.stage));
+  impl_->bytes_base = comm.stats().bytes_sent;
   if (!(options.bucket_cap_mb > 0))
     throw Error(str_format("parallel.bucket_cap_mb must be > 0, got %g", options.bucket_cap_mb));
+  if (options.allgather_bucket_size < 0)
+    throw Error("parallel.zero.allgather_bucket_size must be >= 0");
   Impl& s = *impl_;
-  s.stage = options.stage;
+  s.options = options;
   s.flat = flatten_model(model, comm.size(), "ZeroStrategy");
   s.shard = s.flat.layout->shard_range(comm.rank(), comm.size());
   s.shard_decay = s.flat.layout->decay_ranges_in(s.shard);
-  s.adamw = std::make_unique<AdamW>(s.shard.size(), adamw, s.flat.params.options());
-  if (s.stage == 1) {
-    s.shard_grads = s.flat.grads.narrow(0, s.shard.begin, s.shard.size());
-    at::Tensor grads = s.flat.grads;
-    // The same buckets and all-reduce as DDP, so stage 1's gradients are DDP's bit for bit.
-    s.buckets = std::make_unique<GradientBuckets>(
-        s.flat, options.bucket_cap_mb,
-        [&comm, grads](ElementRange r) {
-          return comm.all_reduce_async(grads.narrow(0, r.begin, r.size()), ReduceOp::kAvg);
-        },
-        s.stats);
-  } else {
-    s.shard_grads = at::zeros({s.shard.size()}, s.flat.grads.options());
-  }
+  s.shard_grads = s.flat.grads.narrow(0, s.shard.begin, s.shard.size());
+  const bool host_master = options.offload_optimizer && !s.flat.params.device().is_cpu();
+  s.master = host_master ? s.shard_params().to(at::kCPU).clone() : s.shard_params();
+  s.adamw = std::make_unique<AdamW>(s.shard.size(), adamw, s.master.options());
+  at::Tensor grads = s.flat.grads;
+  // The same buckets and all-reduce as DDP, so the gradients are DDP's bit for bit.
+  s.buckets = std::make_unique<GradientBuckets>(
+      s.flat, options.bucket_cap_mb,
+      [&comm, grads](ElementRange r) {
+        return comm.all_reduce_async(grads.narrow(0, r.begin, r.size()), ReduceOp::kAvg);
+      },
+      s.stats);
 }
 
 ZeroStrategy::~ZeroStrategy() = default;  // GradientBuckets removes the hooks
 
-std::string ZeroStrategy::name() const { return impl_->stage == 1 ? "zero1" : "zero2"; }
-int ZeroStrategy::stage() const { return impl_->stage; }
+std::string ZeroStrategy::name() const { return "zero1"; }
 
-void ZeroStrategy::broadcast_parameters(int root) { impl_->comm.broadcast(impl_->flat.params, root); }
-
-void ZeroStrategy::zero_grad() {
-  impl_->flat.grads.zero_();
-  if (impl_->stage == 2) impl_->shard_grads.zero_();
+void ZeroStrategy::broadcast_parameters(int root) {
+  impl_->comm.broadcast(impl_->flat.params, root);
+  if (impl_->master.device().is_cpu() && !impl_->flat.params.device().is_cpu())
+    impl_->master.copy_(impl_->shard_params());
 }
 
-void ZeroStrategy::prepare_backward(bool sync) {
-  // Stage 2 reduces nothing during backward: micro-steps accumulate locally
-  // whatever `sync` says, and finish_backward() reduce-scatters the sum.
-  if (impl_->buckets) impl_->buckets->prepare(sync);
-}
+void ZeroStrategy::zero_grad() { impl_->flat.grads.zero_(); }
 
-void ZeroStrategy::finish_backward() {
-  Impl& s = *impl_;
-  if (s.buckets) {
-    s.buckets->finish();
-    return;
-  }
-  std::unique_ptr<Work> work = s.comm.reduce_scatter_async(s.flat.grads, s.shard_grads, ReduceOp::kAvg);
-  ++s.stats.buckets_total;
-  const double start = MPI_Wtime();
-  work->wait();
-  s.stats.seconds_waiting += MPI_Wtime() - start;
-}
+void ZeroStrategy::prepare_backward(bool sync) { impl_->buckets->prepare(sync); }
+
+void ZeroStrategy::finish_backward() { impl_->buckets->finish(); }
 
 double ZeroStrategy::step(double lr, double max_grad_norm) {
   Impl& s = *impl_;
@@ -105,7 +106,9 @@ double ZeroStrategy::step(double lr, double max_grad_norm) {
   // (m = v = 0, update 0).
   const double norm = max_grad_norm > 0 ? clip_grad_norm(s.shard_grads, max_grad_norm, s.comm)
                                         : global_grad_norm(s.shard_grads, s.comm);
-  s.adamw->step(s.shard_params(), s.shard_grads, s.shard_decay, lr);
+  const bool host_master = s.master.device() != s.flat.params.device();
+  s.adamw->step(s.master, host_master ? s.shard_grads.to(at::kCPU) : s.shard_grads, s.shard_decay, lr);
+  if (host_master) s.shard_params().copy_(s.master);
   s.gather_params();
   return norm;
 }
@@ -133,12 +136,27 @@ int64_t ZeroStrategy::optimizer_step() const { return impl_->adamw->step_count()
 void ZeroStrategy::finish_load(int64_t optimizer_step) {
   Impl& s = *impl_;
   s.gather_params();
+  if (s.master.device() != s.flat.params.device()) s.master.copy_(s.shard_params());
   // The AdamW buffers were filled in place through checkpoint_part(); this
   // only sets the step count (load_state copies, so pass copies).
   s.adamw->load_state(s.adamw->exp_avg().clone(), s.adamw->exp_avg_sq().clone(), optimizer_step);
 }
 
-const StrategyStats& ZeroStrategy::stats() const { return impl_->stats; }
+const StrategyStats& ZeroStrategy::stats() const {
+  impl_->stats.bytes_sent = impl_->comm.stats().bytes_sent - impl_->bytes_base;
+  return impl_->stats;
+}
+
+std::vector<FlatPart> ZeroStrategy::checkpoint_parts() { return {checkpoint_part()}; }
+StrategyMemory ZeroStrategy::memory() const {
+  const Impl& s = *impl_;
+  StrategyMemory m;
+  m.param_bytes = s.flat.padded_numel * 4;
+  m.grad_bytes = s.flat.padded_numel * 4;
+  m.optimizer_bytes = (s.master.device() != s.flat.params.device() ? 3 : 2) * s.shard.size() * 4;
+  return m;
+}
+
 ElementRange ZeroStrategy::shard() const { return impl_->shard; }
 at::Tensor ZeroStrategy::shard_grads() const { return impl_->shard_grads; }
 const AdamW& ZeroStrategy::optimizer() const { return *impl_->adamw; }

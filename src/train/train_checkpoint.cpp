@@ -77,15 +77,43 @@ void check_group_matches(const CheckpointReader& reader, const std::string& grou
   }
 }
 
-// Reads /group into `flat` (a float32 part starting at `begin`): through a
-// contiguous CPU float32 buffer when `flat` is anything else.
+// Reads /group into the parts' tensors (float32 parts starting at their
+// `begin`), in one collective read: through contiguous CPU float32 buffers
+// where a part's tensor is anything else.
 void read_group(CheckpointReader& reader, const std::string& group, const std::vector<FlatTensor>& layout,
-                int64_t begin, at::Tensor& flat) {
-  const bool direct = flat.device().is_cpu() && flat.scalar_type() == at::kFloat && flat.is_contiguous();
-  at::Tensor buffer = direct ? flat.view({-1}) : at::empty({flat.numel()}, at::TensorOptions().dtype(at::kFloat));
-  std::vector<TensorSlice> slices = slices_of_shard(layout, begin, buffer);
+                std::vector<FlatPart>& parts, at::Tensor FlatPart::*member) {
+  std::vector<TensorSlice> slices;
+  std::vector<std::pair<at::Tensor*, at::Tensor>> copies;  // (part tensor, staging buffer)
+  for (FlatPart& part : parts) {
+    at::Tensor& flat = part.*member;
+    const bool direct = flat.device().is_cpu() && flat.scalar_type() == at::kFloat && flat.is_contiguous();
+    at::Tensor buffer =
+        direct ? flat.view({-1}) : at::empty({flat.numel()}, at::TensorOptions().dtype(at::kFloat));
+    if (!direct) copies.emplace_back(&flat, buffer);
+    for (TensorSlice& slice : slices_of_shard(layout, part.begin, buffer)) slices.push_back(std::move(slice));
+  }
   reader.read(group, slices);
-  if (!direct) flat.copy_(buffer.view(flat.sizes()));
+  for (auto& copy : copies) copy.first->copy_(copy.second.view(copy.first->sizes()));
+}
+
+// Every part's slices of one group, for one collective write.
+std::vector<TensorSlice> slices_of_parts(const std::vector<FlatTensor>& layout, const std::vector<FlatPart>& parts,
+                                         at::Tensor FlatPart::*member) {
+  std::vector<TensorSlice> slices;
+  for (const FlatPart& part : parts)
+    for (TensorSlice& slice : slices_of_shard(layout, part.begin, flat_float(part.*member)))
+      slices.push_back(std::move(slice));
+  return slices;
+}
+
+bool parts_have_optimizer(const std::vector<FlatPart>& parts, const std::string& where) {
+  ST_ASSERT(!parts.empty(), where + ": no FlatPart (a rank that owns nothing passes one empty part)");
+  for (const FlatPart& part : parts) {
+    check_part_sizes(part, where);
+    ST_ASSERT(part.exp_avg.defined() == parts.front().exp_avg.defined(),
+              where + ": some FlatParts carry optimizer state and others do not");
+  }
+  return parts.front().exp_avg.defined();
 }
 
 }  // namespace
@@ -99,14 +127,18 @@ std::vector<FlatTensor> flat_tensors(const ParamLayout& layout) {
 
 void write_train_checkpoint(const std::string& final_path, const std::vector<FlatTensor>& layout,
                             const FlatPart& part, const TrainState& state, MPI_Comm comm) {
-  check_part_sizes(part, final_path);
-  const bool with_optimizer = agreed_flag(part.exp_avg.defined(), comm, final_path);
+  write_train_checkpoint(final_path, layout, std::vector<FlatPart>{part}, state, comm);
+}
+
+void write_train_checkpoint(const std::string& final_path, const std::vector<FlatTensor>& layout,
+                            const std::vector<FlatPart>& parts, const TrainState& state, MPI_Comm comm) {
+  const bool with_optimizer = agreed_flag(parts_have_optimizer(parts, final_path), comm, final_path);
 
   CheckpointWriter writer(final_path, comm);
-  writer.write_group(kModelGroup, slices_of_shard(layout, part.begin, flat_float(part.params)));
+  writer.write_group(kModelGroup, slices_of_parts(layout, parts, &FlatPart::params));
   if (with_optimizer) {
-    writer.write_group(kExpAvgGroup, slices_of_shard(layout, part.begin, flat_float(part.exp_avg)));
-    writer.write_group(kExpAvgSqGroup, slices_of_shard(layout, part.begin, flat_float(part.exp_avg_sq)));
+    writer.write_group(kExpAvgGroup, slices_of_parts(layout, parts, &FlatPart::exp_avg));
+    writer.write_group(kExpAvgSqGroup, slices_of_parts(layout, parts, &FlatPart::exp_avg_sq));
   }
   writer.set_attribute("kind", kTrainCheckpointKind);
   writer.set_attribute("step", state.step);
@@ -161,17 +193,26 @@ TrainState read_train_state(const CheckpointReader& reader) {
 }
 
 void read_train_part(CheckpointReader& reader, const std::vector<FlatTensor>& layout, FlatPart& part) {
-  check_part_sizes(part, reader.path());
-  const bool with_optimizer = part.exp_avg.defined();
+  std::vector<FlatPart> parts{part};  // shares part's tensors
+  read_train_parts(reader, layout, parts, part.exp_avg.defined());
+}
+
+void read_train_parts(CheckpointReader& reader, const std::vector<FlatTensor>& layout, std::vector<FlatPart>& parts,
+                      bool with_optimizer) {
+  for (const FlatPart& part : parts) {
+    check_part_sizes(part, reader.path());
+    ST_ASSERT(part.exp_avg.defined() == with_optimizer,
+              reader.path() + ": read_train_parts: a part's optimizer tensors do not match with_optimizer");
+  }
   check_group_matches(reader, kModelGroup, layout);
   if (with_optimizer) {
     check_group_matches(reader, kExpAvgGroup, layout);
     check_group_matches(reader, kExpAvgSqGroup, layout);
   }
-  read_group(reader, kModelGroup, layout, part.begin, part.params);
+  read_group(reader, kModelGroup, layout, parts, &FlatPart::params);
   if (with_optimizer) {
-    read_group(reader, kExpAvgGroup, layout, part.begin, part.exp_avg);
-    read_group(reader, kExpAvgSqGroup, layout, part.begin, part.exp_avg_sq);
+    read_group(reader, kExpAvgGroup, layout, parts, &FlatPart::exp_avg);
+    read_group(reader, kExpAvgSqGroup, layout, parts, &FlatPart::exp_avg_sq);
   }
 }
 

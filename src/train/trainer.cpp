@@ -322,6 +322,20 @@ const KeptCheckpoint* best_of(const std::vector<KeptCheckpoint>& all, bool maxim
 
 // -----------------------------------------------------------------------------
 
+namespace {
+
+// Ranks of `comm` that share this rank's node (MPI's shared-memory split).
+int ranks_on_this_node(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return size;
+}
+
+}  // namespace
+
 TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& options) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
@@ -329,14 +343,6 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   const TrainConfig& t = config.train;
   const double invocation_start = MPI_Wtime();
 
-  require_available_strategy(config.parallel.strategy);
-  // Keys of the next strategies: refuse them rather than silently train without them.
-  if (config.parallel.offload_optimizer != "none")
-    throw Error("parallel.offload_optimizer = \"" + config.parallel.offload_optimizer +
-                "\" is not available in this version yet; use \"none\"");
-  if (!config.parallel.deepspeed_config.empty())
-    throw Error("parallel.deepspeed_config is not read in this version yet; set parallel.strategy "
-                "(zero1 / zero2) and the train.* keys instead");
   if (t.mixed_precision != "no")
     throw Error("train.mixed_precision = \"" + t.mixed_precision +
                 "\" is not implemented in this version yet; use \"no\" (fp32)");
@@ -472,10 +478,9 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   adamw.beta2 = t.adam_beta2;
   adamw.eps = t.adam_epsilon;
   adamw.weight_decay = t.weight_decay;
-  DdpOptions ddp_options;
-  ddp_options.bucket_cap_mb = config.parallel.bucket_cap_mb;
   std::unique_ptr<Strategy> strategy =
-      make_strategy(config.parallel.strategy, *model, *communicator, adamw, ddp_options);
+      make_strategy(config.parallel, *model, *communicator, adamw, ranks_on_this_node(comm));
+  log_info("strategy %s (parallel.strategy = %s)", strategy->name().c_str(), config.parallel.strategy.c_str());
   strategy->broadcast_parameters(0);
   const std::vector<FlatTensor> flat_layout = flat_tensors(strategy->layout());
 
@@ -526,8 +531,8 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       log_warn("%s planned %lld optimizer steps, this job plans %lld: the learning-rate schedule follows this job",
                resume_path.c_str(), static_cast<long long>(state.num_training_steps),
                static_cast<long long>(total_steps));
-    FlatPart part = strategy->checkpoint_part();
-    read_train_part(reader, flat_layout, part);
+    std::vector<FlatPart> parts = strategy->checkpoint_parts();
+    read_train_parts(reader, flat_layout, parts, /*with_optimizer=*/true);
     strategy->finish_load(state.step);
     step = state.step;
     epoch = state.epoch;
@@ -626,7 +631,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       state.loss_count = 0;
       state.train_seconds = elapsed_total();
       const double start = MPI_Wtime();
-      write_train_checkpoint(path, flat_layout, strategy->checkpoint_part(), state, comm);
+      write_train_checkpoint(path, flat_layout, strategy->checkpoint_parts(), state, comm);
       report.metrics["checkpoint_seconds"] = MPI_Wtime() - start;
       report.checkpoint = path;
       result.last_checkpoint = path;

@@ -133,6 +133,20 @@ class BertPooler : public torch::nn::Module {
   torch::nn::Linear dense{nullptr};
 };
 
+// Called around each unit's forward, the way PyTorch's module forward
+// pre-/post-hooks are: strategies that shard parameters gather a unit's
+// parameters just before it runs and free them after (parallel/fsdp.h). The
+// units, in forward order: 0 the embeddings, 1..num_hidden_layers the encoder
+// layers, num_hidden_layers + 1 the head (pooler + classifier).
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_forward(int64_t unit) = 0;
+  // `output` is the unit's output (the logits for the head); returns it, or a
+  // tensor equal to it (e.g. with a gradient hook registered).
+  virtual at::Tensor after_forward(int64_t unit, at::Tensor output) = 0;
+};
+
 class BertForSequenceClassification : public torch::nn::Module {
  public:
   // Builds the module tree with LibTorch's default init; call init_weights()
@@ -168,6 +182,14 @@ class BertForSequenceClassification : public torch::nn::Module {
   // HF name prefixes of the pieces: "bert.embeddings.", "bert.encoder.layer.<i>.",
   // "bert.pooler.", "classifier.".
   static std::string layer_prefix(int64_t i);
+  // Forward units (see UnitHooks): num_hidden_layers + 2.
+  int64_t num_units() const { return static_cast<int64_t>(layers_.size()) + 2; }
+  // The unit that owns the parameter with HF name `name`; Error for a name
+  // that is not a parameter of this model.
+  int64_t unit_of(const std::string& name) const;
+  // Installs hooks around every unit's forward (nullptr removes them). The
+  // hooks must outlive the model or be removed first.
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
   // (HF name, parameter) in HF order; the tensors alias the parameters.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
@@ -178,6 +200,7 @@ class BertForSequenceClassification : public torch::nn::Module {
   std::vector<std::shared_ptr<BertLayer>> layers_;
   std::shared_ptr<BertPooler> pooler_;
   torch::nn::Linear classifier_{nullptr};
+  UnitHooks* hooks_ = nullptr;
 };
 
 // Applies HF activation `name` (see BertConfig::hidden_act) to x.

@@ -54,14 +54,19 @@ class DataParallel : public Strategy {
   void finish_backward() override;
   double step(double lr, double max_grad_norm) override;
   const ParamLayout& layout() const override;
-  FlatPart checkpoint_part() override;
+  std::vector<FlatPart> checkpoint_parts() override;  // {checkpoint_part()}
+  // The one contiguous part this rank checkpoints.
+  FlatPart checkpoint_part();
   int64_t optimizer_step() const override;
   void finish_load(int64_t optimizer_step) override;
   const StrategyStats& stats() const override;
+  StrategyMemory memory() const override;
 
   at::Tensor flat_params() const override;
   // The flat gradient buffer (numel padded_numel(world size)); for tests and benchmarks.
   at::Tensor flat_grads() const;
+  // The AdamW state over the whole padded buffer; for tests.
+  const AdamW& optimizer() const;
   // Bucket b covers grads elements [begin, end); bucket 0 is launched first.
   std::vector<ElementRange> buckets() const;
 

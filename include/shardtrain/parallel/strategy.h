@@ -36,9 +36,23 @@ struct FlatPart;
 
 // Counters for logs and benchmarks.
 struct StrategyStats {
-  int64_t buckets_total = 0;             // reductions launched (all steps)
+  int64_t buckets_total = 0;             // gradient reductions launched (all steps)
   int64_t buckets_during_backward = 0;   // of those, launched from a hook while backward ran
-  double seconds_waiting = 0;            // in finish_backward(), waiting for reductions
+  double seconds_waiting = 0;            // blocked waiting for collectives (exposed communication)
+  int64_t gathers_total = 0;             // parameter all-gathers of sharded units (zero3 / fsdp)
+  int64_t gathers_prefetched = 0;        // of those, launched ahead of the unit that needed them
+  int64_t bytes_sent = 0;                // bytes this rank sent in the strategy's collectives (ring accounting)
+};
+
+// Bytes one rank holds for training state, as the ZeRO paper counts them
+// (everything fp32 here: parameters 4, gradients 4, AdamW exp_avg + exp_avg_sq
+// 8 bytes per element; padding included).
+struct StrategyMemory {
+  int64_t param_bytes = 0;          // parameters held between steps (full copies and shards)
+  int64_t grad_bytes = 0;           // gradients held between steps
+  int64_t optimizer_bytes = 0;      // AdamW state (and the fp32 master shard when offloaded)
+  int64_t peak_transient_bytes = 0; // the most gathered parameters + unsharded gradients alive at once
+  int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes; }
 };
 
 class Strategy {
@@ -67,17 +81,19 @@ class Strategy {
   // elements; the module's parameters are views into it). Identical on every
   // rank after broadcast_parameters(), step() and finish_load().
   virtual at::Tensor flat_params() const = 0;
-  // The part of the flat parameter / optimizer buffers this rank writes to a
-  // checkpoint (the parts of all ranks tile the layout) and fills on resume.
-  virtual FlatPart checkpoint_part() = 0;
+  // The parts of the flat parameter / optimizer buffers this rank writes to a
+  // checkpoint (the parts of all ranks tile the layout) and fills on resume:
+  // at least one (possibly empty) part per rank.
+  virtual std::vector<FlatPart> checkpoint_parts() = 0;
   // AdamW step count (checkpointed, restored with load_optimizer_step()).
   virtual int64_t optimizer_step() const = 0;
-  // After the checkpoint_part() buffers were filled from a checkpoint: make
+  // After the checkpoint_parts() buffers were filled from a checkpoint: make
   // every rank's full state consistent again (DDP: all-gather the parts) and
   // set the AdamW step count.
   virtual void finish_load(int64_t optimizer_step) = 0;
 
   virtual const StrategyStats& stats() const = 0;
+  virtual StrategyMemory memory() const = 0;
 };
 
 }  // namespace shardtrain

@@ -80,6 +80,12 @@ std::vector<FlatTensor> flat_tensors(const ParamLayout& layout);
 // rename). The parts of all ranks must tile the layout's elements exactly.
 void write_train_checkpoint(const std::string& final_path, const std::vector<FlatTensor>& layout,
                             const FlatPart& part, const TrainState& state, MPI_Comm comm);
+// The same with several parts per rank (a sharded strategy owns one piece of
+// every unit): at least one part per rank (an empty one when it owns nothing),
+// all with or all without optimizer state; written in one collective write per
+// group.
+void write_train_checkpoint(const std::string& final_path, const std::vector<FlatTensor>& layout,
+                            const std::vector<FlatPart>& parts, const TrainState& state, MPI_Comm comm);
 
 // Local: the attributes. Error naming the file when it is not a training
 // checkpoint or an attribute is missing.
@@ -92,6 +98,11 @@ TrainState read_train_state(const CheckpointReader& reader);
 // the checkpoint has none. Every rank checks the same file metadata, so all
 // throw alike.
 void read_train_part(CheckpointReader& reader, const std::vector<FlatTensor>& layout, FlatPart& part);
+// The same for several parts, in one collective read per group; every part
+// has optimizer tensors exactly when with_optimizer (which every rank passes
+// alike).
+void read_train_parts(CheckpointReader& reader, const std::vector<FlatTensor>& layout, std::vector<FlatPart>& parts,
+                      bool with_optimizer);
 
 // The model of a checkpoint on the CPU (fp32, in eval mode), with its HF
 // config and tokenizer inputs; for inspect / export / predict --model CKPT.
