@@ -247,6 +247,10 @@ TEST_CASE("zero_optimization.stage chooses the strategy; stage-specific keys") {
   CHECK(aliases.parallel.zero.stage3_prefetch_bucket_size == 1000);
   CHECK(aliases.parallel.zero.stage3_param_persistence_threshold == 10);
   CHECK(aliases.parallel.zero.gather_16bit_weights_on_model_save);
+  // "auto": Accelerate's false.
+  CHECK_FALSE(load(s.config({{"zero_optimization", {{"stage", 3}, {"stage3_gather_16bit_weights_on_model_save", "auto"}}}}),
+                   1)
+                  .parallel.zero.gather_16bit_weights_on_model_save);
 }
 
 TEST_CASE("batch sizes: numbers override, train_batch_size must be micro x accumulation x world size") {

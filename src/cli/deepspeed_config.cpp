@@ -411,6 +411,11 @@ void Resolver::resolve_zero(const json* zero) {
                  &Resolver::auto_persistence_threshold, true);
       } else if (name == "gather_16bit_weights_on_model_save" || name == "stage3_gather_16bit_weights_on_model_save" ||
                  name == "stage3_gather_fp16_weights_on_model_save") {
+        if (is_auto(v)) {
+          // Accelerate fills "auto" with false (its zero3_save_16bit_model default).
+          line(key, &v, "false (as Accelerate fills it)");
+          continue;
+        }
         flag_key(key, v, z.gather_16bit_weights_on_model_save, "gather_16bit_weights_on_model_save", true);
       } else if (name == "allgather_partitions" || name == "reduce_scatter") {
         // DeepSpeed's defaults, and the only way the sharded strategies work.
