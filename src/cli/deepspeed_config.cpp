@@ -517,7 +517,8 @@ void Resolver::resolve_batch(const json* micro_json, const json* accumulation_js
     if (micro * accumulation * world != total) {
       problem("train_batch_size", total_json,
               str_format("must equal train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps (%lld) x "
-                         "world size (%lld) = %lld; fix one of them or write \"auto\"",
+                         "world size (%lld) = %lld; fix one of them or write \"auto\" (the world size is the job's "
+                         "number of ranks; `shardtrain config --world-size N` checks another)",
                          static_cast<long long>(micro), static_cast<long long>(accumulation),
                          static_cast<long long>(world), static_cast<long long>(micro * accumulation * world)));
       return;
