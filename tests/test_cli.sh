@@ -144,6 +144,7 @@ label = "Quality"
 lr = 3e-5
 num_epochs = 2
 TOML
+GOOD_TOML=$TMP/good.toml
 if run cfg_good 0 "$BIN" config --config "$TMP/good.toml" --train.batch_size 8; then
   expect_in "cfg_good: prints [train]" "$TMP/cfg_good.out" "[train]"
   expect_in "cfg_good: file value" "$TMP/cfg_good.out" "num_epochs = 2"
@@ -157,6 +158,32 @@ fi
 if run cfg_typo_flag 2 "$BIN" config --train.num_epoch 3; then
   expect_in "cfg_typo_flag: names the key" "$TMP/cfg_typo_flag.err" "train.num_epoch"
   expect_in "cfg_typo_flag: suggests" "$TMP/cfg_typo_flag.err" "did you mean 'train.num_epochs'"
+fi
+
+echo "== config with a DeepSpeed JSON"
+# The reference ZeRO-3 JSON with fp16 off; the model's hidden_size is 8, so the
+# "auto" sizes are 8*8 = 64, int(0.9*64) = 57 and 10*8 = 80, and
+# train_batch_size "auto" = 8 per rank x 1 step x 4 ranks = 32.
+cp "$GOOD_TOML" "$TMP/ds.toml"
+printf '\n[parallel]\ndeepspeed_config = "%s"\n' "$SRC/configs/deepspeed/zero3_offload_fp32.json" >>"$TMP/ds.toml"
+if run cfg_ds 0 "$BIN" config --config "$TMP/ds.toml" --train.batch_size 8 --world-size 4; then
+  expect_in "cfg_ds: strategy from the stage" "$TMP/cfg_ds.out" 'strategy = "zero3"'
+  expect_in "cfg_ds: JSON path kept" "$TMP/cfg_ds.out" "zero3_offload_fp32.json"
+  expect_in "cfg_ds: reduce_bucket_size auto" "$TMP/cfg_ds.out" "reduce_bucket_size = 64"
+  expect_in "cfg_ds: prefetch auto" "$TMP/cfg_ds.out" "stage3_prefetch_bucket_size = 57"
+  expect_in "cfg_ds: persistence auto" "$TMP/cfg_ds.out" "stage3_param_persistence_threshold = 80"
+  expect_in "cfg_ds: resolved lines printed" "$TMP/cfg_ds.out" \
+    '# deepspeed: train_batch_size = "auto" -> 32 (8 per rank x 1 accumulation steps x 4 ranks)'
+  expect_in "cfg_ds: offload" "$TMP/cfg_ds.out" 'offload_optimizer = "cpu"'
+fi
+if [ -n "$MPIEXEC" ] && run cfg_ds_np2 0 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" config --config "$TMP/ds.toml"; then
+  expect_in "cfg_ds_np2: world size of the job" "$TMP/cfg_ds_np2.out" "-> 32 (16 per rank x 1 accumulation steps x 2 ranks)"
+fi
+# The shipped reference JSON as is (fp16) with run.device = "cpu" (the default): refused with a hint.
+sed "s|zero3_offload_fp32.json|zero3_offload.json|" "$TMP/ds.toml" >"$TMP/ds_fp16.toml"
+if run cfg_ds_fp16 2 "$BIN" config --config "$TMP/ds_fp16.toml"; then
+  expect_in "cfg_ds_fp16: names the key" "$TMP/cfg_ds_fp16.err" "fp16.enabled = true"
+  expect_in "cfg_ds_fp16: hint" "$TMP/cfg_ds_fp16.err" 'Use bf16 ("bf16": {"enabled": true}'
 fi
 
 echo "== predict"

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
@@ -21,7 +22,11 @@ void add_train_command(CLI::App& root, World& world) {
                       "resume from this checkpoint instead of the run folder's newest")
       ->check(CLI::ExistingFile);
   command->callback([flags, resume, &world]() {
-    const RunConfig config = flags->load();
+    LoadOptions load_options;
+    load_options.world_size = world.size();
+    std::vector<std::string> deepspeed_lines;
+    load_options.deepspeed_lines = &deepspeed_lines;
+    const RunConfig config = flags->load(load_options);
     // A requeued Slurm job (node failure, preemption, scontrol requeue) starts
     // again with SLURM_RESTART_COUNT set; train resumes, up to run.max_failures times.
     if (const char* restarts = std::getenv("SLURM_RESTART_COUNT")) {
@@ -34,7 +39,9 @@ void add_train_command(CLI::App& root, World& world) {
                               static_cast<long long>(config.run.max_failures));
     }
     TrainOptions options;
-    options.config_toml = config_to_toml(config);
+    // The saved config records what the DeepSpeed JSON resolved to, as comments.
+    for (const auto& line : deepspeed_lines) options.config_toml += "# " + line + "\n";
+    options.config_toml += config_to_toml(config);
     options.resume_from = *resume;
     log_info("shardtrain train on %d rank(s), %d thread(s) each; resolved config:\n%s", world.size(),
              world.num_threads(), options.config_toml.c_str());

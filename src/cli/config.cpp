@@ -10,6 +10,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -234,7 +235,7 @@ std::vector<std::string> config_key_names() {
   return names;
 }
 
-RunConfig load_run_config(const std::string& file, const ConfigOverrides& overrides) {
+RunConfig load_run_config(const std::string& file, const ConfigOverrides& overrides, const LoadOptions& options) {
   RunConfig config;
   std::set<std::string> keys_set;
   if (!file.empty()) {
@@ -265,6 +266,28 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
     else
       throw Error("data.format: cannot tell the format of " + quote(config.data.train_file) +
                   " from its extension; set data.format to \"tsv\", \"csv\" or \"jsonl\"");
+  }
+  if (!config.parallel.deepspeed_config.empty()) {
+    DeepSpeedContext context;
+    context.world_size = options.world_size;
+#if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
+    context.cuda_build = true;
+#endif
+    context.keys_set = keys_set;
+    DeepSpeedResolution resolved = apply_deepspeed_config(config, context);
+    if (options.deepspeed_lines) *options.deepspeed_lines = resolved.lines;
+    // What the JSON decided counts as set for the combination checks below,
+    // except the strategy, which the JSON may choose without a conflict.
+    resolved.keys_set.erase("parallel.strategy");
+    keys_set.insert(resolved.keys_set.begin(), resolved.keys_set.end());
+    try {
+      validate_run_config(config, keys_set);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " (parallel.strategy, parallel.offload_optimizer, parallel.zero.* and the "
+                  "batch, clipping and precision keys come from parallel.deepspeed_config = " +
+                  quote(config.parallel.deepspeed_config) + " here)");
+    }
+    return config;
   }
   validate_run_config(config, keys_set);
   return config;
@@ -343,12 +366,52 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   // parallel
   non_negative("parallel.ranks_per_node", static_cast<double>(c.parallel.ranks_per_node));
   positive("parallel.bucket_cap_mb", c.parallel.bucket_cap_mb);
-  if (!c.parallel.deepspeed_config.empty()) {
+  // A DeepSpeed JSON's values were checked against the keys set here when it
+  // was applied (cli/deepspeed_config.h): a contradiction names both.
+  if (!c.parallel.deepspeed_config.empty())
     require(is_file(c.parallel.deepspeed_config),
             "parallel.deepspeed_config = " + quote(c.parallel.deepspeed_config) + ": no such file");
-    require(!keys_set.count("parallel.strategy"),
-            "parallel.strategy and parallel.deepspeed_config are both set; the DeepSpeed config's "
-            "zero_optimization.stage chooses the strategy, so remove parallel.strategy");
+  {
+    const ZeroConfig& z = c.parallel.zero;
+    non_negative("parallel.zero.reduce_bucket_size", static_cast<double>(z.reduce_bucket_size));
+    non_negative("parallel.zero.allgather_bucket_size", static_cast<double>(z.allgather_bucket_size));
+    non_negative("parallel.zero.stage3_prefetch_bucket_size", static_cast<double>(z.stage3_prefetch_bucket_size));
+    non_negative("parallel.zero.stage3_param_persistence_threshold",
+                 static_cast<double>(z.stage3_param_persistence_threshold));
+    // As for parallel.fsdp.*: a printed config writes every key, so only a changed value counts.
+    const ZeroConfig defaults;
+    const std::string& strategy = c.parallel.strategy;
+    const bool sharded = strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "hybrid";
+    const bool params_sharded = strategy == "zero3" || strategy == "hybrid";
+    auto only_for = [&](const char* key, bool same, bool applies, const char* strategies) {
+      require(same || !keys_set.count(key) || applies,
+              std::string(key) + " only applies when parallel.strategy is " + strategies + " (it is \"" + strategy +
+                  "\")" + (strategy == "fsdp" ? "; for fsdp use parallel.fsdp.*" : ""));
+    };
+    const char* kSharded = "\"zero1\", \"zero2\", \"zero3\" or \"hybrid\"";
+    const char* kParamsSharded = "\"zero3\" or \"hybrid\" (parameters are sharded only there)";
+    only_for("parallel.zero.overlap_comm", z.overlap_comm == defaults.overlap_comm, sharded, kSharded);
+    only_for("parallel.zero.reduce_bucket_size", z.reduce_bucket_size == defaults.reduce_bucket_size, sharded,
+             kSharded);
+    only_for("parallel.zero.allgather_bucket_size", z.allgather_bucket_size == defaults.allgather_bucket_size,
+             sharded, kSharded);
+    only_for("parallel.zero.contiguous_gradients", z.contiguous_gradients == defaults.contiguous_gradients, sharded,
+             kSharded);
+    only_for("parallel.zero.round_robin_gradients", z.round_robin_gradients == defaults.round_robin_gradients,
+             sharded, kSharded);
+    only_for("parallel.zero.stage3_prefetch_bucket_size",
+             z.stage3_prefetch_bucket_size == defaults.stage3_prefetch_bucket_size, params_sharded, kParamsSharded);
+    only_for("parallel.zero.stage3_param_persistence_threshold",
+             z.stage3_param_persistence_threshold == defaults.stage3_param_persistence_threshold, params_sharded,
+             kParamsSharded);
+    only_for("parallel.zero.gather_16bit_weights_on_model_save",
+             z.gather_16bit_weights_on_model_save == defaults.gather_16bit_weights_on_model_save, params_sharded,
+             kParamsSharded);
+    // Two names for one bucket size: refuse a changed bucket_cap_mb next to reduce_bucket_size.
+    require(z.reduce_bucket_size == 0 || !keys_set.count("parallel.bucket_cap_mb") ||
+                c.parallel.bucket_cap_mb == ParallelConfig().bucket_cap_mb,
+            "parallel.zero.reduce_bucket_size and parallel.bucket_cap_mb are both set (two sizes for the gradient "
+            "buckets); keep one");
   }
   if (c.parallel.strategy != "fsdp") {
     // Printing a resolved config writes every key, so only a changed value counts.
@@ -361,6 +424,8 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
     unchanged("parallel.fsdp.state_dict_type", c.parallel.fsdp.state_dict_type == defaults.state_dict_type);
     unchanged("parallel.fsdp.offload_to_cpu", c.parallel.fsdp.offload_to_cpu == defaults.offload_to_cpu);
     unchanged("parallel.fsdp.rank0_only", c.parallel.fsdp.rank0_only == defaults.rank0_only);
+    unchanged("parallel.fsdp.backward_prefetch", c.parallel.fsdp.backward_prefetch == defaults.backward_prefetch);
+    unchanged("parallel.fsdp.forward_prefetch", c.parallel.fsdp.forward_prefetch == defaults.forward_prefetch);
   }
 
   // checkpoint

@@ -29,7 +29,7 @@ ConfigOverrides ConfigFlags::overrides() const {
   return out;
 }
 
-RunConfig ConfigFlags::load() const { return load_run_config(file, overrides()); }
+RunConfig ConfigFlags::load(const LoadOptions& options) const { return load_run_config(file, overrides(), options); }
 
 std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& command) {
   auto flags = std::make_shared<ConfigFlags>();

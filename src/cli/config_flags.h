@@ -18,8 +18,8 @@ struct ConfigFlags {
 
   // The overrides given on the command line, as ("section.key", value).
   ConfigOverrides overrides() const;
-  // load_run_config(file, overrides()).
-  RunConfig load() const;
+  // load_run_config(file, overrides(), options).
+  RunConfig load(const LoadOptions& options = LoadOptions()) const;
 };
 
 // Registers the options on `command`; the returned flags are filled by parsing.

@@ -191,6 +191,28 @@ void visit_config_keys(Config& c, Visitor&& visit) {
         Choices{});
   visit("parallel.fsdp.rank0_only", c.parallel.fsdp.rank0_only, "only rank 0 holds the full state dict",
         Choices{});
+  visit("parallel.fsdp.backward_prefetch", c.parallel.fsdp.backward_prefetch,
+        "gather the next unit's parameters before (PRE) or after (POST) the current unit's backward",
+        Choices{"BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH"});
+  visit("parallel.fsdp.forward_prefetch", c.parallel.fsdp.forward_prefetch,
+        "gather the next unit's parameters while the current one runs forward", Choices{});
+  visit("parallel.zero.overlap_comm", c.parallel.zero.overlap_comm,
+        "zero1/2/3: reduce and gather while compute goes on (DeepSpeed overlap_comm)", Choices{});
+  visit("parallel.zero.reduce_bucket_size", c.parallel.zero.reduce_bucket_size,
+        "zero1/2/3: gradient elements per reduction; 0 = parallel.bucket_cap_mb", Choices{});
+  visit("parallel.zero.allgather_bucket_size", c.parallel.zero.allgather_bucket_size,
+        "zero1/2/3: parameter elements per post-step all-gather; 0 = one all-gather", Choices{});
+  visit("parallel.zero.contiguous_gradients", c.parallel.zero.contiguous_gradients,
+        "zero1/2/3: gradients in one flat buffer (DeepSpeed contiguous_gradients)", Choices{});
+  visit("parallel.zero.round_robin_gradients", c.parallel.zero.round_robin_gradients,
+        "zero1/2/3: spread gradient copies to the offloaded optimizer across ranks", Choices{});
+  visit("parallel.zero.stage3_prefetch_bucket_size", c.parallel.zero.stage3_prefetch_bucket_size,
+        "zero3/hybrid: parameter elements gathered ahead of use; 0 = no prefetch", Choices{});
+  visit("parallel.zero.stage3_param_persistence_threshold", c.parallel.zero.stage3_param_persistence_threshold,
+        "zero3/hybrid: parameters with fewer elements stay replicated", Choices{});
+  visit("parallel.zero.gather_16bit_weights_on_model_save", c.parallel.zero.gather_16bit_weights_on_model_save,
+        "zero3/hybrid: gather whole 16-bit weights when the model is saved (DeepSpeed meaning)",
+        Choices{});
 
   visit("checkpoint.every_steps", c.checkpoint.every_steps, "checkpoint every N steps; 0 = off", Choices{});
   visit("checkpoint.every_epochs", c.checkpoint.every_epochs, "checkpoint every N epochs; 0 = off", Choices{});

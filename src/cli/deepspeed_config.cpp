@@ -1,0 +1,799 @@
+#include "shardtrain/cli/deepspeed_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+namespace {
+
+using json = nlohmann::json;
+
+std::string text(double value) {
+  char buffer[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  return buffer;
+}
+std::string text(int64_t value) { return std::to_string(value); }
+std::string text(bool value) { return value ? "true" : "false"; }
+std::string text(const std::string& value) { return "\"" + value + "\""; }
+
+bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
+
+const json* find(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return s;
+}
+
+// Where a batch-size key's value came from; absent and "auto" differ
+// (DeepSpeed derives an absent one from train_batch_size, Accelerate fills "auto").
+enum class Source { kAbsent, kAuto, kNumber, kInvalid };
+
+// Walks the JSON once. Every problem is collected (never thrown early) so the
+// user sees all of them in one message.
+class Resolver {
+ public:
+  Resolver(RunConfig& config, const DeepSpeedContext& context) : c_(config), context_(context) {}
+
+  void run(const json& root);
+
+  std::vector<std::string> problems;
+  DeepSpeedResolution out;
+
+ private:
+  void problem(const std::string& key, const json* value, const std::string& why) {
+    problems.push_back(value ? key + " = " + value->dump() + ": " + why : key + " (absent): " + why);
+  }
+  void line(const std::string& key, const json* value, const std::string& result) {
+    out.lines.push_back(key + " = " + (value ? value->dump() : "(absent)") + " -> " + result);
+  }
+
+  // Writes a JSON-decided value into the run config, unless the user set that
+  // key to something else: transformers refuses such a mismatch too.
+  // `auto_allowed`: the JSON key may be "auto" (said in the hint).
+  template <class T>
+  bool assign(const std::string& run_key, T& field, const T& value, const std::string& json_key, const json* v,
+              bool auto_allowed = true) {
+    if (context_.keys_set.count(run_key) && !(field == value)) {
+      problem(json_key, v,
+              "means " + run_key + " = " + text(value) + " but the run config sets " + run_key + " = " + text(field) +
+                  "; make them equal or remove one" +
+                  (auto_allowed ? std::string(" (or write \"auto\" in the JSON to take the run config's value)")
+                       : std::string()));
+      return false;
+    }
+    field = value;
+    out.keys_set.insert(run_key);
+    return true;
+  }
+
+  std::optional<int64_t> integer(const std::string& key, const json& v, int64_t min, bool auto_allowed) {
+    std::optional<int64_t> n;
+    if (v.is_number_integer()) {
+      n = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      // DeepSpeed configs write sizes as 5e8; they are integers all the same.
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) n = static_cast<int64_t>(d);
+    }
+    if (n && *n >= min) return n;
+    problem(key, &v, "expected an integer >= " + std::to_string(min) + (auto_allowed ? " or \"auto\"" : ""));
+    return std::nullopt;
+  }
+  std::optional<double> number(const std::string& key, const json& v, double min, bool auto_allowed) {
+    if (v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= min) return v.get<double>();
+    problem(key, &v, "expected a number >= " + text(min) + (auto_allowed ? " or \"auto\"" : ""));
+    return std::nullopt;
+  }
+  std::optional<bool> boolean(const std::string& key, const json& v) {
+    if (v.is_boolean()) return v.get<bool>();
+    problem(key, &v, "expected true or false");
+    return std::nullopt;
+  }
+  bool object(const std::string& key, const json& v) {
+    if (v.is_object()) return true;
+    problem(key, &v, "expected an object { ... }");
+    return false;
+  }
+
+  // The model's hidden size, read once, for the "auto" bucket sizes.
+  std::optional<int64_t> hidden_size(const std::string& key, const json& v) {
+    if (context_.hidden_size > 0) return context_.hidden_size;
+    if (!hidden_size_) {
+      try {
+        hidden_size_ = model_hidden_size(c_.model);
+      } catch (const Error& e) {
+        problem(key, &v, std::string("\"auto\" is the model's hidden_size squared or scaled, but ") + e.what());
+        hidden_size_ = 0;
+      }
+    }
+    if (*hidden_size_ <= 0) return std::nullopt;
+    return hidden_size_;
+  }
+
+  // "auto" bucket sizes from the model's hidden size H, as Accelerate's
+  // _prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig fill them.
+  std::optional<int64_t> auto_reduce_bucket(const std::string& key, const json& v) {
+    auto h = hidden_size(key, v);
+    if (!h) return std::nullopt;
+    line(key, &v, str_format("parallel.zero.reduce_bucket_size = %lld (hidden_size %lld squared)",
+                             static_cast<long long>(*h * *h), static_cast<long long>(*h)));
+    return *h * *h;
+  }
+  std::optional<int64_t> auto_prefetch_bucket(const std::string& key, const json& v) {
+    auto h = hidden_size(key, v);
+    if (!h) return std::nullopt;
+    const auto n = static_cast<int64_t>(0.9 * static_cast<double>(*h * *h));
+    line(key, &v, str_format("parallel.zero.stage3_prefetch_bucket_size = %lld (int(0.9 x hidden_size %lld squared))",
+                             static_cast<long long>(n), static_cast<long long>(*h)));
+    return n;
+  }
+  std::optional<int64_t> auto_persistence_threshold(const std::string& key, const json& v) {
+    auto h = hidden_size(key, v);
+    if (!h) return std::nullopt;
+    line(key, &v, str_format("parallel.zero.stage3_param_persistence_threshold = %lld (10 x hidden_size %lld)",
+                             static_cast<long long>(10 * *h), static_cast<long long>(*h)));
+    return 10 * *h;
+  }
+
+  void resolve_precision(const json* fp16, const json* bf16, const std::string& bf16_name);
+  void resolve_zero(const json* zero);
+  void resolve_batch(const json* micro, const json* accumulation, const json* total);
+  void resolve_clipping(const json* clipping);
+  void resolve_optimizer(const json* optimizer);
+  void resolve_scheduler(const json* scheduler);
+
+  RunConfig& c_;
+  const DeepSpeedContext& context_;
+  std::optional<int64_t> hidden_size_;
+  std::optional<double> optimizer_lr_;  // a number written in optimizer.params.lr
+};
+
+void Resolver::run(const json& root) {
+  const json *micro = nullptr, *accumulation = nullptr, *total = nullptr, *clipping = nullptr;
+  const json *fp16 = nullptr, *bf16 = nullptr, *zero = nullptr, *optimizer = nullptr, *scheduler = nullptr;
+  std::string bf16_name = "bf16";
+  for (const auto& item : root.items()) {
+    const std::string& key = item.key();
+    const json& v = item.value();
+    if (key == "train_micro_batch_size_per_gpu") micro = &v;
+    else if (key == "gradient_accumulation_steps") accumulation = &v;
+    else if (key == "train_batch_size") total = &v;
+    else if (key == "gradient_clipping") clipping = &v;
+    else if (key == "fp16") fp16 = &v;
+    else if (key == "bf16" || key == "bfloat16") {  // "bfloat16" is DeepSpeed's older name
+      if (bf16) problem(key, &v, "both \"bf16\" and \"bfloat16\" are given; keep one");
+      bf16 = &v;
+      bf16_name = key;
+    } else if (key == "zero_optimization") zero = &v;
+    else if (key == "optimizer") optimizer = &v;
+    else if (key == "scheduler") scheduler = &v;
+    else if (key == "steps_per_print") {
+      if (auto n = integer(key, v, 1, false)) {
+        if (assign("train.log_every_steps", c_.train.log_every_steps, *n, key, &v))
+          line(key, &v, "train.log_every_steps = " + text(*n));
+      }
+    } else if (key == "wall_clock_breakdown") {
+      if (auto b = boolean(key, v)) {
+        if (*b) problem(key, &v, "DeepSpeed's per-step timing breakdown is not implemented; set it to false");
+        else line(key, &v, "accepted (no timing breakdown)");
+      }
+    } else if (key == "zero_allow_untested_optimizer" || key == "zero_force_ds_cpu_optimizer") {
+      if (boolean(key, v)) line(key, &v, "accepted, no effect: the optimizer is always shardtrain's AdamW");
+    } else if (key == "prescale_gradients") {
+      if (auto b = boolean(key, v)) {
+        if (*b) problem(key, &v, "dividing gradients before the reduction is not implemented; set it to false");
+        else line(key, &v, "accepted (gradients are averaged after the reduction)");
+      }
+    } else if (key == "gradient_predivide_factor") {
+      if (v.is_number() && v.get<double>() == 1.0) line(key, &v, "accepted (no pre-division)");
+      else problem(key, &v, "only 1.0 (no pre-division) is implemented");
+    } else {
+      problem(key, &v, "not a DeepSpeed key shardtrain implements (it reads train_batch_size, "
+                       "train_micro_batch_size_per_gpu, gradient_accumulation_steps, gradient_clipping, fp16, bf16, "
+                       "zero_optimization, optimizer, scheduler, steps_per_print, wall_clock_breakdown)");
+    }
+  }
+  resolve_precision(fp16, bf16, bf16_name);
+  resolve_zero(zero);
+  resolve_batch(micro, accumulation, total);
+  resolve_clipping(clipping);
+  resolve_optimizer(optimizer);
+  resolve_scheduler(scheduler);
+}
+
+void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::string& bf16_name) {
+  // Absent or "auto": Accelerate takes it from its mixed_precision (ours: train.mixed_precision).
+  // A section without "enabled" is off, as in DeepSpeed.
+  auto enabled = [&](const json* section, const std::string& name, const char* precision) -> std::optional<bool> {
+    const bool from_run = c_.train.mixed_precision == precision;
+    const std::string key = name + ".enabled";
+    if (!section) return from_run;
+    if (!object(name, *section)) return std::nullopt;
+    const json* value = find(*section, "enabled");
+    if (!value) return false;
+    if (is_auto(*value)) {
+      line(key, value, text(from_run) + " (train.mixed_precision = " + text(c_.train.mixed_precision) + ")");
+      return from_run;
+    }
+    return boolean(key, *value);
+  };
+  const std::optional<bool> use_fp16 = enabled(fp16, "fp16", "fp16");
+  const std::optional<bool> use_bf16 = enabled(bf16, bf16_name, "bf16");
+  if (!use_fp16 || !use_bf16) return;
+
+  if (fp16 && fp16->is_object()) {
+    for (const auto& item : fp16->items()) {
+      const std::string key = "fp16." + item.key();
+      const json& v = item.value();
+      if (item.key() == "enabled" || !*use_fp16) continue;  // DeepSpeed reads the rest only when fp16 is on
+      // The loss scaler implements DeepSpeed's dynamic scaling with its defaults
+      // (LossScalerOptions::deepspeed()); other settings have no run-config key yet.
+      struct Default { const char* name; double value; };
+      static const Default kDefaults[] = {{"loss_scale", 0}, {"initial_scale_power", 16}, {"loss_scale_window", 1000},
+                                          {"hysteresis", 2}, {"min_loss_scale", 1}};
+      bool known = false;
+      for (const auto& d : kDefaults) {
+        if (item.key() != d.name) continue;
+        known = true;
+        if (v.is_number() && v.get<double>() == d.value)
+          line(key, &v, "accepted (DeepSpeed's default dynamic loss scaling)");
+        else
+          problem(key, &v, std::string("only DeepSpeed's default ") + text(d.value) +
+                               " is implemented (dynamic loss scaling: loss_scale 0, initial_scale_power 16, "
+                               "loss_scale_window 1000, hysteresis 2, min_loss_scale 1)");
+      }
+      if (known) continue;
+      if ((item.key() == "consecutive_hysteresis" || item.key() == "auto_cast") && v.is_boolean() && !v.get<bool>())
+        line(key, &v, "accepted (DeepSpeed's default)");
+      else
+        problem(key, &v, "not implemented");
+    }
+  }
+  if (bf16 && bf16->is_object()) {
+    for (const auto& item : bf16->items())
+      if (item.key() != "enabled") problem(bf16_name + "." + item.key(), &item.value(), "not implemented");
+  }
+
+  if (*use_fp16 && *use_bf16) {
+    problem("fp16.enabled", fp16 ? find(*fp16, "enabled") : nullptr,
+            "fp16 and " + bf16_name + " are both enabled; enable at most one");
+    return;
+  }
+  if (*use_fp16 && (!context_.cuda_build || c_.run.device != "cuda")) {
+    const std::string why = !context_.cuda_build ? "this build of shardtrain has no CUDA" : "run.device is \"cpu\"";
+    problem("fp16.enabled", fp16 ? find(*fp16, "enabled") : nullptr,
+            "fp16 with dynamic loss scaling is a GPU mode and " + why +
+                "; it is not emulated on CPU. Use bf16 (\"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": false}) "
+                "or fp32 (both false)" + (context_.cuda_build ? ", or run.device = \"cuda\"" : ""));
+    return;
+  }
+  const std::string precision = *use_fp16 ? "fp16" : *use_bf16 ? "bf16" : "no";
+  if (assign("train.mixed_precision", c_.train.mixed_precision, precision, "fp16.enabled / " + bf16_name + ".enabled",
+             fp16 ? fp16 : bf16))
+    out.lines.push_back("fp16.enabled = " + text(*use_fp16) + ", " + bf16_name + ".enabled = " + text(*use_bf16) +
+                        " -> train.mixed_precision = " + text(precision));
+}
+
+void Resolver::resolve_zero(const json* zero) {
+  int64_t stage = 0;
+  if (zero && !object("zero_optimization", *zero)) return;
+  if (zero) {
+    if (const json* v = find(*zero, "stage")) {
+      auto n = integer("zero_optimization.stage", *v, 0, false);
+      if (!n) return;
+      if (*n > 3) {
+        problem("zero_optimization.stage", v, "ZeRO stages are 0, 1, 2 and 3");
+        return;
+      }
+      stage = *n;
+    }
+  }
+  static const char* kStrategies[] = {"ddp", "zero1", "zero2", "zero3"};
+  const std::string strategy = kStrategies[stage];
+  const json* stage_value = zero ? find(*zero, "stage") : nullptr;
+  if (assign("parallel.strategy", c_.parallel.strategy, strategy, "zero_optimization.stage", stage_value, false))
+    line("zero_optimization.stage", stage_value, "parallel.strategy = " + text(strategy) +
+                                                     (stage_value ? "" : " (DeepSpeed's default stage 0)"));
+
+  // DeepSpeed's defaults for keys the JSON leaves out (DeepSpeedZeroConfig).
+  ZeroConfig z;
+  z.overlap_comm = stage == 3;
+  z.contiguous_gradients = true;
+  z.reduce_bucket_size = 500000000;
+  z.allgather_bucket_size = 500000000;
+  z.round_robin_gradients = false;
+  z.stage3_prefetch_bucket_size = 50000000;
+  z.stage3_param_persistence_threshold = 100000;
+  z.gather_16bit_weights_on_model_save = false;
+  std::string offload = "none";
+  std::set<std::string> given;
+
+  auto not_used = [&](const std::string& key, const json& v, const char* below) {
+    line(key, &v, std::string("not used ") + below + " (DeepSpeed ignores it there too)");
+  };
+  auto size_key = [&](const std::string& key, const json& v, int64_t& field, const char* field_name,
+                      std::optional<int64_t> (Resolver::*auto_rule)(const std::string&, const json&), bool stage3_only) {
+    if (stage == 0 || (stage3_only && stage < 3)) {
+      if (is_auto(v) || integer(key, v, 0, true)) not_used(key, v, stage == 0 ? "at stage 0 (ddp)" : "below stage 3");
+      return;
+    }
+    std::optional<int64_t> n;
+    if (is_auto(v)) {
+      if (!auto_rule) {
+        problem(key, &v, "neither Accelerate nor transformers fills this \"auto\"; give a number of elements");
+        return;
+      }
+      n = (this->*auto_rule)(key, v);
+    } else {
+      n = integer(key, v, 0, auto_rule != nullptr);
+      if (n) line(key, &v, std::string("parallel.zero.") + field_name + " = " + text(*n));
+    }
+    if (!n) return;
+    field = *n;
+    given.insert(field_name);
+  };
+  auto flag_key = [&](const std::string& key, const json& v, bool& field, const char* field_name, bool stage3_only) {
+    auto b = boolean(key, v);
+    if (!b) return;
+    if (stage == 0 || (stage3_only && stage < 3)) {
+      not_used(key, v, stage == 0 ? "at stage 0 (ddp)" : "below stage 3 (parameters are whole on every rank)");
+      return;
+    }
+    field = *b;
+    given.insert(field_name);
+    line(key, &v, std::string("parallel.zero.") + field_name + " = " + text(*b));
+  };
+
+  if (zero) {
+    for (const auto& item : zero->items()) {
+      const std::string& name = item.key();
+      const std::string key = "zero_optimization." + name;
+      const json& v = item.value();
+      if (name == "stage") continue;
+      if (name == "offload_optimizer" || name == "offload_param") {
+        if (!object(key, v)) continue;
+        for (const auto& sub : v.items()) {
+          const std::string sub_key = key + "." + sub.key();
+          const json& sv = sub.value();
+          if (sub.key() == "device") {
+            const std::string device = sv.is_string() ? sv.get<std::string>() : "";
+            if (device == "none" || (device == "cpu" && name == "offload_optimizer")) {
+              if (name == "offload_optimizer") offload = device;
+              else line(sub_key, &sv, "accepted (parameters stay in device memory)");
+            } else if (name == "offload_param" && device == "cpu") {
+              problem(sub_key, &sv, "parameter offload is not implemented (optimizer offload is: "
+                                    "offload_optimizer.device = \"cpu\"); use \"none\"");
+            } else {
+              problem(sub_key, &sv, "allowed values are \"none\" and \"cpu\"" +
+                                        std::string(name == "offload_param" ? " (offload_param: only \"none\")" : "") +
+                                        "; NVMe offload is not implemented");
+            }
+          } else if (sub.key() == "pin_memory") {
+            if (boolean(sub_key, sv))
+              line(sub_key, &sv, "accepted (host buffers are pinned when a GPU is used, whatever the value)");
+          } else {
+            problem(sub_key, &sv, "not implemented (shardtrain reads device and pin_memory)");
+          }
+        }
+      } else if (name == "overlap_comm") {
+        flag_key(key, v, z.overlap_comm, "overlap_comm", false);
+      } else if (name == "contiguous_gradients") {
+        flag_key(key, v, z.contiguous_gradients, "contiguous_gradients", false);
+      } else if (name == "round_robin_gradients") {
+        flag_key(key, v, z.round_robin_gradients, "round_robin_gradients", false);
+      } else if (name == "reduce_bucket_size") {
+        size_key(key, v, z.reduce_bucket_size, "reduce_bucket_size", &Resolver::auto_reduce_bucket, false);
+      } else if (name == "allgather_bucket_size") {
+        size_key(key, v, z.allgather_bucket_size, "allgather_bucket_size", nullptr, false);
+      } else if (name == "stage3_prefetch_bucket_size" || name == "prefetch_bucket_size") {
+        size_key(key, v, z.stage3_prefetch_bucket_size, "stage3_prefetch_bucket_size", &Resolver::auto_prefetch_bucket,
+                 true);
+      } else if (name == "stage3_param_persistence_threshold" || name == "param_persistence_threshold") {
+        size_key(key, v, z.stage3_param_persistence_threshold, "stage3_param_persistence_threshold",
+                 &Resolver::auto_persistence_threshold, true);
+      } else if (name == "gather_16bit_weights_on_model_save" || name == "stage3_gather_16bit_weights_on_model_save" ||
+                 name == "stage3_gather_fp16_weights_on_model_save") {
+        if (is_auto(v)) {
+          // Accelerate fills "auto" with false (its zero3_save_16bit_model default).
+          line(key, &v, "false (as Accelerate fills it)");
+          continue;
+        }
+        flag_key(key, v, z.gather_16bit_weights_on_model_save, "gather_16bit_weights_on_model_save", true);
+      } else if (name == "allgather_partitions" || name == "reduce_scatter") {
+        // DeepSpeed's defaults, and the only way the sharded strategies work.
+        if (auto b = boolean(key, v)) {
+          if (*b) line(key, &v, "accepted (what the sharded strategies do)");
+          else problem(key, &v, "only true is implemented (reduce-scatter / all-gather of the shards)");
+        }
+      } else {
+        problem(key, &v, "not implemented by shardtrain (it reads stage, offload_optimizer, offload_param, "
+                         "overlap_comm, contiguous_gradients, round_robin_gradients, reduce_bucket_size, "
+                         "allgather_bucket_size, stage3_prefetch_bucket_size, stage3_param_persistence_threshold, "
+                         "gather_16bit_weights_on_model_save, allgather_partitions, reduce_scatter)");
+      }
+    }
+  }
+
+  const json* device = nullptr;
+  if (zero)
+    if (const json* o = find(*zero, "offload_optimizer"); o && o->is_object()) device = find(*o, "device");
+  if (stage == 0) {
+    if (offload != "none")
+      problem("zero_optimization.offload_optimizer.device", device, "optimizer offload needs ZeRO stage 1, 2 or 3");
+    return;
+  }
+  if (assign("parallel.offload_optimizer", c_.parallel.offload_optimizer, offload,
+             "zero_optimization.offload_optimizer.device", device, false))
+    line("zero_optimization.offload_optimizer.device", device, "parallel.offload_optimizer = " + text(offload));
+
+  auto set = [&](const char* name, auto& field, const auto& value) {
+    const std::string key = std::string("zero_optimization.") + name;
+    const json* v = zero ? find(*zero, name) : nullptr;
+    if (assign(std::string("parallel.zero.") + name, field, value, key, v, false) && !given.count(name))
+      line(key, nullptr, "parallel.zero." + std::string(name) + " = " + text(value) + " (DeepSpeed's default)");
+  };
+  ZeroConfig& target = c_.parallel.zero;
+  set("overlap_comm", target.overlap_comm, z.overlap_comm);
+  set("contiguous_gradients", target.contiguous_gradients, z.contiguous_gradients);
+  set("round_robin_gradients", target.round_robin_gradients, z.round_robin_gradients);
+  set("reduce_bucket_size", target.reduce_bucket_size, z.reduce_bucket_size);
+  set("allgather_bucket_size", target.allgather_bucket_size, z.allgather_bucket_size);
+  if (stage == 3) {
+    set("stage3_prefetch_bucket_size", target.stage3_prefetch_bucket_size, z.stage3_prefetch_bucket_size);
+    set("stage3_param_persistence_threshold", target.stage3_param_persistence_threshold,
+        z.stage3_param_persistence_threshold);
+    set("gather_16bit_weights_on_model_save", target.gather_16bit_weights_on_model_save,
+        z.gather_16bit_weights_on_model_save);
+  }
+}
+
+void Resolver::resolve_batch(const json* micro_json, const json* accumulation_json, const json* total_json) {
+  const int64_t world = context_.world_size;
+  auto read = [&](const char* key, const json* v, int64_t& value) {
+    if (!v) return Source::kAbsent;
+    if (is_auto(*v)) return Source::kAuto;
+    auto n = integer(key, *v, 1, true);
+    if (!n) return Source::kInvalid;
+    value = *n;
+    return Source::kNumber;
+  };
+  int64_t micro = 0, accumulation = 0, total = 0;
+  Source micro_source = read("train_micro_batch_size_per_gpu", micro_json, micro);
+  Source accumulation_source = read("gradient_accumulation_steps", accumulation_json, accumulation);
+  Source total_source = read("train_batch_size", total_json, total);
+  if (micro_source == Source::kInvalid || accumulation_source == Source::kInvalid || total_source == Source::kInvalid)
+    return;
+
+  // "auto": Accelerate fills it from the run (dataloader batch size, accumulation steps).
+  std::string micro_note, accumulation_note;
+  if (micro_source == Source::kAuto) {
+    micro = c_.train.batch_size;
+    micro_note = "(the run config's)";
+  }
+  if (accumulation_source == Source::kAuto) {
+    accumulation = c_.train.gradient_accumulation_steps;
+    accumulation_note = "(the run config's)";
+  }
+  if (total_source == Source::kNumber) {
+    // DeepSpeed's _configure_train_batch_size: an absent value is derived from the others.
+    auto derive = [&](int64_t divisor, int64_t& value, const char* what, std::string& note) {
+      if (total % divisor != 0) {
+        problem("train_batch_size", total_json,
+                str_format("cannot derive %s: %lld is not divisible by %lld", what, static_cast<long long>(total),
+                           static_cast<long long>(divisor)));
+        return false;
+      }
+      value = total / divisor;
+      note = "(train_batch_size / the others, as DeepSpeed derives it)";
+      return true;
+    };
+    if (micro_source == Source::kAbsent && accumulation_source == Source::kAbsent) {
+      accumulation = 1;
+      accumulation_note = "(DeepSpeed's default)";
+      if (!derive(world, micro, "train_micro_batch_size_per_gpu", micro_note)) return;
+    } else if (micro_source == Source::kAbsent) {
+      if (!derive(accumulation * world, micro, "train_micro_batch_size_per_gpu", micro_note)) return;
+    } else if (accumulation_source == Source::kAbsent) {
+      if (!derive(micro * world, accumulation, "gradient_accumulation_steps", accumulation_note)) return;
+    }
+    if (micro * accumulation * world != total) {
+      problem("train_batch_size", total_json,
+              str_format("must equal train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps (%lld) x "
+                         "world size (%lld) = %lld; fix one of them or write \"auto\" (the world size is the job's "
+                         "number of ranks; `shardtrain config --world-size N` checks another)",
+                         static_cast<long long>(micro), static_cast<long long>(accumulation),
+                         static_cast<long long>(world), static_cast<long long>(micro * accumulation * world)));
+      return;
+    }
+  } else {
+    if (micro_source == Source::kAbsent) {
+      micro = c_.train.batch_size;
+      micro_note = "(the run config's; DeepSpeed would need it or train_batch_size)";
+    }
+    if (accumulation_source == Source::kAbsent) {
+      accumulation = 1;
+      accumulation_note = "(DeepSpeed's and Accelerate's default)";
+    }
+    total = micro * accumulation * world;
+  }
+  auto noted = [](const std::string& note) { return note.empty() ? std::string() : " " + note; };
+  if (assign("train.batch_size", c_.train.batch_size, micro, "train_micro_batch_size_per_gpu", micro_json))
+    line("train_micro_batch_size_per_gpu", micro_json, "train.batch_size = " + text(micro) + noted(micro_note));
+  if (assign("train.gradient_accumulation_steps", c_.train.gradient_accumulation_steps, accumulation,
+             "gradient_accumulation_steps", accumulation_json))
+    line("gradient_accumulation_steps", accumulation_json,
+         "train.gradient_accumulation_steps = " + text(accumulation) + noted(accumulation_note));
+  line("train_batch_size", total_json,
+       str_format("%lld (%lld per rank x %lld accumulation steps x %lld ranks)", static_cast<long long>(total),
+                  static_cast<long long>(micro), static_cast<long long>(accumulation), static_cast<long long>(world)));
+}
+
+void Resolver::resolve_clipping(const json* v) {
+  const char* key = "gradient_clipping";
+  double value = 0;
+  std::string note;
+  if (!v) {
+    note = " (DeepSpeed's default: no clipping)";
+  } else if (is_auto(*v)) {
+    value = c_.train.max_grad_norm;
+    note = " (the run config's)";
+  } else if (v->is_boolean()) {
+    value = v->get<bool>() ? 1.0 : 0.0;  // DeepSpeed reads the number: true is 1.0
+  } else if (auto n = number(key, *v, 0, true)) {
+    value = *n;
+  } else {
+    return;
+  }
+  if (assign("train.max_grad_norm", c_.train.max_grad_norm, value, key, v))
+    line(key, v, "train.max_grad_norm = " + text(value) + note);
+}
+
+void Resolver::resolve_optimizer(const json* optimizer) {
+  if (!optimizer) {
+    line("optimizer", nullptr, "AdamW from the run config (train.lr, train.adam_beta1/2, train.adam_epsilon, "
+                               "train.weight_decay), as with a torch optimizer under Accelerate");
+    return;
+  }
+  if (!object("optimizer", *optimizer)) return;
+  const json* type = find(*optimizer, "type");
+  const std::string type_name = type && type->is_string() ? lower(type->get<std::string>()) : "";
+  if (type_name != "adamw" && type_name != "adam") {
+    problem("optimizer.type", type, "only \"AdamW\" (or \"Adam\" with adam_w_mode true) is implemented");
+    return;
+  }
+  const json empty = json::object();
+  const json* params = find(*optimizer, "params");
+  if (params && !object("optimizer.params", *params)) return;
+  if (!params) params = &empty;
+  for (const auto& item : optimizer->items())
+    if (item.key() != "type" && item.key() != "params")
+      problem("optimizer." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
+
+  bool torch_adam = false;
+  if (const json* v = find(*params, "torch_adam")) {
+    if (auto b = boolean("optimizer.params.torch_adam", *v)) {
+      torch_adam = *b;
+      line("optimizer.params.torch_adam", v, "accepted (shardtrain's AdamW computes what torch.optim.AdamW does)");
+    }
+  }
+  if (const json* v = find(*params, "adam_w_mode")) {
+    if (auto b = boolean("optimizer.params.adam_w_mode", *v)) {
+      if (!*b && type_name == "adam")
+        problem("optimizer.params.adam_w_mode", v, "Adam with L2 regularisation is not implemented; shardtrain's "
+                                                   "optimizer is AdamW (decoupled weight decay): set it to true");
+      else
+        line("optimizer.params.adam_w_mode", v, "accepted (AdamW: decoupled weight decay)");
+    }
+  } else if (type_name == "adam") {
+    line("optimizer.params.adam_w_mode", nullptr, "true (DeepSpeed's default: Adam runs as AdamW)");
+  }
+
+  // "auto": transformers fills lr, betas, eps, weight_decay from TrainingArguments;
+  // absent: the DeepSpeed optimizer's own defaults (torch.optim.AdamW with torch_adam).
+  auto scalar = [&](const char* name, double& field, const char* run_key, double absent_value, double min) {
+    const std::string key = std::string("optimizer.params.") + name;
+    const json* v = find(*params, name);
+    if (v && is_auto(*v)) {
+      line(key, v, text(field) + " (" + run_key + ")");
+      return;
+    }
+    double value = absent_value;
+    if (v) {
+      auto n = number(key, *v, min, true);
+      if (!n) return;
+      value = *n;
+      if (std::string(name) == "lr") optimizer_lr_ = value;
+    }
+    if (assign(run_key, field, value, key, v))
+      line(key, v, std::string(run_key) + " = " + text(value) + (v ? "" : " (DeepSpeed's default)"));
+  };
+  scalar("lr", c_.train.lr, "train.lr", 1e-3, 0);
+  scalar("eps", c_.train.adam_epsilon, "train.adam_epsilon", 1e-8, 0);
+  scalar("weight_decay", c_.train.weight_decay, "train.weight_decay", torch_adam ? 0.01 : 0.0, 0);
+
+  const json* betas = find(*params, "betas");
+  if (betas && is_auto(*betas)) {
+    line("optimizer.params.betas", betas,
+         "[" + text(c_.train.adam_beta1) + ", " + text(c_.train.adam_beta2) + "] (train.adam_beta1, train.adam_beta2)");
+  } else {
+    double beta1 = 0.9, beta2 = 0.999;
+    if (betas) {
+      const bool ok = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number() &&
+                      (*betas)[0].get<double>() >= 0 && (*betas)[0].get<double>() < 1 &&
+                      (*betas)[1].get<double>() >= 0 && (*betas)[1].get<double>() < 1;
+      if (!ok) {
+        problem("optimizer.params.betas", betas, "expected [beta1, beta2], each in [0, 1), or \"auto\"");
+      } else {
+        beta1 = (*betas)[0].get<double>();
+        beta2 = (*betas)[1].get<double>();
+      }
+      if (!ok) beta1 = -1;
+    }
+    if (beta1 >= 0 && assign("train.adam_beta1", c_.train.adam_beta1, beta1, "optimizer.params.betas", betas) &&
+        assign("train.adam_beta2", c_.train.adam_beta2, beta2, "optimizer.params.betas", betas))
+      line("optimizer.params.betas", betas,
+           "train.adam_beta1 = " + text(beta1) + ", train.adam_beta2 = " + text(beta2) +
+               (betas ? "" : " (DeepSpeed's default)"));
+  }
+  for (const auto& item : params->items()) {
+    static const char* kRead[] = {"lr", "betas", "eps", "weight_decay", "torch_adam", "adam_w_mode"};
+    if (std::find(std::begin(kRead), std::end(kRead), item.key()) == std::end(kRead))
+      problem("optimizer.params." + item.key(), &item.value(),
+              "not implemented (shardtrain reads lr, betas, eps, weight_decay, torch_adam, adam_w_mode)");
+  }
+}
+
+void Resolver::resolve_scheduler(const json* scheduler) {
+  if (!scheduler) {
+    line("scheduler", nullptr, "linear warmup (train.warmup_steps or train.warmup_ratio) then linear decay to 0, "
+                               "from the run config (transformers' get_linear_schedule_with_warmup)");
+    return;
+  }
+  if (!object("scheduler", *scheduler)) return;
+  const json* type = find(*scheduler, "type");
+  const std::string type_name = type && type->is_string() ? type->get<std::string>() : "";
+  if (type_name == "WarmupLR") {
+    problem("scheduler.type", type,
+            "warmup then a constant learning rate is not implemented; shardtrain's schedule is linear warmup then "
+            "linear decay to 0, which is \"WarmupDecayLR\" with warmup_type \"linear\" and total_num_steps \"auto\"");
+    return;
+  }
+  if (type_name != "WarmupDecayLR") {
+    problem("scheduler.type", type,
+            "only \"WarmupDecayLR\" (linear warmup, then linear decay to 0) is implemented");
+    return;
+  }
+  const json empty = json::object();
+  const json* params = find(*scheduler, "params");
+  if (params && !object("scheduler.params", *params)) return;
+  if (!params) params = &empty;
+  for (const auto& item : scheduler->items())
+    if (item.key() != "type" && item.key() != "params")
+      problem("scheduler." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
+
+  for (const auto& item : params->items()) {
+    const std::string& name = item.key();
+    const std::string key = "scheduler.params." + name;
+    const json& v = item.value();
+    if (name == "warmup_min_lr") {
+      if (is_auto(v)) line(key, &v, "0 (as transformers fills it)");
+      else if (v.is_number() && v.get<double>() == 0) line(key, &v, "accepted (warmup starts at 0)");
+      else problem(key, &v, "only 0 is implemented (warmup starts from a learning rate of 0)");
+    } else if (name == "warmup_max_lr") {
+      if (is_auto(v)) {
+        line(key, &v, text(c_.train.lr) + " (train.lr)");
+      } else if (auto n = number(key, v, 0, true)) {
+        if (optimizer_lr_ && *optimizer_lr_ != *n) {
+          problem(key, &v, "differs from optimizer.params.lr = " + text(*optimizer_lr_) +
+                               " (DeepSpeed would silently train with warmup_max_lr); make them equal");
+        } else if (assign("train.lr", c_.train.lr, *n, key, &v)) {
+          line(key, &v, "train.lr = " + text(*n));
+        }
+      }
+    } else if (name == "warmup_num_steps") {
+      if (is_auto(v)) {
+        line(key, &v, c_.train.warmup_steps > 0 || c_.train.warmup_ratio == 0
+                          ? text(c_.train.warmup_steps) + " (train.warmup_steps)"
+                          : "ceil(" + text(c_.train.warmup_ratio) + " x total steps) (train.warmup_ratio)");
+      } else if (auto n = integer(key, v, 0, true)) {
+        if (assign("train.warmup_steps", c_.train.warmup_steps, *n, key, &v) &&
+            assign("train.warmup_ratio", c_.train.warmup_ratio, 0.0, key, &v))
+          line(key, &v, "train.warmup_steps = " + text(*n));
+      }
+    } else if (name == "warmup_type") {
+      if (v.is_string() && v.get<std::string>() == "linear") line(key, &v, "accepted");
+      else problem(key, &v, "only \"linear\" is implemented");
+    } else if (name == "total_num_steps") {
+      if (is_auto(v))
+        line(key, &v, "the run's total optimizer steps (the decay reaches 0 at the last step)");
+      else
+        problem(key, &v, "a fixed decay length is not implemented: the decay reaches 0 at the run's last step; "
+                         "write \"auto\" (and set train.max_steps or train.num_epochs for the run's length)");
+    } else if (name == "last_batch_iteration") {
+      if (v.is_number() && v.get<double>() == -1) line(key, &v, "accepted (a fresh schedule; resume restores it)");
+      else problem(key, &v, "only -1 is implemented (a resumed run restores the schedule from its checkpoint)");
+    } else {
+      problem(key, &v, "not implemented (shardtrain reads warmup_min_lr, warmup_max_lr, warmup_num_steps, "
+                       "warmup_type, total_num_steps, last_batch_iteration)");
+    }
+  }
+  if (!find(*params, "warmup_type"))
+    problem("scheduler.params.warmup_type", nullptr,
+            "absent means \"log\" (DeepSpeed's default), which is not implemented; write \"linear\"");
+  if (!find(*params, "total_num_steps"))
+    problem("scheduler.params.total_num_steps", nullptr, "WarmupDecayLR needs it; write \"auto\"");
+}
+
+}  // namespace
+
+int64_t model_hidden_size(const ModelConfig& model) {
+  std::string file;
+  if (!model.config.empty() && (model.init == "random" || model.path.empty())) file = model.config;
+  else if (!model.path.empty()) file = model.path + "/config.json";
+  if (file.empty()) throw Error("neither model.config nor model.path names a config.json with hidden_size");
+  std::ifstream in(file);
+  if (!in) throw Error("cannot open '" + file + "' to read the model's hidden_size");
+  json config;
+  try {
+    config = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error("cannot parse '" + file + "' (JSON): " + e.what());
+  }
+  if (config.is_object()) {
+    if (const json* sizes = find(config, "hidden_sizes"); sizes && sizes->is_array() && !sizes->empty()) {
+      int64_t largest = 0;
+      for (const auto& s : *sizes)
+        if (s.is_number_integer()) largest = std::max<int64_t>(largest, s.get<int64_t>());
+      if (largest > 0) return largest;
+    }
+    if (const json* size = find(config, "hidden_size"); size && size->is_number_integer() && size->get<int64_t>() > 0)
+      return size->get<int64_t>();
+  }
+  throw Error("'" + file + "' has no positive integer \"hidden_size\"");
+}
+
+DeepSpeedResolution apply_deepspeed_config(RunConfig& config, const DeepSpeedContext& context) {
+  const std::string& path = config.parallel.deepspeed_config;
+  if (path.empty()) return {};
+  ST_ASSERT(context.world_size >= 1, "world size must be >= 1");
+  std::ifstream in(path);
+  if (!in) throw Error("parallel.deepspeed_config = '" + path + "': no such file (or it cannot be read)");
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error("parallel.deepspeed_config = '" + path + "': not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) throw Error("parallel.deepspeed_config = '" + path + "': expected a JSON object { ... }");
+
+  Resolver resolver(config, context);
+  resolver.run(root);
+  if (!resolver.problems.empty()) {
+    std::string message = "parallel.deepspeed_config = '" + path + "': " + std::to_string(resolver.problems.size()) +
+                          (resolver.problems.size() == 1 ? " key needs" : " keys need") + " changing:";
+    for (const auto& p : resolver.problems) message += "\n  - " + p;
+    throw Error(message);
+  }
+  for (auto& l : resolver.out.lines) l = "deepspeed: " + l;
+  return resolver.out;
+}
+
+}  // namespace shardtrain
