@@ -139,7 +139,22 @@ cp "$D/result.jsonl" "$TMP/before.jsonl"
 train straight && grep -q "training already finished" "$TMP/straight.log" && cmp -s "$D/result.jsonl" "$TMP/before.jsonl" &&
   pass "re-running a finished run does nothing" || fail "re-running a finished run" "$TMP/straight.log"
 
-# 4. Errors name what to fix (exit status 2, one message).
+# 4. zero3 from the command line ends where ddp ends: same tensors in the final
+#    checkpoint up to fp32 summation order (reduce-scatter vs all-reduce).
+if train sharded --parallel.strategy zero3 --parallel.zero.stage3_param_persistence_threshold 100; then
+  Z=$TMP/runs/sharded
+  last_ddp=$(ls "$D"/checkpoint_*.h5 | tail -n 1)
+  last_z3=$(ls "$Z"/checkpoint_*.h5 | tail -n 1)
+  h5diff -d 1e-5 "$last_ddp" "$last_z3" /model /model >"$TMP/h5diff_z3.log" 2>&1 &&
+    h5diff -d 1e-6 "$last_ddp" "$last_z3" /optim/exp_avg /optim/exp_avg >>"$TMP/h5diff_z3.log" 2>&1 &&
+    pass "zero3 at -np 2: final parameters and AdamW state equal ddp's (h5diff -d 1e-5)" ||
+    fail "zero3 checkpoint differs from ddp's" "$TMP/h5diff_z3.log"
+  grep -q "strategy zero3" "$TMP/sharded.log" && pass "train logs the strategy" || fail "strategy log line" "$TMP/sharded.log"
+else
+  fail "train --parallel.strategy zero3" "$TMP/sharded.log"
+fi
+
+# 5. Errors name what to fix (exit status 2, one message).
 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name e1 --train.batch_size 0 >"$TMP/e1.log" 2>&1
 [ $? -eq 2 ] && grep -q "train.batch_size" "$TMP/e1.log" && pass "bad batch size names train.batch_size" || fail "bad batch size" "$TMP/e1.log"
 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name straight --train.batch_size 3 >"$TMP/e2.log" 2>&1

@@ -225,12 +225,18 @@ struct ShardedStrategy::Impl : public UnitHooks {
   }
 
   // Reduce-scatters in reduce_order only, so every rank issues the same
-  // collectives in the same order whatever order its hooks fire in.
-  void launch_ready_reduces(bool from_hook) {
-    while (next_reduce < reduce_order.size() && units[reduce_order[next_reduce]].backward_done) {
-      launch_reduce(reduce_order[next_reduce], from_hook);
-      ++next_reduce;
-    }
+  // collectives in the same order whatever order its hooks fire in. With a
+  // reduce bucket (DeepSpeed reduce_bucket_size) ready units wait until
+  // together they hold that many elements, then go out together; `flush`
+  // launches whatever is ready.
+  void launch_ready_reduces(bool from_hook, bool flush = false) {
+    size_t ready = next_reduce;
+    int64_t elements = 0;
+    while (ready < reduce_order.size() && units[reduce_order[ready]].backward_done)
+      elements += units[reduce_order[ready++]].numel;
+    if (ready == next_reduce) return;
+    if (!flush && elements < options.reduce_bucket_elements) return;
+    for (; next_reduce < ready; ++next_reduce) launch_reduce(reduce_order[next_reduce], from_hook);
   }
 
   // Every unit's reduce-scatter of this backward launched and complete. A unit
@@ -243,7 +249,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
       attach_grads(static_cast<int>(index));
       u.backward_done = true;
     }
-    launch_ready_reduces(false);
+    launch_ready_reduces(false, /*flush=*/true);
     for (int index : reduce_order)
       if (units[index].reduce_work) complete_reduce(index);
     round_open = false;

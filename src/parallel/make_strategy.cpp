@@ -58,8 +58,47 @@ ShardOptions shard_options_for(const ParallelConfig& parallel, int world_size, i
     options.forward_prefetch_elements = parallel.zero.stage3_prefetch_bucket_size;
     options.backward_prefetch_elements = parallel.zero.stage3_prefetch_bucket_size;
     options.persistence_threshold = parallel.zero.stage3_param_persistence_threshold;
+    options.reduce_bucket_elements = parallel.zero.reduce_bucket_size;
   }
   return options;
+}
+
+std::vector<std::string> strategy_notes(const ParallelConfig& parallel, int world_size, int node_size) {
+  const bool fsdp = parallel.strategy == "fsdp";
+  const std::string kind = fsdp ? fsdp_equivalent(parallel.fsdp) : parallel.strategy;
+  const bool sharded = kind == "zero2" || kind == "zero3" || kind == "hybrid";
+  std::vector<std::string> notes;
+  if (sharded) {
+    const ShardOptions o = shard_options_for(parallel, world_size, node_size);
+    notes.push_back(str_format(
+        "%s: units = embeddings, each encoder layer, head; stage %d; %s; reduce-scatter per unit%s; %s",
+        kind.c_str(), o.stage, o.reduce_every_micro_step ? "gradients reduced on every micro-step (DeepSpeed)"
+                                                          : "accumulation micro-steps keep full gradients (FSDP no_sync)",
+        o.reduce_bucket_elements > 0 ? str_format(" in buckets of >= %lld elements",
+                                                  static_cast<long long>(o.reduce_bucket_elements)).c_str()
+                                     : "",
+        o.overlap_comm ? "collectives overlap compute" : "every collective waited for at once (overlap_comm off)"));
+    if (kind == "hybrid" && o.ranks_per_node >= world_size)
+      notes.push_back("hybrid: all ranks are on one node (parallel.ranks_per_node), so this is full sharding (zero3)");
+    if (kind == "zero2" && parallel.zero.allgather_bucket_size > 0)
+      notes.push_back("parallel.zero.allgather_bucket_size bounds zero1's post-step all-gather; " + kind +
+                      " gathers unit by unit straight into the parameters, with no staging buffer to bound");
+  }
+  if (!parallel.zero.contiguous_gradients)
+    notes.push_back("parallel.zero.contiguous_gradients = false: gradients always live in contiguous flat buffers "
+                    "here, there is no copy to turn off");
+  if (parallel.zero.round_robin_gradients)
+    notes.push_back("parallel.zero.round_robin_gradients: DeepSpeed balances gradient copies to the CPU optimizer "
+                    "across ranks; here each rank copies exactly its own shard, so there is nothing to balance");
+  if (fsdp)
+    notes.push_back("parallel.fsdp.state_dict_type / offload_to_cpu / rank0_only: every rank writes its own slices of "
+                    "one checkpoint file of full-shape tensors (a full state dict on disk, readable at any rank "
+                    "count), so no rank ever gathers the full state dict; `shardtrain export` streams it tensor by "
+                    "tensor");
+  if (parallel.zero.gather_16bit_weights_on_model_save && !fsdp)
+    notes.push_back("parallel.zero.gather_16bit_weights_on_model_save: checkpoints always hold the full fp32 model; "
+                    "`shardtrain export --dtype float16|bfloat16` writes the 16-bit weights, streaming");
+  return notes;
 }
 
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, BertForSequenceClassification& model,

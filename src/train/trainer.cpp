@@ -478,9 +478,15 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   adamw.beta2 = t.adam_beta2;
   adamw.eps = t.adam_epsilon;
   adamw.weight_decay = t.weight_decay;
-  std::unique_ptr<Strategy> strategy =
-      make_strategy(config.parallel, *model, *communicator, adamw, ranks_on_this_node(comm));
+  const int node_size = ranks_on_this_node(comm);
+  std::unique_ptr<Strategy> strategy = make_strategy(config.parallel, *model, *communicator, adamw, node_size);
   log_info("strategy %s (parallel.strategy = %s)", strategy->name().c_str(), config.parallel.strategy.c_str());
+  for (const std::string& note : strategy_notes(config.parallel, world, node_size)) log_info("  %s", note.c_str());
+  {
+    const StrategyMemory m = strategy->memory();
+    log_info("  per rank: parameters %.1f MB, gradients %.1f MB, optimizer state %.1f MB", m.param_bytes / 1e6,
+             m.grad_bytes / 1e6, m.optimizer_bytes / 1e6);
+  }
   strategy->broadcast_parameters(0);
   const std::vector<FlatTensor> flat_layout = flat_tensors(strategy->layout());
 

@@ -89,6 +89,10 @@ struct ShardOptions {
   // accumulate in the shard; false (FSDP no_sync): micro-steps without sync
   // keep the full gradients and reduce once.
   bool reduce_every_micro_step = true;
+  // Units whose backward is done wait until together they hold this many
+  // gradient elements, then their reduce-scatters are launched together
+  // (DeepSpeed reduce_bucket_size); 0 = each unit as soon as it is done.
+  int64_t reduce_bucket_elements = 0;
 };
 
 class ShardedStrategy : public Strategy {

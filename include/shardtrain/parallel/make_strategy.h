@@ -46,4 +46,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, BertForSequence
 // or 3, hybrid); for logs, tests and benchmarks.
 ShardOptions shard_options_for(const ParallelConfig& parallel, int world_size, int node_size);
 
+// Lines for the job log: how the strategy reduces and gathers, and what the
+// DeepSpeed / FSDP knobs that need no action here mean in this program (never
+// silently ignored).
+std::vector<std::string> strategy_notes(const ParallelConfig& parallel, int world_size, int node_size);
+
 }  // namespace shardtrain

@@ -15,8 +15,9 @@
 //   double norm = strategy->step(lr, max_grad_norm);  // clip by global norm + AdamW
 //
 // DDP (parallel/ddp.h) is the reference every other strategy is tested against
-// (DESIGN.md decision 2). ZeRO stage 1 and 2 are in parallel/zero.h;
-// make_strategy() (parallel/make_strategy.h) builds one by its config name.
+// (DESIGN.md decision 2). ZeRO stage 1 is parallel/zero.h; stage 2 and 3, FSDP
+// and hybrid sharding are parallel/fsdp.h; make_strategy()
+// (parallel/make_strategy.h) builds one from the [parallel] config.
 #pragma once
 #include <ATen/core/Tensor.h>
 
