@@ -7,7 +7,7 @@
 #                  and bench_train_step; compiler errors go to OUTDIR/build_errors.txt
 #   3. NCCL tests  tests/test_nccl_mpi.cpp at -np 1 (NCCL with one rank works)
 #   4. train       `shardtrain train --config configs/quickstart.toml` on cuda,
-#                  50 steps, fp32 then bf16 then fp16
+#                  TRAIN_STEPS steps in fp32 (then in bf16 and fp16, after 5.)
 #   5. bench       bench_train_step --device cuda, quickstart and bert-base shapes
 #                  (JSON in OUTDIR)
 #   6. CPU tests   ctest -L unit, then the multi-rank (mpi) tests at -np 2
@@ -191,19 +191,15 @@ if [[ -x $BUILD_DIR/tests/shardtrain_mpi_tests ]]; then
     --source-file='*/test_nccl_mpi.cpp'
 fi
 
-# ---- 4. training on cuda -------------------------------------------------------
-if [[ -x $BUILD_DIR/shardtrain ]]; then
-  for precision in no bf16 fp16; do
-    stage "train_cuda_$precision" 150 bash -c "cd '$ROOT' && '$MPIEXEC' ${mpi_flags[*]} -np 1 '$BUILD_DIR/shardtrain' train \
-      --config configs/quickstart.toml --run.device cuda --train.max_steps $TRAIN_STEPS \
-      --train.mixed_precision $precision --run.storage_path '$BUILD_DIR/gpu_runs' --run.name cuda_$precision"
-  done
-  for f in "$BUILD_DIR"/gpu_runs/cuda_*/result.jsonl; do
-    [[ -f $f ]] && { echo "== $f"; tail -n 3 "$f"; } | tee -a "$LOG"
-  done
-fi
-
-# ---- 5. benchmark on cuda ------------------------------------------------------
+# ---- 4. training on cuda (fp32) and 5. benchmark on cuda ----------------------
+train_cuda() {  # precision: no | bf16 | fp16
+  stage "train_cuda_$1" 150 bash -c "cd '$ROOT' && '$MPIEXEC' ${mpi_flags[*]} -np 1 '$BUILD_DIR/shardtrain' train \
+    --config configs/quickstart.toml --run.device cuda --train.max_steps $TRAIN_STEPS \
+    --train.mixed_precision $1 --run.storage_path '$BUILD_DIR/gpu_runs' --run.name cuda_$1"
+  local f=$BUILD_DIR/gpu_runs/cuda_$1/result.jsonl
+  [[ -f $f ]] && { echo "== $f"; tail -n 2 "$f"; } | tee -a "$LOG"
+}
+[[ -x $BUILD_DIR/shardtrain ]] && train_cuda no
 if [[ -x $BUILD_DIR/benchmarks/bench_train_step ]]; then
   stage bench_cuda_quickstart 120 "$MPIEXEC" "${mpi_flags[@]}" -np 1 "$BUILD_DIR/benchmarks/bench_train_step" \
     --device cuda --model quickstart --batch-size 32 --seq-len 128 --steps 20 --warmup 3 --peak-size 8192 \
@@ -211,6 +207,11 @@ if [[ -x $BUILD_DIR/benchmarks/bench_train_step ]]; then
   stage bench_cuda_bert_base 180 "$MPIEXEC" "${mpi_flags[@]}" -np 1 "$BUILD_DIR/benchmarks/bench_train_step" \
     --device cuda --model bert-base --batch-size 32 --seq-len 128 --steps 10 --warmup 3 --peak-size 8192 \
     --json "$OUTDIR/bench_cuda_bert_base.json"
+fi
+# Mixed precision exists only on cuda: bf16 autocast, fp16 with loss scaling.
+if [[ -x $BUILD_DIR/shardtrain ]]; then
+  train_cuda bf16
+  train_cuda fp16
 fi
 
 # ---- 6. CPU tests --------------------------------------------------------------
