@@ -37,8 +37,10 @@
 # libtorch_cpu.so comes before libstdc++.so.6 in an executable's DT_NEEDED
 # list, the executable's std::filesystem calls bind to those copies, and
 # std::filesystem::remove_all crashed there (SIGSEGV at address 0, seen with
-# torch 2.11.0+cu130 on Ubuntu 24.04). The configure step below therefore
-# links every executable with libstdc++ as its first needed library.
+# torch 2.11.0+cu130 on Ubuntu 24.04). The configure step below therefore asks
+# the linker to make libstdc++ every executable's first needed library; where
+# the built shardtrain still names another library first, the run stages get
+# LD_PRELOAD=libstdc++.so.6, which puts libstdc++ first in symbol lookup.
 set -uo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -197,6 +199,13 @@ done
 if [[ -x $BUILD_DIR/shardtrain ]]; then
   ldd "$BUILD_DIR/shardtrain" | grep -E "torch|c10|nccl|cudart|mpi|hdf5|not found" | tee -a "$LOG"
   readelf -d "$BUILD_DIR/shardtrain" | grep -m3 NEEDED | tee -a "$LOG"
+  [[ -f $BUILD_DIR/build.ninja ]] && (cd "$BUILD_DIR" && ninja -t commands shardtrain | tail -n 1 | cut -c1-600) | tee -a "$LOG"
+  first_needed=$(readelf -d "$BUILD_DIR/shardtrain" | awk '/NEEDED/{print $NF; exit}')
+  if [[ $first_needed != "[libstdc++.so.6]" ]]; then
+    LD_PRELOAD=$(${CXX:-c++} -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}
+    export LD_PRELOAD
+    log "first needed library of shardtrain is $first_needed, not libstdc++.so.6: LD_PRELOAD=$LD_PRELOAD from here on"
+  fi
 fi
 
 # ---- 3. NCCL tests on one GPU --------------------------------------------------
