@@ -37,10 +37,13 @@
 # libtorch_cpu.so comes before libstdc++.so.6 in an executable's DT_NEEDED
 # list, the executable's std::filesystem calls bind to those copies, and
 # std::filesystem::remove_all crashed there (SIGSEGV at address 0, seen with
-# torch 2.11.0+cu130 on Ubuntu 24.04). The configure step below therefore asks
-# the linker to make libstdc++ every executable's first needed library; where
-# the built shardtrain still names another library first, the run stages get
-# LD_PRELOAD=libstdc++.so.6, which puts libstdc++ first in symbol lookup.
+# torch 2.11.0+cu130 on Ubuntu 24.04). The configure step below therefore
+# gives the linker libstdc++.so.6 itself (a path: `-lstdc++` may name a linker
+# script whose AS_NEEDED drops it there) before anything else, to make it every
+# executable's first needed library. Where the built shardtrain still names
+# another library first, the run stages get LD_PRELOAD=libstdc++.so.6, which
+# puts libstdc++ first in symbol lookup (that fallback is what the H200 runs of
+# 2026-11-29 used: their toolchain's -lstdc++ did not come first).
 set -uo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -165,6 +168,7 @@ fi
 # ---- 2. configure + build ------------------------------------------------------
 export PATH=$CUDA_HOME/bin:$PATH
 export CUDACXX=${CUDACXX:-$CUDA_HOME/bin/nvcc}
+libstdcxx=$(${CXX:-c++} -print-file-name=libstdc++.so.6)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 # shellcheck disable=SC2206
@@ -172,7 +176,7 @@ extra=(${EXTRA_CMAKE_ARGS:-})
 stage configure 180 cmake -S "$ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_CMAKE${CMAKE_PREFIX_PATH:+;${CMAKE_PREFIX_PATH//:/;}}" \
   -DCUDAToolkit_ROOT="$CUDA_HOME" -DSHARDTRAIN_WITH_NCCL=ON "${nccl_args[@]}" \
-  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state" "${extra[@]}"
+  "-DCMAKE_EXE_LINKER_FLAGS=-Wl,--push-state,--no-as-needed $libstdcxx -Wl,--pop-state" "${extra[@]}"
 
 build() {
   local targets=(shardtrain shardtrain_tests shardtrain_mpi_tests bench_train_step fault_probe checkpoint_crash_probe
@@ -202,7 +206,7 @@ if [[ -x $BUILD_DIR/shardtrain ]]; then
   [[ -f $BUILD_DIR/build.ninja ]] && (cd "$BUILD_DIR" && ninja -t commands shardtrain | tail -n 1 | cut -c1-600) | tee -a "$LOG"
   first_needed=$(readelf -d "$BUILD_DIR/shardtrain" | awk '/NEEDED/{print $NF; exit}')
   if [[ $first_needed != "[libstdc++.so.6]" ]]; then
-    LD_PRELOAD=$(${CXX:-c++} -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}
+    LD_PRELOAD=$libstdcxx${LD_PRELOAD:+:$LD_PRELOAD}
     export LD_PRELOAD
     log "first needed library of shardtrain is $first_needed, not libstdc++.so.6: LD_PRELOAD=$LD_PRELOAD from here on"
   fi
