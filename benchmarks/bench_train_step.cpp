@@ -15,7 +15,16 @@
 // Peak: each rank first measures its own matrix-product peak, fp32
 // at::mm_out of --peak-size square matrices (FLOP = 2 n^3), best of 5 runs
 // after 2 warm-ups, with all ranks running at once (barrier before), which is
-// what training sees; the job's peak is the sum over ranks.
+// what training sees; the job's peak is the sum over ranks. With --device cuda
+// the product runs on the rank's GPU (synchronised around each run), in
+// torch's default fp32 mode (TF32 off unless the environment turns it on).
+//
+// --device cuda (a build with CUDA LibTorch and NCCL): the model, the batches
+// and DataParallel's buffers live on the rank's GPU (node-local rank modulo the
+// visible GPUs, as the Trainer picks it) and the gradients are all-reduced by
+// an NcclCommunicator. Each phase ends with a device synchronisation so that
+// the host clock measures GPU work; this removes the overlap of one step's
+// optimizer with the next step's forward that an unsynchronised loop may get.
 //
 // Model FLOPs per step (legend: R ranks, B per-rank batch, L sequence length,
 // D hidden, I intermediate, N layers, C labels; S = B R global samples,
@@ -39,8 +48,9 @@
 // at the median step time), the MFU and DataParallel's bucket counters.
 //
 //   mpirun -np R bench_train_step [--model quickstart|bert-base|PATH/config.json]
-//       [--batch-size 16] [--seq-len 128] [--steps 10] [--warmup 2]
-//       [--peak-size 2048] [--seed 42] [--json FILE]
+//       [--device cpu|cuda] [--batch-size 16] [--seq-len 128] [--steps 10]
+//       [--warmup 2] [--peak-size 2048] [--seed 42] [--json FILE]
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -56,6 +66,9 @@
 #include <vector>
 
 #include "shardtrain/comm/mpi_communicator.h"
+#if SHARDTRAIN_HAVE_NCCL
+#include "shardtrain/comm/nccl_communicator.h"
+#endif
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -116,18 +129,25 @@ BertConfig resolve_model(const std::string& model) {
   return BertConfig::from_file(model);
 }
 
-// GFLOP/s of this process's best fp32 n x n matrix product.
-double measure_matmul_gflops(int64_t n, MPI_Comm comm) {
+// Waits for the device's queued work (nothing to wait for on the CPU).
+void sync_device(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// GFLOP/s of this process's best fp32 n x n matrix product on `device`.
+double measure_matmul_gflops(int64_t n, const at::Device& device, MPI_Comm comm) {
   auto gen = at::detail::createCPUGenerator(7);
-  const at::Tensor a = at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat));
-  const at::Tensor b = at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor a = at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat)).to(device);
+  const at::Tensor b = at::randn({n, n}, gen, at::TensorOptions().dtype(at::kFloat)).to(device);
   at::Tensor c = at::empty({n, n}, a.options());
   for (int i = 0; i < 2; ++i) at::mm_out(c, a, b);
+  sync_device(device);
   ST_CHECK_MPI(MPI_Barrier(comm));
   double best_s = 1e30;
   for (int i = 0; i < 5; ++i) {
     const auto start = Clock::now();
     at::mm_out(c, a, b);
+    sync_device(device);
     best_s = std::min(best_s, seconds_since(start));
   }
   // A quick sanity check that the product was computed: one entry against a dot product.
@@ -161,10 +181,12 @@ struct Batch {
 
 int run(World& world, int argc, char** argv) {
   CLI::App app{"Data-parallel training step of BertForSequenceClassification: samples/s, tokens/s, MFU"};
-  std::string model_name = "quickstart", json_path;
+  std::string model_name = "quickstart", device_name = "cpu", json_path;
   int64_t batch_size = 16, seq_len = 128, peak_size = 2048, seed = 42;
   int steps = 10, warmup = 2;
   app.add_option("--model", model_name, "quickstart (configs/models/bert_tiny.json), bert-base, or a HF config.json");
+  app.add_option("--device", device_name, "cpu, or cuda (needs a build with CUDA LibTorch and NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--batch-size", batch_size, "samples per rank per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seq-len", seq_len, "tokens per sample")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000));
@@ -189,10 +211,28 @@ int run(World& world, int argc, char** argv) {
 
   at::set_num_threads(world.num_threads());
   const int rank = world.rank(), ranks = world.size();
-  MpiCommunicator comm(world.comm());
+  at::Device device = at::kCPU;
+  std::unique_ptr<Communicator> communicator;
+  if (device_name == "cuda") {
+#if SHARDTRAIN_HAVE_NCCL && SHARDTRAIN_TORCH_CUDA
+    MPI_Comm node = MPI_COMM_NULL;
+    ST_CHECK_MPI(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int local_rank = 0;
+    ST_CHECK_MPI(MPI_Comm_rank(node, &local_rank));
+    ST_CHECK_MPI(MPI_Comm_free(&node));
+    const int gpu = NcclCommunicator::device_for_local_rank(local_rank);
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+    communicator = std::make_unique<NcclCommunicator>(world.comm(), gpu);
+#else
+    throw Error("--device cuda: this build has no CUDA LibTorch and NCCL");
+#endif
+  } else {
+    communicator = std::make_unique<MpiCommunicator>(world.comm());
+  }
+  Communicator& comm = *communicator;
 
   // ---- peak ----
-  const double rank_gflops = measure_matmul_gflops(peak_size, world.comm());
+  const double rank_gflops = measure_matmul_gflops(peak_size, device, world.comm());
   std::vector<double> all_gflops(static_cast<size_t>(ranks));
   ST_CHECK_MPI(MPI_Allgather(&rank_gflops, 1, MPI_DOUBLE, all_gflops.data(), 1, MPI_DOUBLE, world.comm()));
   double job_peak_gflops = 0;
@@ -201,9 +241,11 @@ int run(World& world, int argc, char** argv) {
   // ---- model, strategy, data ----
   auto model = std::make_shared<BertForSequenceClassification>(config);
   model->init_weights(static_cast<uint64_t>(seed));
+  if (device.is_cuda()) model->to(device);
   model->train();
   // Dropout draws from the global generator: seeded per rank, so runs repeat and ranks draw different masks.
   torch::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
+  if (device.is_cuda()) torch::cuda::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   AdamWOptions adamw;
   DataParallel ddp(*model, comm, adamw);
   ddp.broadcast_parameters(0);
@@ -220,14 +262,20 @@ int run(World& world, int argc, char** argv) {
     b.token_type_ids = at::zeros({batch_size, seq_len}, long_options);
     b.attention_mask = at::ones({batch_size, seq_len}, long_options);
     b.labels = at::randint(0, 2, {batch_size}, gen, long_options);
+    if (device.is_cuda()) {
+      b.input_ids = b.input_ids.to(device);
+      b.token_type_ids = b.token_type_ids.to(device);
+      b.attention_mask = b.attention_mask.to(device);
+      b.labels = b.labels.to(device);
+    }
     batches.push_back(b);
   }
 
   const int64_t global_samples = batch_size * ranks, global_tokens = global_samples * seq_len;
   const FlopCount flops = count_flops(config, global_samples, seq_len);
   if (rank == 0) {
-    std::printf("# bench_train_step: model %s (D %lld, layers %lld, heads %lld, I %lld, vocab %lld, %lld parameters)\n",
-                model_name.c_str(), static_cast<long long>(config.hidden_size),
+    std::printf("# bench_train_step: device %s, model %s (D %lld, layers %lld, heads %lld, I %lld, vocab %lld, %lld parameters)\n",
+                device.str().c_str(), model_name.c_str(), static_cast<long long>(config.hidden_size),
                 static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.num_attention_heads),
                 static_cast<long long>(config.intermediate_size), static_cast<long long>(config.vocab_size),
                 static_cast<long long>(config.num_parameters()));
@@ -258,10 +306,13 @@ int run(World& world, int argc, char** argv) {
     ddp.prepare_backward(true);
     at::Tensor loss = model->loss(model->forward(b.input_ids, b.token_type_ids, b.attention_mask), b.labels);
     loss.backward();
+    sync_device(device);
     const auto backward_done = Clock::now();
     ddp.finish_backward();
+    sync_device(device);
     const auto reduced = Clock::now();
     t.grad_norm = ddp.step(lr, max_grad_norm);
+    sync_device(device);
     const auto stepped = Clock::now();
     t.fwd_bwd = std::chrono::duration<double>(backward_done - start).count();
     t.finish = std::chrono::duration<double>(reduced - backward_done).count();
@@ -361,6 +412,7 @@ int run(World& world, int argc, char** argv) {
     nlohmann::json doc = {
         {"benchmark", "bench_train_step"},
         {"model", model_name},
+        {"device", device.str()},
         {"config",
          {{"hidden_size", config.hidden_size},
           {"num_hidden_layers", config.num_hidden_layers},

@@ -77,10 +77,14 @@ ncclDataType_t nccl_type(at::ScalarType t) {
   throw Error(std::string("NcclCommunicator: unsupported dtype ") + c10::toString(t));
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+// On one rank an average is the input itself, and ncclSum (a copy) gives it.
+// NCCL 2.28.9's one-rank ncclAvg (pip nvidia-nccl-cu13) leaves the last
+// element of an out-of-place result unwritten for some counts (4097 floats,
+// 4099 and 65537 doubles; seen on an H200, CUDA 13.0).
+ncclRedOp_t nccl_op(ReduceOp op, int ranks) {
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kAvg: return ranks == 1 ? ncclSum : ncclAvg;
     case ReduceOp::kMax: return ncclMax;
   }
   return ncclSum;
@@ -290,12 +294,13 @@ std::unique_ptr<Work> NcclCommunicator::all_reduce_async(at::Tensor tensor, Redu
   const ncclDataType_t type = nccl_type(tensor.scalar_type());
   const size_t count = static_cast<size_t>(tensor.numel());
   void* data = tensor.data_ptr();
+  const ncclRedOp_t red = nccl_op(op, size_);
   Launch launch;
   launch.kind = CollectiveKind::kAllReduce;
   launch.total_bytes = tensor.numel() * tensor.element_size();
   launch.tensors = {tensor};
   launch.enqueue = [=](ncclComm_t comm, cudaStream_t stream) {
-    if (count > 0) ST_CHECK_NCCL(ncclAllReduce(data, data, count, type, nccl_op(op), comm, stream));
+    if (count > 0) ST_CHECK_NCCL(ncclAllReduce(data, data, count, type, red, comm, stream));
   };
   return start("all_reduce", launch);
 }
@@ -311,12 +316,13 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(at::Tensor input, a
   const size_t count = static_cast<size_t>(output.numel());  // per rank
   const void* send = input.data_ptr();
   void* receive = output.data_ptr();
+  const ncclRedOp_t red = nccl_op(op, size_);
   Launch launch;
   launch.kind = CollectiveKind::kReduceScatter;
   launch.total_bytes = input.numel() * input.element_size();
   launch.tensors = {input, output};
   launch.enqueue = [=](ncclComm_t comm, cudaStream_t stream) {
-    if (count > 0) ST_CHECK_NCCL(ncclReduceScatter(send, receive, count, type, nccl_op(op), comm, stream));
+    if (count > 0) ST_CHECK_NCCL(ncclReduceScatter(send, receive, count, type, red, comm, stream));
   };
   return start("reduce_scatter", launch);
 }
