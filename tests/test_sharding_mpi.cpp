@@ -109,6 +109,7 @@ std::vector<Variant> variants() {
   prefetch.zero.stage3_prefetch_bucket_size = 1000;         // about two layers of the tiny model ahead
   prefetch.zero.stage3_param_persistence_threshold = 40;    // biases and LayerNorms (16) stay replicated
   add("zero3 without overlap", "zero3").zero.overlap_comm = false;
+  add("zero3 reduce bucket", "zero3").zero.reduce_bucket_size = 3000;  // units go out in pairs
   ParallelConfig& fsdp = add("fsdp FULL_SHARD, forward prefetch, BACKWARD_POST", "fsdp");
   fsdp.fsdp.forward_prefetch = true;
   fsdp.fsdp.backward_prefetch = "BACKWARD_POST";

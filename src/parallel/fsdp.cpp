@@ -59,6 +59,11 @@ struct ShardedStrategy::Impl : public UnitHooks {
   Communicator& comm;
   BertForSequenceClassification& model;
   ShardOptions options;
+  // First, so they are destroyed last: NCCL records its streams on the buffers
+  // it reads and writes, and a buffer freed after its stream is gone fails.
+  std::unique_ptr<Communicator> gather_comm;  // the shard group (all-gathers)
+  std::unique_ptr<Communicator> reduce_comm;  // the shard group again (reduce-scatters, norms)
+  std::unique_ptr<Communicator> inter;        // hybrid: ranks holding the same shard
   std::unique_ptr<ParamLayout> layout;
   std::vector<at::Tensor> parameters;  // the module's parameters, layout order
   std::vector<Unit> units;
@@ -70,9 +75,6 @@ struct ShardedStrategy::Impl : public UnitHooks {
   bool sync = true;
   bool round_open = false;  // a backward with reduction started and not finished
 
-  std::unique_ptr<Communicator> gather_comm;  // the shard group (all-gathers)
-  std::unique_ptr<Communicator> reduce_comm;  // the shard group again (reduce-scatters, norms)
-  std::unique_ptr<Communicator> inter;        // hybrid: ranks holding the same shard
   int group_rank = 0, group_size = 1;
 
   int64_t shard_numel = 0;
@@ -406,11 +408,25 @@ ShardedStrategy::ShardedStrategy(BertForSequenceClassification& model, Communica
 }
 
 ShardedStrategy::~ShardedStrategy() {
-  impl_->model.set_unit_hooks(nullptr);
+  Impl& s = *impl_;
+  s.model.set_unit_hooks(nullptr);
   // In-flight collectives write into our buffers: finish them first.
-  for (auto& u : impl_->units) {
+  for (auto& u : s.units) {
     if (u.gather_work) u.gather_work->wait();
     if (u.reduce_work) u.reduce_work->wait();
+  }
+  // The model outlives us and holds gathered units' storage, which NCCL
+  // recorded on our communicators' streams: move it into fresh memory while
+  // those streams still exist (freeing the old block needs them).
+  at::NoGradGuard no_grad;
+  for (size_t index = 0; index < s.units.size(); ++index) {
+    s.detach_grads(static_cast<int>(index));
+    Impl::Unit& u = s.units[index];
+    if (!u.gathered) continue;
+    const at::Tensor values = u.params.clone();
+    free_storage(u.params);
+    allocate_storage(u.params);
+    u.params.copy_(values);
   }
 }
 

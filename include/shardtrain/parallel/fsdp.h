@@ -103,7 +103,10 @@ class ShardedStrategy : public Strategy {
   // for a ranks_per_node that does not divide the world size.
   ShardedStrategy(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
                   const ShardOptions& options = {});
-  ~ShardedStrategy() override;  // removes the hooks; the model's parameters are gathered again
+  // Removes the hooks. Units that are gathered stay usable in the model; freed
+  // (stage 3) units stay without memory: read the parameters through
+  // flat_params() first if they are needed afterwards.
+  ~ShardedStrategy() override;
 
   std::string name() const override;  // "zero2", "zero3" or "hybrid"
   void broadcast_parameters(int root) override;
