@@ -35,13 +35,7 @@ DataParallel::DataParallel(BertForSequenceClassification& model, Communicator& c
   Impl& s = *impl_;
   s.flat = flatten_model(model, comm.size(), "DataParallel");
   s.adamw = std::make_unique<AdamW>(s.flat.padded_numel, adamw, s.flat.params.options());
-  at::Tensor grads = s.flat.grads;
-  s.buckets = std::make_unique<GradientBuckets>(
-      s.flat, options.bucket_cap_mb,
-      [&comm, grads](ElementRange r) {
-        return comm.all_reduce_async(grads.narrow(0, r.begin, r.size()), ReduceOp::kAvg);
-      },
-      s.stats);
+  s.buckets = all_reduce_buckets(s.flat, options.bucket_cap_mb, comm, s.stats);
 }
 
 DataParallel::~DataParallel() = default;  // GradientBuckets removes the hooks

@@ -97,6 +97,17 @@ GradientBuckets::GradientBuckets(const FlatModel& model, double bucket_cap_mb, L
                                                 "GradientBuckets");
 }
 
+std::unique_ptr<GradientBuckets> all_reduce_buckets(const FlatModel& model, double bucket_cap_mb, Communicator& comm,
+                                                    StrategyStats& stats) {
+  at::Tensor grads = model.grads;
+  return std::make_unique<GradientBuckets>(
+      model, bucket_cap_mb,
+      [&comm, grads](ElementRange r) {
+        return comm.all_reduce_async(grads.narrow(0, r.begin, r.size()), ReduceOp::kAvg);
+      },
+      stats);
+}
+
 void GradientBuckets::reset_round() {
   pending_ = slots_in_bucket_;
   std::fill(slot_done_.begin(), slot_done_.end(), 0);

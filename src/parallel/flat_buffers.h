@@ -101,4 +101,9 @@ class GradientBuckets {
   std::unique_ptr<GradientReadyHooks> hooks_;
 };
 
+// DDP's buckets: each complete bucket of model.grads all-reduced (average) over
+// `comm` while backward runs. `comm`, `model` and `stats` must outlive them.
+std::unique_ptr<GradientBuckets> all_reduce_buckets(const FlatModel& model, double bucket_cap_mb, Communicator& comm,
+                                                    StrategyStats& stats);
+
 }  // namespace shardtrain

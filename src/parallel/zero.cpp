@@ -73,14 +73,8 @@ ZeroStrategy::ZeroStrategy(BertForSequenceClassification& model, Communicator& c
   const bool host_master = options.offload_optimizer && !s.flat.params.device().is_cpu();
   s.master = host_master ? s.shard_params().to(at::kCPU).clone() : s.shard_params();
   s.adamw = std::make_unique<AdamW>(s.shard.size(), adamw, s.master.options());
-  at::Tensor grads = s.flat.grads;
   // The same buckets and all-reduce as DDP, so the gradients are DDP's bit for bit.
-  s.buckets = std::make_unique<GradientBuckets>(
-      s.flat, options.bucket_cap_mb,
-      [&comm, grads](ElementRange r) {
-        return comm.all_reduce_async(grads.narrow(0, r.begin, r.size()), ReduceOp::kAvg);
-      },
-      s.stats);
+  s.buckets = all_reduce_buckets(s.flat, options.bucket_cap_mb, comm, s.stats);
 }
 
 ZeroStrategy::~ZeroStrategy() = default;  // GradientBuckets removes the hooks
