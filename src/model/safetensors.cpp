@@ -142,7 +142,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     specs.push_back({name, host.back().scalar_type(), host.back().sizes().vec()});
   }
   SafetensorsStreamWriter writer(path, std::move(specs), metadata);
-  for (const at::Tensor& tensor : host) writer.write_next(tensor);
+  for (std::size_t i = 0; i < host.size(); ++i) writer.write_next(tensors[i].first, host[i]);
   writer.commit();
 }
 
@@ -208,12 +208,17 @@ void SafetensorsStreamWriter::append(const void* data, std::size_t num_bytes) {
     fail(temporary_ + ": write failed (disk full?): " + errno_text());
 }
 
-const SafetensorsTensorSpec& SafetensorsStreamWriter::check_next(const at::Tensor& tensor, bool same_dtype) {
+const SafetensorsTensorSpec& SafetensorsStreamWriter::check_next(const std::string& name, const at::Tensor& tensor,
+                                                                  bool same_dtype) {
   if (committed_) throw Error(path_ + ": write after commit()");
   if (!out_) throw Error(path_ + ": the writer failed earlier; nothing more can be written");
   if (next_ == specs_.size())
-    fail(path_ + ": one tensor more than the " + std::to_string(specs_.size()) + " the header lists");
+    fail(path_ + ": tensor '" + name + "' is one more than the " + std::to_string(specs_.size()) +
+         " the header lists");
   const SafetensorsTensorSpec& spec = specs_[next_];
+  if (name != spec.name)
+    fail(path_ + ": got tensor '" + name + "' but the header lists '" + spec.name + "' next (number " +
+         std::to_string(next_) + ")");
   if (!tensor.defined()) fail(path_ + ": tensor '" + spec.name + "' (number " + std::to_string(next_) + ") is undefined");
   if (same_dtype && tensor.scalar_type() != spec.dtype)
     fail(path_ + ": tensor '" + spec.name + "' has dtype " + c10::toString(tensor.scalar_type()) +
@@ -224,8 +229,8 @@ const SafetensorsTensorSpec& SafetensorsStreamWriter::check_next(const at::Tenso
   return spec;
 }
 
-std::size_t SafetensorsStreamWriter::write_next(const at::Tensor& tensor) {
-  check_next(tensor, /*same_dtype=*/true);
+std::size_t SafetensorsStreamWriter::write_next(const std::string& name, const at::Tensor& tensor) {
+  check_next(name, tensor, /*same_dtype=*/true);
   const bool copy = !tensor.device().is_cpu() || !tensor.is_contiguous();
   const at::Tensor host = copy ? tensor.detach().to(at::kCPU).contiguous() : tensor;
   const std::size_t num_bytes = static_cast<std::size_t>(host.numel()) * host.element_size();
@@ -234,9 +239,9 @@ std::size_t SafetensorsStreamWriter::write_next(const at::Tensor& tensor) {
   return copy ? num_bytes : 0;
 }
 
-std::size_t SafetensorsStreamWriter::write_next_converting(const at::Tensor& tensor) {
-  const SafetensorsTensorSpec& spec = check_next(tensor, /*same_dtype=*/false);
-  if (tensor.scalar_type() == spec.dtype) return write_next(tensor);
+std::size_t SafetensorsStreamWriter::write_next_converting(const std::string& name, const at::Tensor& tensor) {
+  const SafetensorsTensorSpec& spec = check_next(name, tensor, /*same_dtype=*/false);
+  if (tensor.scalar_type() == spec.dtype) return write_next(name, tensor);
   const bool copy = !tensor.device().is_cpu() || !tensor.is_contiguous();
   const at::Tensor flat = (copy ? tensor.detach().to(at::kCPU).contiguous() : tensor.detach()).reshape({-1});
   const int64_t numel = flat.numel();

@@ -301,7 +301,7 @@ CheckpointExport export_checkpoint_safetensors(const std::string& path, const st
     // iteration, before the next read.
     const at::Tensor stored = reader.read_tensor(kModelGroup, tensor.name);
     const int64_t stored_bytes = stored.numel() * static_cast<int64_t>(stored.element_size());
-    const std::size_t scratch = writer.write_next_converting(stored);
+    const std::size_t scratch = writer.write_next_converting(tensor.name, stored);
     out.model_bytes += stored_bytes;
     out.largest_tensor_bytes = std::max(out.largest_tensor_bytes, stored_bytes);
     out.peak_bytes_held = std::max(out.peak_bytes_held, stored_bytes + static_cast<int64_t>(scratch));

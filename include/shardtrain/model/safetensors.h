@@ -8,8 +8,8 @@
 //
 //   // The same file, one tensor at a time (the header is known up front):
 //   SafetensorsStreamWriter writer("out.safetensors", {{"a", at::kFloat, {2, 3}}, {"b", at::kHalf, {4}}});
-//   writer.write_next(a);   // then a may be freed
-//   writer.write_next(b);
+//   writer.write_next("a", a);   // then a may be freed
+//   writer.write_next("b", b);
 //   writer.commit();        // only now does out.safetensors appear
 //
 // Sharded checkpoints ("model.safetensors.index.json" with a "weight_map" of
@@ -94,8 +94,9 @@ struct SafetensorsTensorSpec {
 //
 // Misuse throws shardtrain::Error naming the file and the tensor: a spec with
 // a duplicate name, the name "__metadata__", a negative dimension or an
-// unstorable dtype (constructor); a tensor that is undefined or has another
-// dtype or shape than its spec, or one more than the specs list (write_next);
+// unstorable dtype (constructor); a tensor out of order (another name than
+// the next spec's), undefined, of another dtype or shape than its spec, or one
+// more than the specs list (write_next);
 // commit() before every tensor is written. After any Error the writer is
 // unusable (every later call throws) and its temporary file is removed; the
 // destructor removes it too when commit() never ran, so `path` is untouched
@@ -111,17 +112,17 @@ class SafetensorsStreamWriter {
   SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
   SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
 
-  // Appends the bytes of the next tensor (specs()[tensors_written()]), which
-  // must have its spec's dtype and shape; any device or layout. Returns the
-  // bytes of the temporary copy it made (a contiguous CPU copy, only when
-  // `tensor` is not one already; 0 otherwise).
-  std::size_t write_next(const at::Tensor& tensor);
+  // Appends the bytes of the next tensor, specs()[tensors_written()], which
+  // must be called `name` and have its spec's dtype and shape; any device or
+  // layout. Returns the bytes of the temporary copy it made (a contiguous CPU
+  // copy, only when `tensor` is not one already; 0 otherwise).
+  std::size_t write_next(const std::string& name, const at::Tensor& tensor);
   // The same for a tensor of another dtype (same shape), converted to the
   // spec's dtype kConvertChunkElements at a time, so at most one chunk of the
-  // converted copy exists at once. Bytes as write_next(tensor.to(dtype)).
+  // converted copy exists at once. Bytes as write_next(name, tensor.to(dtype)).
   // Returns the bytes of temporary copies it held at once (the chunk, plus a
   // contiguous CPU copy of `tensor` when it is not one already).
-  std::size_t write_next_converting(const at::Tensor& tensor);
+  std::size_t write_next_converting(const std::string& name, const at::Tensor& tensor);
   // Flushes, closes and renames "<path>.tmp" over `path`. Every spec must have
   // been written.
   void commit();
@@ -133,7 +134,7 @@ class SafetensorsStreamWriter {
   uint64_t file_bytes() const { return file_bytes_; }
 
  private:
-  const SafetensorsTensorSpec& check_next(const at::Tensor& tensor, bool same_dtype);
+  const SafetensorsTensorSpec& check_next(const std::string& name, const at::Tensor& tensor, bool same_dtype);
   void append(const void* data, std::size_t num_bytes);
   [[noreturn]] void fail(const std::string& message);
   void discard();
