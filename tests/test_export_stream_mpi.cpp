@@ -297,7 +297,8 @@ TEST_CASE("export: rank 0 alone streams the bytes of the whole-model path, holdi
   bool ok = true;
   if (world_rank() == 0) {
     for (const at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
-      CAPTURE(c10::toString(dtype));
+      const std::string dtype_name = c10::toString(dtype);
+      CAPTURE(dtype_name);
       const std::string reference = export_dir() + "/reference.safetensors";
       const std::string streamed = export_dir() + "/streamed.safetensors";
       NamedTensors tensors;
@@ -319,7 +320,7 @@ TEST_CASE("export: rank 0 alone streams the bytes of the whole-model path, holdi
       CHECK(stats.file_bytes == fs::file_size(streamed));
       CHECK(stats.state.step == 11);
       CHECK(stats.config.to_json() == f.config.to_json());
-      MESSAGE("export " << c10::toString(dtype) << ": " << stats.tensors << " tensors, peak " << stats.peak_bytes_held
+      MESSAGE("export " << dtype_name << ": " << stats.tensors << " tensors, peak " << stats.peak_bytes_held
                         << " bytes held, largest tensor " << largest << " bytes, model " << model_bytes << " bytes");
     }
   }
