@@ -18,8 +18,6 @@
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/checkpoint/checkpoint.h"
-#include "shardtrain/model/bert.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
@@ -87,21 +85,14 @@ void run_export(const World& world, const ExportFlags& flags) {
     std::error_code error;
     fs::create_directories(folder, error);
     if (error) throw Error(flags.output + ": cannot create output folder: " + error.message());
-    // config.json first, as save_hf_folder writes it: the checkpoint's model
-    // config plus torch_dtype. Parsed before the (long) weight stream so a bad
-    // config fails early.
-    std::string model_config_json;
-    {
-      const CheckpointReader reader(flags.checkpoint, MPI_COMM_SELF);
-      model_config_json = read_train_state(reader).model_config_json;
-    }
-    const BertConfig config =
-        BertConfig::from_json(model_config_json, flags.checkpoint + " (attribute model_config_json)");
-    nlohmann::json config_json = nlohmann::json::parse(config.to_json());
+    // The weights first: export_checkpoint_safetensors checks the tensors
+    // against the checkpoint's config before it writes, so a mismatched
+    // checkpoint leaves no file behind. config.json is what save_hf_folder
+    // writes: the model config plus torch_dtype.
+    exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
+    nlohmann::json config_json = nlohmann::json::parse(exported.config.to_json());
     config_json["torch_dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kHalf ? "float16" : "bfloat16";
     write_file(folder / "config.json", config_json.dump(2) + "\n");
-
-    exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
     write_file(folder / "vocab.txt", exported.state.vocab_text);
     const nlohmann::json tokenizer_config = {{"do_lower_case", exported.state.lowercase != 0},
                                              {"model_max_length", exported.config.max_position_embeddings},
