@@ -1,7 +1,8 @@
 // `shardtrain export CKPT --output DIR`: the model of a training checkpoint as
 // a HF folder (config.json, model.safetensors, vocab.txt, tokenizer_config.json)
-// that transformers' from_pretrained and `shardtrain predict` load. Every rank
-// reads the checkpoint (the read is collective); rank 0 writes. A non-empty DIR
+// that transformers' from_pretrained and `shardtrain predict` load. Rank 0
+// alone reads the checkpoint and streams model.safetensors tensor by tensor
+// (export_checkpoint_safetensors); the other ranks wait. A non-empty DIR
 // is refused unless --force, and even then only the four files are replaced.
 #include <nlohmann/json.hpp>
 
@@ -17,7 +18,6 @@
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
@@ -77,23 +77,33 @@ void run_export(const World& world, const ExportFlags& flags) {
   with_flag_names([&] { dtype = parse_dtype(flags.dtype); });
   on_rank0_for_all(world, [&] { check_paths(flags); });
 
-  const CheckpointModel checkpoint = load_checkpoint_model(flags.checkpoint, world.comm());
-
+  // Rank 0 alone streams the weights, one tensor at a time; the model is never
+  // built, so no rank holds more than one tensor (train_checkpoint.h).
+  CheckpointExport exported;
   on_rank0_for_all(world, [&] {
-    HfSaveOptions save;
-    save.dtype = dtype;
-    save_hf_folder(*checkpoint.model, flags.output, save);
     const fs::path folder(flags.output);
-    write_file(folder / "vocab.txt", checkpoint.vocab_text);
-    const nlohmann::json tokenizer_config = {{"do_lower_case", checkpoint.lowercase},
-                                             {"model_max_length", checkpoint.config.max_position_embeddings},
+    std::error_code error;
+    fs::create_directories(folder, error);
+    if (error) throw Error(flags.output + ": cannot create output folder: " + error.message());
+    // The weights first: export_checkpoint_safetensors checks the tensors
+    // against the checkpoint's config before it writes, so a mismatched
+    // checkpoint leaves no file behind. config.json is what save_hf_folder
+    // writes: the model config plus torch_dtype.
+    exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
+    nlohmann::json config_json = nlohmann::json::parse(exported.config.to_json());
+    config_json["torch_dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kHalf ? "float16" : "bfloat16";
+    write_file(folder / "config.json", config_json.dump(2) + "\n");
+    write_file(folder / "vocab.txt", exported.state.vocab_text);
+    const nlohmann::json tokenizer_config = {{"do_lower_case", exported.state.lowercase != 0},
+                                             {"model_max_length", exported.config.max_position_embeddings},
                                              {"tokenizer_class", "BertTokenizer"}};
     write_file(folder / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
   });
   log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, vocab.txt, "
-           "tokenizer_config.json)",
-           flags.checkpoint.c_str(), static_cast<long long>(checkpoint.state.step),
-           static_cast<long long>(checkpoint.state.epoch), flags.output.c_str(), flags.dtype.c_str());
+           "tokenizer_config.json); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
+           flags.checkpoint.c_str(), static_cast<long long>(exported.state.step),
+           static_cast<long long>(exported.state.epoch), flags.output.c_str(), flags.dtype.c_str(),
+           static_cast<long long>(exported.tensors), exported.peak_bytes_held / 1e6, exported.model_bytes / 1e6);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -126,39 +127,155 @@ NamedTensors SafetensorsFile::all_tensors() const {
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  // The name checks come before any copy; the stream writer's constructor
+  // repeats them and refuses unstorable dtypes before creating the file.
   std::vector<at::Tensor> host;
-  std::vector<SafetensorsBlob> blobs;
+  std::vector<SafetensorsTensorSpec> specs;
   host.reserve(tensors.size());
-  blobs.reserve(tensors.size());
+  specs.reserve(tensors.size());
   std::map<std::string, int> seen;
   for (const auto& [name, tensor] : tensors) {
     if (name == "__metadata__") throw Error(path + ": a tensor may not be named __metadata__");
     if (seen[name]++) throw Error(path + ": tensor name '" + name + "' appears twice");
     if (!tensor.defined()) throw Error(path + ": tensor '" + name + "' is undefined");
     host.push_back(tensor.detach().to(at::kCPU).contiguous());
-    const at::Tensor& t = host.back();
+    specs.push_back({name, host.back().scalar_type(), host.back().sizes().vec()});
+  }
+  SafetensorsStreamWriter writer(path, std::move(specs), metadata);
+  for (std::size_t i = 0; i < host.size(); ++i) writer.write_next(tensors[i].first, host[i]);
+  writer.commit();
+}
+
+namespace {
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorSpec> specs,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(path), temporary_(path + ".tmp"), specs_(std::move(specs)) {
+  std::vector<SafetensorsBlob> blobs;
+  blobs.reserve(specs_.size());
+  std::map<std::string, int> seen;
+  uint64_t data_bytes = 0;
+  for (const auto& spec : specs_) {
+    if (spec.name == "__metadata__") throw Error(path_ + ": a tensor may not be named __metadata__");
+    if (seen[spec.name]++) throw Error(path_ + ": tensor name '" + spec.name + "' appears twice");
     SafetensorsBlob blob;
-    blob.name = name;
-    blob.dtype = to_safetensors_dtype(t.scalar_type());
-    blob.shape.assign(t.sizes().begin(), t.sizes().end());
-    blob.data = t.data_ptr();
-    blob.num_bytes = t.numel() * t.element_size();
-    blobs.push_back(blob);
+    blob.name = spec.name;
+    blob.dtype = to_safetensors_dtype(spec.dtype);
+    blob.shape = spec.shape;
+    uint64_t bytes = safetensors_dtype_size(blob.dtype);
+    for (int64_t d : spec.shape) {
+      if (d < 0) throw Error(path_ + ": tensor '" + spec.name + "' has a negative dimension " + shape_text(spec.shape));
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+        throw Error(path_ + ": tensor '" + spec.name + "' of shape " + shape_text(spec.shape) + " is too large");
+    }
+    blob.num_bytes = static_cast<std::size_t>(bytes);
+    data_bytes += bytes;
+    blobs.push_back(std::move(blob));
   }
   const std::string header = serialize_safetensors_header(blobs, metadata);
+  file_bytes_ = header.size() + data_bytes;
 
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(temporary + ": cannot open for writing: " + errno_text());
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    for (const auto& blob : blobs)
-      if (blob.num_bytes) out.write(static_cast<const char*>(blob.data), static_cast<std::streamsize>(blob.num_bytes));
-    out.flush();
-    if (!out) throw Error(temporary + ": write failed (disk full?)");
+  out_ = std::fopen(temporary_.c_str(), "wb");
+  if (!out_) throw Error(temporary_ + ": cannot open for writing: " + errno_text());
+  append(header.data(), header.size());
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() { discard(); }
+
+void SafetensorsStreamWriter::discard() {
+  if (!out_) return;
+  std::fclose(out_);
+  out_ = nullptr;
+  std::remove(temporary_.c_str());
+}
+
+void SafetensorsStreamWriter::fail(const std::string& message) {
+  discard();
+  throw Error(message);
+}
+
+void SafetensorsStreamWriter::append(const void* data, std::size_t num_bytes) {
+  if (num_bytes == 0) return;
+  if (std::fwrite(data, 1, num_bytes, out_) != num_bytes)
+    fail(temporary_ + ": write failed (disk full?): " + errno_text());
+}
+
+const SafetensorsTensorSpec& SafetensorsStreamWriter::check_next(const std::string& name, const at::Tensor& tensor,
+                                                                  bool same_dtype) {
+  if (committed_) throw Error(path_ + ": write after commit()");
+  if (!out_) throw Error(path_ + ": the writer failed earlier; nothing more can be written");
+  if (next_ == specs_.size())
+    fail(path_ + ": tensor '" + name + "' is one more than the " + std::to_string(specs_.size()) +
+         " the header lists");
+  const SafetensorsTensorSpec& spec = specs_[next_];
+  if (name != spec.name)
+    fail(path_ + ": got tensor '" + name + "' but the header lists '" + spec.name + "' next (number " +
+         std::to_string(next_) + ")");
+  if (!tensor.defined()) fail(path_ + ": tensor '" + spec.name + "' (number " + std::to_string(next_) + ") is undefined");
+  if (same_dtype && tensor.scalar_type() != spec.dtype)
+    fail(path_ + ": tensor '" + spec.name + "' has dtype " + c10::toString(tensor.scalar_type()) +
+         " but the header says " + c10::toString(spec.dtype));
+  if (tensor.sizes() != at::IntArrayRef(spec.shape))
+    fail(path_ + ": tensor '" + spec.name + "' has shape " + shape_text(tensor.sizes()) + " but the header says " +
+         shape_text(spec.shape));
+  return spec;
+}
+
+std::size_t SafetensorsStreamWriter::write_next(const std::string& name, const at::Tensor& tensor) {
+  check_next(name, tensor, /*same_dtype=*/true);
+  const bool copy = !tensor.device().is_cpu() || !tensor.is_contiguous();
+  const at::Tensor host = copy ? tensor.detach().to(at::kCPU).contiguous() : tensor;
+  const std::size_t num_bytes = static_cast<std::size_t>(host.numel()) * host.element_size();
+  append(host.data_ptr(), num_bytes);
+  ++next_;
+  return copy ? num_bytes : 0;
+}
+
+std::size_t SafetensorsStreamWriter::write_next_converting(const std::string& name, const at::Tensor& tensor) {
+  const SafetensorsTensorSpec& spec = check_next(name, tensor, /*same_dtype=*/false);
+  if (tensor.scalar_type() == spec.dtype) return write_next(name, tensor);
+  const bool copy = !tensor.device().is_cpu() || !tensor.is_contiguous();
+  const at::Tensor flat = (copy ? tensor.detach().to(at::kCPU).contiguous() : tensor.detach()).reshape({-1});
+  const int64_t numel = flat.numel();
+  std::size_t held = 0;
+  for (int64_t begin = 0; begin < numel; begin += kConvertChunkElements) {
+    const at::Tensor chunk = flat.narrow(0, begin, std::min(kConvertChunkElements, numel - begin)).to(spec.dtype);
+    const std::size_t num_bytes = static_cast<std::size_t>(chunk.numel()) * chunk.element_size();
+    held = std::max(held, num_bytes);
+    append(chunk.data_ptr(), num_bytes);
   }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw Error(path + ": cannot rename " + temporary + " into place: " + errno_text());
+  ++next_;
+  return held + (copy ? static_cast<std::size_t>(numel) * flat.element_size() : 0);
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (committed_) throw Error(path_ + ": commit() called twice");
+  if (!out_) throw Error(path_ + ": the writer failed earlier; nothing to commit");
+  if (next_ != specs_.size())
+    fail(path_ + ": commit() after " + std::to_string(next_) + " of " + std::to_string(specs_.size()) +
+         " tensors (next: '" + specs_[next_].name + "')");
+  std::string failure;
+  if (std::fflush(out_) != 0 || std::ferror(out_)) failure = errno_text();
+  if (std::fclose(out_) != 0 && failure.empty()) failure = errno_text();
+  out_ = nullptr;
+  if (!failure.empty()) {
+    std::remove(temporary_.c_str());
+    throw Error(temporary_ + ": write failed (disk full?): " + failure);
+  }
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    const std::string reason = errno_text();
+    std::remove(temporary_.c_str());
+    throw Error(path_ + ": cannot rename " + temporary_ + " into place: " + reason);
+  }
+  committed_ = true;
 }
 
 std::map<std::string, std::string> read_safetensors_index(const std::string& index_path) {

@@ -6,6 +6,12 @@
 //
 //   write_safetensors("out.safetensors", {{"a", a}, {"b", b}});
 //
+//   // The same file, one tensor at a time (the header is known up front):
+//   SafetensorsStreamWriter writer("out.safetensors", {{"a", at::kFloat, {2, 3}}, {"b", at::kHalf, {4}}});
+//   writer.write_next("a", a);   // then a may be freed
+//   writer.write_next("b", b);
+//   writer.commit();        // only now does out.safetensors appear
+//
 // Sharded checkpoints ("model.safetensors.index.json" with a "weight_map" of
 // tensor name -> shard file) are read by read_safetensors_index().
 #pragma once
@@ -14,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,9 +73,79 @@ at::ScalarType to_scalar_type(SafetensorsDtype dtype);
 // Writes `tensors` (any device, any layout; copied to contiguous CPU) in the
 // given order, with `metadata` as "__metadata__" (default {"format": "pt"},
 // which HF transformers expects). The file appears atomically: the bytes go to
-// "<path>.tmp" and are renamed over `path`. Same input -> same bytes.
+// "<path>.tmp" and are renamed over `path`. Same input -> same bytes. Holds a
+// contiguous CPU copy of every tensor that is not one already, all at once;
+// SafetensorsStreamWriter writes the same bytes holding one tensor at a time.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+// What the header says about one tensor, before its data exists.
+struct SafetensorsTensorSpec {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;  // a type to_safetensors_dtype() accepts
+  std::vector<int64_t> shape;         // {} is a scalar
+};
+
+// Writes a safetensors file tensor by tensor, so a caller never needs more
+// than one tensor in memory: the constructor writes the whole header (names,
+// dtypes, shapes and data offsets follow from `specs`), each write_next()
+// appends the next tensor's bytes, commit() renames "<path>.tmp" over `path`.
+// For the same tensors the file is byte-identical to write_safetensors().
+//
+// Misuse throws shardtrain::Error naming the file and the tensor: a spec with
+// a duplicate name, the name "__metadata__", a negative dimension or an
+// unstorable dtype (constructor); a tensor out of order (another name than
+// the next spec's), undefined, of another dtype or shape than its spec, or one
+// more than the specs list (write_next);
+// commit() before every tensor is written. After any Error the writer is
+// unusable (every later call throws) and its temporary file is removed; the
+// destructor removes it too when commit() never ran, so `path` is untouched
+// unless commit() succeeds.
+class SafetensorsStreamWriter {
+ public:
+  // Elements converted per step by write_next_converting().
+  static constexpr int64_t kConvertChunkElements = int64_t{1} << 18;
+
+  SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorSpec> specs,
+                          const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+
+  // Appends the bytes of the next tensor, specs()[tensors_written()], which
+  // must be called `name` and have its spec's dtype and shape; any device or
+  // layout. Returns the bytes of the temporary copy it made (a contiguous CPU
+  // copy, only when `tensor` is not one already; 0 otherwise).
+  std::size_t write_next(const std::string& name, const at::Tensor& tensor);
+  // The same for a tensor of another dtype (same shape), converted to the
+  // spec's dtype kConvertChunkElements at a time, so at most one chunk of the
+  // converted copy exists at once. Bytes as write_next(name, tensor.to(dtype)).
+  // Returns the bytes of temporary copies it held at once (the chunk, plus a
+  // contiguous CPU copy of `tensor` when it is not one already).
+  std::size_t write_next_converting(const std::string& name, const at::Tensor& tensor);
+  // Flushes, closes and renames "<path>.tmp" over `path`. Every spec must have
+  // been written.
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsTensorSpec>& specs() const { return specs_; }
+  std::size_t tensors_written() const { return next_; }
+  // Size of the file: header plus data bytes.
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  const SafetensorsTensorSpec& check_next(const std::string& name, const at::Tensor& tensor, bool same_dtype);
+  void append(const void* data, std::size_t num_bytes);
+  [[noreturn]] void fail(const std::string& message);
+  void discard();
+
+  std::string path_, temporary_;
+  std::vector<SafetensorsTensorSpec> specs_;
+  std::size_t next_ = 0;
+  uint64_t file_bytes_ = 0;
+  std::FILE* out_ = nullptr;
+  bool committed_ = false;
+};
 
 // The "weight_map" of a sharded checkpoint index (model.safetensors.index.json):
 // tensor name -> shard file name. Shard names must be plain file names in the
