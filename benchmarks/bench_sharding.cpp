@@ -425,9 +425,7 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   Row row;
   row.strategy = name;
   row.ranks = ranks;
-  row.group = name == "ddp" || name == "zero1" ? ranks
-              : name == "hybrid"               ? static_cast<int>(parallel.ranks_per_node)
-                                               : ranks;
+  row.group = name == "hybrid" ? static_cast<int>(parallel.ranks_per_node) : ranks;
   row.counts = count_model(*model, name == "fsdp" ? 0 : parallel.zero.stage3_param_persistence_threshold);
   ST_ASSERT(row.counts.psi == config.num_parameters(), "bench_sharding: the model's tensors do not add up to "
                                                        "BertConfig::num_parameters()");
