@@ -18,6 +18,7 @@
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
@@ -87,12 +88,9 @@ void run_export(const World& world, const ExportFlags& flags) {
     if (error) throw Error(flags.output + ": cannot create output folder: " + error.message());
     // The weights first: export_checkpoint_safetensors checks the tensors
     // against the checkpoint's config before it writes, so a mismatched
-    // checkpoint leaves no file behind. config.json is what save_hf_folder
-    // writes: the model config plus torch_dtype.
+    // checkpoint leaves no file behind.
     exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
-    nlohmann::json config_json = nlohmann::json::parse(exported.config.to_json());
-    config_json["torch_dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kHalf ? "float16" : "bfloat16";
-    write_file(folder / "config.json", config_json.dump(2) + "\n");
+    write_file(folder / "config.json", hf_config_json(exported.config, dtype));
     write_file(folder / "vocab.txt", exported.state.vocab_text);
     const nlohmann::json tokenizer_config = {{"do_lower_case", exported.state.lowercase != 0},
                                              {"model_max_length", exported.config.max_position_embeddings},

@@ -184,6 +184,12 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   return out;
 }
 
+std::string hf_config_json(const BertConfig& config, at::ScalarType dtype) {
+  nlohmann::json json = nlohmann::json::parse(config.to_json());
+  json["torch_dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kHalf ? "float16" : "bfloat16";
+  return json.dump(2) + "\n";
+}
+
 void save_hf_folder(const BertForSequenceClassification& model, const std::string& folder,
                     const HfSaveOptions& options) {
   if (options.dtype != at::kFloat && options.dtype != at::kHalf && options.dtype != at::kBFloat16)
@@ -193,12 +199,11 @@ void save_hf_folder(const BertForSequenceClassification& model, const std::strin
   fs::create_directories(folder, error);
   if (error) throw Error(folder + ": cannot create output folder: " + error.message());
 
-  nlohmann::json config = nlohmann::json::parse(model.config().to_json());
-  config["torch_dtype"] = options.dtype == at::kFloat ? "float32" : options.dtype == at::kHalf ? "float16" : "bfloat16";
+  const std::string config_text = hf_config_json(model.config(), options.dtype);
   const std::string config_path = (fs::path(folder) / "config.json").string();
   {
     std::ofstream out(config_path, std::ios::trunc);
-    out << config.dump(2) << "\n";
+    out << config_text;
     if (!out) throw Error(config_path + ": write failed");
   }
 

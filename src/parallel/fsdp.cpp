@@ -96,6 +96,42 @@ struct ShardedStrategy::Impl : public UnitHooks {
 
   bool frees(const Unit& u) const { return !u.resident; }
 
+  // Stage 2 keeps every unit gathered, so this rank's chunk of each is already
+  // in the unit buffers: the shard buffer exists only during step() and
+  // finish_load() (4 Psi + 12 Psi/N bytes held, as ZeRO counts stage 2).
+  bool transient_shard = false;
+
+  // The shard buffer, with (stage 2, `copy`) every unit's chunk copied in from
+  // the unit buffers.
+  void stage_shard(bool copy) {
+    if (transient_shard) {
+      allocate_storage(shard_params);
+      add_transient(shard_numel * 4);
+    }
+    // Otherwise the shard buffer itself holds the chunks (and checkpoints read into it).
+    if (!copy || !transient_shard) return;
+    for (const Unit& u : units)
+      if (u.resident) shard_of(u, shard_params).copy_(u.params.narrow(0, group_rank * u.chunk, u.chunk));
+  }
+
+  void release_shard() {
+    if (!transient_shard) return;
+    free_storage(shard_params);
+    transient_bytes -= shard_numel * 4;
+  }
+
+  // Launches the all-gathers of the resident units from the shard buffer and waits for them.
+  void gather_resident() {
+    for (size_t index = 0; index < units.size(); ++index)
+      if (units[index].resident) launch_gather(static_cast<int>(index), false);
+    for (Unit& u : units) {
+      if (!u.gather_work) continue;
+      wait(*u.gather_work);
+      u.gather_work.reset();
+      u.gathered = true;
+    }
+  }
+
   // Takes this rank's chunks of the initial full units and frees what stage 3 frees.
   void settle() {
     if (!unsettled) return;
@@ -107,6 +143,10 @@ struct ShardedStrategy::Impl : public UnitHooks {
       if (frees(u)) free_unit(static_cast<int>(index));
     }
     if (!master.is_same(shard_params)) master.copy_(shard_params);
+    if (transient_shard) {
+      transient_bytes += shard_numel * 4;  // counted as staged since construction
+      release_shard();
+    }
     peak_transient_bytes = transient_bytes;
   }
 
@@ -360,6 +400,7 @@ ShardedStrategy::ShardedStrategy(BertForSequenceClassification& model, Communica
   const int persistent_unit = persistent.empty() ? -1 : add_unit(persistent, true);
   s.reduce_order.assign(s.forward_order.rbegin(), s.forward_order.rend());
   if (persistent_unit >= 0) s.reduce_order.push_back(persistent_unit);
+  s.transient_shard = options.stage == 2;
   s.unit_of_slot.assign(slots.size(), -1);
   for (size_t index = 0; index < s.units.size(); ++index)
     for (int slot : s.units[index].slots) s.unit_of_slot[slot] = static_cast<int>(index);
@@ -491,17 +532,13 @@ double ShardedStrategy::step(double lr, double max_grad_norm) {
   const double norm = max_grad_norm > 0 ? clip_grad_norm(s.shard_grads, max_grad_norm, *s.reduce_comm)
                                         : global_grad_norm(s.shard_grads, *s.reduce_comm);
   const bool host_master = !s.master.is_same(s.shard_params);
+  // With a host master copy, it already holds every chunk.
+  s.stage_shard(/*copy=*/!host_master);
   const at::Tensor grads = host_master ? s.shard_grads.to(at::kCPU) : s.shard_grads;
   s.adamw->step(s.master, grads, s.shard_decay, lr);
   if (host_master) s.shard_params.copy_(s.master);
-  for (size_t index = 0; index < s.units.size(); ++index)
-    if (s.units[index].resident) s.launch_gather(static_cast<int>(index), false);
-  for (Impl::Unit& u : s.units) {
-    if (!u.gather_work) continue;
-    s.wait(*u.gather_work);
-    u.gather_work.reset();
-    u.gathered = true;
-  }
+  s.gather_resident();
+  s.release_shard();
   return norm;
 }
 
@@ -563,7 +600,10 @@ std::vector<FlatPart> ShardedStrategy::checkpoint_parts() {
       if (shard_begin >= shard_end) continue;
       FlatPart part;
       part.begin = slot.offset + begin - u.offsets[k];
-      part.params = s.shard_params.narrow(0, shard_begin, shard_end - shard_begin);
+      // Stage 2: the chunk lives in the (gathered) unit buffer.
+      part.params = s.transient_shard
+                        ? u.params.narrow(0, begin, shard_end - shard_begin)
+                        : s.shard_params.narrow(0, shard_begin, shard_end - shard_begin);
       part.exp_avg = s.adamw->exp_avg().narrow(0, shard_begin, shard_end - shard_begin);
       part.exp_avg_sq = s.adamw->exp_avg_sq().narrow(0, shard_begin, shard_end - shard_begin);
       parts.push_back(part);
@@ -586,6 +626,8 @@ void ShardedStrategy::finish_load(int64_t optimizer_step) {
   s.settle();
   at::Tensor exp_avg = s.adamw->exp_avg().clone();
   at::Tensor exp_avg_sq = s.adamw->exp_avg_sq().clone();
+  // The checkpoint parts of resident units were read into the unit buffers.
+  s.stage_shard(/*copy=*/true);
   if (s.inter) {
     // Each replica read its window of the shard; put the windows together.
     const int64_t replicas = s.inter->size();
@@ -603,17 +645,10 @@ void ShardedStrategy::finish_load(int64_t optimizer_step) {
   }
   if (!s.master.is_same(s.shard_params)) s.master.copy_(s.shard_params);
   s.adamw->load_state(exp_avg, exp_avg_sq, optimizer_step);
-  for (size_t index = 0; index < s.units.size(); ++index) {
-    Impl::Unit& u = s.units[index];
-    if (u.resident) {
-      s.launch_gather(static_cast<int>(index), false);
-      s.wait(*u.gather_work);
-      u.gather_work.reset();
-      u.gathered = true;
-    } else {
-      s.free_unit(static_cast<int>(index));
-    }
-  }
+  for (size_t index = 0; index < s.units.size(); ++index)
+    if (!s.units[index].resident) s.free_unit(static_cast<int>(index));
+  s.gather_resident();
+  s.release_shard();
 }
 
 const StrategyStats& ShardedStrategy::stats() const {
@@ -626,7 +661,7 @@ const StrategyStats& ShardedStrategy::stats() const {
 StrategyMemory ShardedStrategy::memory() const {
   const Impl& s = *impl_;
   StrategyMemory m;
-  m.param_bytes = s.shard_numel * 4;
+  m.param_bytes = s.transient_shard ? 0 : s.shard_numel * 4;
   m.grad_bytes = s.shard_numel * 4;
   for (const Impl::Unit& u : s.units) {
     if (u.resident) m.param_bytes += u.padded * 4;

@@ -81,6 +81,10 @@ struct HfSaveOptions {
   std::vector<std::string> copy_files;
 };
 
+// config.json as save_hf_folder() writes it: the model config plus
+// torch_dtype (float32, float16 or bfloat16).
+std::string hf_config_json(const BertConfig& config, at::ScalarType dtype);
+
 // Writes `folder`/config.json (num_labels, id2label/label2id, architectures
 // ["BertForSequenceClassification"], model_type "bert") and
 // `folder`/model.safetensors (HF names, contiguous, options.dtype), then copies
