@@ -90,6 +90,7 @@
 
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/comm/world.h"
+#include "bench_util.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
@@ -101,33 +102,17 @@ using namespace shardtrain;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using shardtrain_bench::Clock;
 
 constexpr double kMemoryTolerance = 0.05;  // the 5%
 constexpr double kCheckTolerance = 1e-4;   // loss / grad norm vs the first strategy (see the header)
 constexpr double kMB = 1024.0 * 1024.0;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-struct Summary {
-  double min = 0, median = 0, max = 0;
-};
-
-Summary summarize(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  const double median = values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-  return {values.front(), median, values.back()};
-}
-
-nlohmann::json to_json(const Summary& s) { return {{"min", s.min}, {"median", s.median}, {"max", s.max}}; }
-
-std::vector<double> max_over_ranks(std::vector<double> values, MPI_Comm comm) {
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_MAX, comm));
-  return values;
-}
+using shardtrain_bench::max_over_ranks;
+using shardtrain_bench::seconds_since;
+using shardtrain_bench::Summary;
+using shardtrain_bench::summarize;
+using shardtrain_bench::to_json;
 
 int64_t max_over_ranks(int64_t value, MPI_Comm comm) {
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm));

@@ -70,6 +70,7 @@
 #include "shardtrain/comm/nccl_communicator.h"
 #endif
 #include "shardtrain/comm/world.h"
+#include "bench_util.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/bert.h"
@@ -80,30 +81,12 @@ using namespace shardtrain;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-struct Summary {
-  double min = 0, median = 0, max = 0;
-};
-
-Summary summarize(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  const double median = values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-  return {values.front(), median, values.back()};
-}
-
-nlohmann::json to_json(const Summary& s) { return {{"min", s.min}, {"median", s.median}, {"max", s.max}}; }
-
-// The element-wise maximum over ranks: a step is as slow as its slowest rank.
-std::vector<double> max_over_ranks(std::vector<double> values, MPI_Comm comm) {
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_MAX, comm));
-  return values;
-}
+using shardtrain_bench::Clock;
+using shardtrain_bench::max_over_ranks;
+using shardtrain_bench::seconds_since;
+using shardtrain_bench::Summary;
+using shardtrain_bench::summarize;
+using shardtrain_bench::to_json;
 
 // bert-base-cased's shape, spelled out.
 BertConfig bert_base_config() {
