@@ -119,24 +119,8 @@ int64_t max_over_ranks(int64_t value, MPI_Comm comm) {
   return value;
 }
 
-// bert-base-cased's shape, spelled out; dropout off so every strategy computes
-// the same losses (the check before timing compares them).
-BertConfig bert_base_config() {
-  BertConfig c;
-  c.vocab_size = 28996;
-  c.hidden_size = 768;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 12;
-  c.intermediate_size = 3072;
-  c.max_position_embeddings = 512;
-  c.type_vocab_size = 2;
-  c.hidden_act = "gelu";
-  c.set_num_labels(2);
-  return c;
-}
-
 BertConfig resolve_model(const std::string& model) {
-  BertConfig c = model == "bert-base"    ? bert_base_config()
+  BertConfig c = model == "bert-base"    ? bert_base_cased_config()
                  : model == "quickstart" ? BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) +
                                                                  "/configs/models/bert_tiny.json")
                                          : BertConfig::from_file(model);

@@ -88,27 +88,9 @@ using shardtrain_bench::Summary;
 using shardtrain_bench::summarize;
 using shardtrain_bench::to_json;
 
-// bert-base-cased's shape, spelled out.
-BertConfig bert_base_config() {
-  BertConfig c;
-  c.vocab_size = 28996;
-  c.hidden_size = 768;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 12;
-  c.intermediate_size = 3072;
-  c.max_position_embeddings = 512;
-  c.type_vocab_size = 2;
-  c.hidden_act = "gelu";
-  c.hidden_dropout_prob = 0.1;
-  c.attention_probs_dropout_prob = 0.1;
-  c.set_num_labels(2);
-  c.validate("bert-base");
-  return c;
-}
-
 BertConfig resolve_model(const std::string& model) {
   if (model == "quickstart") return BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
-  if (model == "bert-base") return bert_base_config();
+  if (model == "bert-base") return bert_base_cased_config();  // model/bert.h
   return BertConfig::from_file(model);
 }
 
