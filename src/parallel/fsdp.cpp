@@ -99,23 +99,23 @@ struct ShardedStrategy::Impl : public UnitHooks {
   // Stage 2 keeps every unit gathered, so this rank's chunk of each is already
   // in the unit buffers: the shard buffer exists only during step() and
   // finish_load() (4 Psi + 12 Psi/N bytes held, as ZeRO counts stage 2).
-  bool transient_shard = false;
+  bool transient_shard() const { return options.stage == 2; }
 
   // The shard buffer, with (stage 2, `copy`) every unit's chunk copied in from
   // the unit buffers.
   void stage_shard(bool copy) {
-    if (transient_shard) {
+    if (transient_shard()) {
       allocate_storage(shard_params);
       add_transient(shard_numel * 4);
     }
     // Otherwise the shard buffer itself holds the chunks (and checkpoints read into it).
-    if (!copy || !transient_shard) return;
+    if (!copy || !transient_shard()) return;
     for (const Unit& u : units)
       if (u.resident) shard_of(u, shard_params).copy_(u.params.narrow(0, group_rank * u.chunk, u.chunk));
   }
 
   void release_shard() {
-    if (!transient_shard) return;
+    if (!transient_shard()) return;
     free_storage(shard_params);
     transient_bytes -= shard_numel * 4;
   }
@@ -143,7 +143,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
       if (frees(u)) free_unit(static_cast<int>(index));
     }
     if (!master.is_same(shard_params)) master.copy_(shard_params);
-    if (transient_shard) {
+    if (transient_shard()) {
       transient_bytes += shard_numel * 4;  // counted as staged since construction
       release_shard();
     }
@@ -400,7 +400,6 @@ ShardedStrategy::ShardedStrategy(BertForSequenceClassification& model, Communica
   const int persistent_unit = persistent.empty() ? -1 : add_unit(persistent, true);
   s.reduce_order.assign(s.forward_order.rbegin(), s.forward_order.rend());
   if (persistent_unit >= 0) s.reduce_order.push_back(persistent_unit);
-  s.transient_shard = options.stage == 2;
   s.unit_of_slot.assign(slots.size(), -1);
   for (size_t index = 0; index < s.units.size(); ++index)
     for (int slot : s.units[index].slots) s.unit_of_slot[slot] = static_cast<int>(index);
@@ -601,7 +600,7 @@ std::vector<FlatPart> ShardedStrategy::checkpoint_parts() {
       FlatPart part;
       part.begin = slot.offset + begin - u.offsets[k];
       // Stage 2: the chunk lives in the (gathered) unit buffer.
-      part.params = s.transient_shard
+      part.params = s.transient_shard()
                         ? u.params.narrow(0, begin, shard_end - shard_begin)
                         : s.shard_params.narrow(0, shard_begin, shard_end - shard_begin);
       part.exp_avg = s.adamw->exp_avg().narrow(0, shard_begin, shard_end - shard_begin);
@@ -661,7 +660,7 @@ const StrategyStats& ShardedStrategy::stats() const {
 StrategyMemory ShardedStrategy::memory() const {
   const Impl& s = *impl_;
   StrategyMemory m;
-  m.param_bytes = s.transient_shard ? 0 : s.shard_numel * 4;
+  m.param_bytes = s.transient_shard() ? 0 : s.shard_numel * 4;
   m.grad_bytes = s.shard_numel * 4;
   for (const Impl::Unit& u : s.units) {
     if (u.resident) m.param_bytes += u.padded * 4;

@@ -134,13 +134,20 @@ std::string format_count(double v) {
   return str_format("%.1f", v);
 }
 
-int local_rank_of(MPI_Comm comm) {
-  MPI_Comm node;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int r = 0;
-  MPI_Comm_rank(node, &r);
+// This rank's place among the ranks of `comm` on its node (MPI's shared-memory split).
+struct NodePlace {
+  int rank = 0;  // local rank: picks the GPU
+  int size = 1;  // ranks on this node: hybrid sharding's default group
+};
+
+NodePlace node_place(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  NodePlace place;
+  MPI_Comm_rank(node, &place.rank);
+  MPI_Comm_size(node, &place.size);
   MPI_Comm_free(&node);
-  return r;
+  return place;
 }
 
 // ---- data --------------------------------------------------------------------
@@ -322,20 +329,6 @@ const KeptCheckpoint* best_of(const std::vector<KeptCheckpoint>& all, bool maxim
 
 // -----------------------------------------------------------------------------
 
-namespace {
-
-// Ranks of `comm` that share this rank's node (MPI's shared-memory split).
-int ranks_on_this_node(MPI_Comm comm) {
-  MPI_Comm node = MPI_COMM_NULL;
-  ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int size = 1;
-  MPI_Comm_size(node, &size);
-  MPI_Comm_free(&node);
-  return size;
-}
-
-}  // namespace
-
 TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& options) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
@@ -380,11 +373,10 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   std::unique_ptr<Communicator> communicator;
   if (config.run.device == "cuda") {
 #if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
-    const int gpu = NcclCommunicator::device_for_local_rank(local_rank_of(comm));
+    const int gpu = NcclCommunicator::device_for_local_rank(node_place(comm).rank);
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu));
     communicator = std::make_unique<NcclCommunicator>(comm, gpu, config.run.collective_timeout_s);
 #else
-    (void)local_rank_of;
     throw Error("run.device = \"cuda\": this shardtrain was built without CUDA LibTorch and NCCL; use \"cpu\"");
 #endif
   } else {
@@ -478,7 +470,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   adamw.beta2 = t.adam_beta2;
   adamw.eps = t.adam_epsilon;
   adamw.weight_decay = t.weight_decay;
-  const int node_size = ranks_on_this_node(comm);
+  const int node_size = node_place(comm).size;
   std::unique_ptr<Strategy> strategy = make_strategy(config.parallel, *model, *communicator, adamw, node_size);
   log_info("strategy %s (parallel.strategy = %s)", strategy->name().c_str(), config.parallel.strategy.c_str());
   for (const std::string& note : strategy_notes(config.parallel, world, node_size)) log_info("  %s", note.c_str());
