@@ -197,6 +197,38 @@ TEST_CASE("AdamW state round trip through load_state continues bit-exactly") {
   CHECK_THROWS_AS(AdamW(10, AdamWOptions{1e-3, 1.0}), Error);
 }
 
+TEST_CASE("AdamW step in spans (optimizer offload) is bit-identical to the whole step, for both kernels") {
+  const int64_t n = 30011;
+  // Spans in a scrambled order, not aligned with the decay ranges.
+  const std::vector<std::pair<int64_t, int64_t>> spans = {{20000, 10011}, {0, 7}, {7, 12000}, {12007, 7993}};
+  const std::vector<ElementRange> decay = {{0, 5}, {100, 12003}, {12010, 25000}, {29000, 30011}};
+  AdamWOptions options;
+  options.weight_decay = 0.05;
+  for (AdamW::Kernel kernel : {AdamW::Kernel::kFusedCpu, AdamW::Kernel::kAtenOps}) {
+    AdamW whole(n, options), pieces(n, options);
+    whole.set_kernel(kernel);
+    pieces.set_kernel(kernel);
+    at::Tensor p_whole = randn(n, 3), p_pieces = p_whole.clone();
+    for (int step = 0; step < 3; ++step) {
+      const at::Tensor grads = randn(n, 30 + step) * 1e-2;
+      whole.step(p_whole, grads, decay, 1e-3);
+      pieces.begin_step();
+      for (const auto& [begin, count] : spans)
+        pieces.step_span(p_pieces.narrow(0, begin, count), grads.narrow(0, begin, count), begin, decay, 1e-3);
+    }
+    CHECK(pieces.step_count() == 3);
+    CHECK(torch::equal(p_whole, p_pieces));
+    CHECK(torch::equal(whole.exp_avg(), pieces.exp_avg()));
+    CHECK(torch::equal(whole.exp_avg_sq(), pieces.exp_avg_sq()));
+  }
+  AdamW fresh(10, options);
+  at::Tensor p = torch::zeros({4});
+  CHECK_THROWS(fresh.step_span(p, torch::zeros({4}), 0, {}, 1e-3));  // no begin_step()
+  fresh.begin_step();
+  CHECK_THROWS(fresh.step_span(p, torch::zeros({4}), 7, {}, 1e-3));  // past the end
+  CHECK_THROWS(fresh.step_span(p, torch::zeros({3}), 0, {}, 1e-3));  // sizes differ
+}
+
 TEST_CASE("linear warmup/decay schedule at its boundaries (HF get_linear_schedule_with_warmup)") {
   SUBCASE("warmup 0: full lr at step 0, zero at total") {
     LinearWarmupDecay s(2e-5, 0, 100);

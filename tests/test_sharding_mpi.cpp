@@ -89,6 +89,10 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs()
 struct Variant {
   std::string label;
   ParallelConfig parallel;
+  // Offload with the host copies forced on: the GPU pipeline's bookkeeping
+  // (each unit's gradient chunk to the host when its last reduce-scatter
+  // completes, AdamW chunk by chunk, parameters back) runs on the CPU.
+  bool force_offload_copies = false;
 };
 
 std::vector<Variant> variants() {
@@ -116,6 +120,12 @@ std::vector<Variant> variants() {
   add("fsdp SHARD_GRAD_OP", "fsdp").fsdp.sharding_strategy = "SHARD_GRAD_OP";
   add("hybrid", "hybrid").ranks_per_node = W / 2;
   add("zero3 offload", "zero3").offload_optimizer = "cpu";
+  for (const char* strategy : {"zero3", "zero2", "hybrid", "fsdp"}) {
+    ParallelConfig& copies = add(std::string(strategy) + " offload with host copies", strategy);
+    copies.offload_optimizer = "cpu";
+    copies.ranks_per_node = W / 2;  // hybrid only
+    out.back().force_offload_copies = true;
+  }
   return out;
 }
 
@@ -131,7 +141,14 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
   for (const Variant& variant : variants()) {
     CAPTURE(variant.label);
     auto model = make_model(rank == 0 ? 5 : 7);  // differ on purpose: broadcast must fix it
-    std::unique_ptr<Strategy> strategy = make_strategy(variant.parallel, *model, comm, adamw);
+    std::unique_ptr<Strategy> strategy;
+    if (variant.force_offload_copies) {
+      ShardOptions forced = shard_options_for(variant.parallel, W, W);
+      forced.force_offload_copies = true;
+      strategy = std::make_unique<ShardedStrategy>(*model, comm, adamw, forced);
+    } else {
+      strategy = make_strategy(variant.parallel, *model, comm, adamw);
+    }
     auto* sharded = dynamic_cast<ShardedStrategy*>(strategy.get());
     REQUIRE(sharded != nullptr);
     strategy->broadcast_parameters(0);
@@ -173,8 +190,12 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
     const StrategyMemory memory = strategy->memory();
     CHECK(S * G >= numel);
     CHECK(S * G < numel + G * sharded->num_units());
-    CHECK(memory.grad_bytes == 4 * S);  // between steps only the reduced shard
-    CHECK(memory.optimizer_bytes == 8 * S);
+    // Between steps only the reduced shard (and with the host copies, its
+    // copy and the master copy of the parameters).
+    const int64_t copies = variant.force_offload_copies ? 1 : 0;
+    CHECK(memory.grad_bytes == 4 * S * (1 + copies));
+    CHECK(memory.optimizer_bytes == (8 + 4 * copies) * S);
+    CHECK(memory.host_bytes == 16 * S * copies);
     if (stage3 && options.persistence_threshold == 0) {
       CHECK(memory.param_bytes == 4 * S);
       CHECK(memory.peak_transient_bytes > 0);

@@ -137,11 +137,19 @@ TEST_CASE("ZeRO stage 1 trains exactly like DDP, with the optimizer state sharde
   DataParallel ddp(*ddp_model, comm, adamw, ddp_options);
   ddp.broadcast_parameters(0);
 
-  // The post-step all-gather in one piece, and in pieces of 100 elements per rank.
-  for (int64_t allgather : {0, 100}) {
+  // The post-step all-gather in one piece, in pieces of 100 elements per
+  // rank, and optimizer offload with its host copies forced on (the GPU
+  // pipeline's bookkeeping: gradients to the host in pieces, AdamW piece by
+  // piece, parameters back).
+  for (int variant = 0; variant < 3; ++variant) {
+    const int64_t allgather = variant == 1 ? 100 : 0;
+    const bool offload = variant == 2;
     CAPTURE(allgather);
+    CAPTURE(offload);
     auto model = make_model(rank == 0 ? 5 : 7);
-    ZeroStrategy zero(*model, comm, adamw, zero_options(allgather));
+    ZeroOptions options = zero_options(allgather);
+    options.offload_optimizer = options.force_offload_copies = offload;
+    ZeroStrategy zero(*model, comm, adamw, options);
     zero.broadcast_parameters(0);
     CHECK(zero.name() == "zero1");
     CHECK(at::equal(zero.flat_params(), ddp.flat_params()));
@@ -203,9 +211,11 @@ TEST_CASE("ZeRO stage 1 trains exactly like DDP, with the optimizer state sharde
 
     CHECK(zero.stats().buckets_during_backward > 0);  // reduced from the hooks while backward ran
     // Memory as the ZeRO paper counts stage 1: params and grads whole, AdamW 1/W.
+    // Offload adds the host copies of the slice's parameters and gradients.
     CHECK(zero.memory().param_bytes == 4 * padded);
-    CHECK(zero.memory().grad_bytes == 4 * padded);
-    CHECK(zero.memory().optimizer_bytes == 8 * padded / W);
+    CHECK(zero.memory().grad_bytes == 4 * padded + (offload ? 4 * padded / W : 0));
+    CHECK(zero.memory().optimizer_bytes == (offload ? 12 : 8) * padded / W);
+    CHECK(zero.memory().host_bytes == (offload ? 16 * padded / W : 0));
   }
 }
 

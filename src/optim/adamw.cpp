@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "shardtrain/core/check.h"
 
@@ -133,6 +134,21 @@ void AdamW::step(at::Tensor params, const at::Tensor& grads, const std::vector<E
               " elements, got ", params.sizes());
   TORCH_CHECK(grads.dim() == 1 && grads.numel() == numel_, "AdamW::step: grads must be 1-D with ", numel_,
               " elements, got ", grads.sizes());
+  begin_step();
+  step_span(std::move(params), grads, 0, decay_ranges, lr);
+}
+
+void AdamW::begin_step() { ++step_count_; }
+
+void AdamW::step_span(at::Tensor params, const at::Tensor& grads, int64_t offset,
+                      const std::vector<ElementRange>& decay_ranges, double lr) {
+  const int64_t count = params.numel();
+  TORCH_CHECK(step_count_ > 0, "AdamW::step_span: call begin_step() first");
+  TORCH_CHECK(params.dim() == 1 && grads.dim() == 1 && grads.numel() == count,
+              "AdamW::step_span: params and grads must be 1-D with one size, got ", params.sizes(), " and ",
+              grads.sizes());
+  TORCH_CHECK(offset >= 0 && offset + count <= numel_, "AdamW::step_span: span [", offset, ", ", offset + count,
+              ") is outside [0, ", numel_, ")");
   TORCH_CHECK(params.is_contiguous() && grads.is_contiguous(), "AdamW::step: params and grads must be contiguous");
   TORCH_CHECK(params.device() == exp_avg_.device() && grads.device() == exp_avg_.device(),
               "AdamW::step: params, grads and state must be on one device");
@@ -140,25 +156,29 @@ void AdamW::step(at::Tensor params, const at::Tensor& grads, const std::vector<E
               "AdamW::step: params, grads and state must have one dtype");
   TORCH_CHECK(lr >= 0, "AdamW::step: lr must be >= 0, got ", lr);
   int64_t previous_end = 0;
+  // The decay ranges inside the span, relative to its start.
+  std::vector<ElementRange> decay;
   for (const ElementRange& r : decay_ranges) {
     TORCH_CHECK(r.begin >= previous_end && r.begin <= r.end && r.end <= numel_,
                 "AdamW::step: decay ranges must be sorted, disjoint and inside [0, ", numel_, "); got [", r.begin,
                 ", ", r.end, ")");
     previous_end = r.end;
+    const int64_t begin = std::max(r.begin, offset), end = std::min(r.end, offset + count);
+    if (begin < end) decay.push_back({begin - offset, end - offset});
   }
+  // Weight decay 0 multiplies by exactly 1 in torch: skip the ranges.
+  if (options_.weight_decay == 0) decay.clear();
+  at::Tensor exp_avg = exp_avg_.narrow(0, offset, count);
+  at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, offset, count);
 
-  ++step_count_;
   const bool fusable = params.device().is_cpu() && params.scalar_type() == at::kFloat;
   Kernel kernel = kernel_;
   if (kernel == Kernel::kAuto) kernel = fusable ? Kernel::kFusedCpu : Kernel::kAtenOps;
   if (kernel == Kernel::kFusedCpu) {
     ST_ASSERT(fusable, "the fused AdamW kernel needs CPU float32 buffers");
-    // Weight decay 0 multiplies by exactly 1 in torch: skip the ranges.
-    static const std::vector<ElementRange> kNone;
-    fused_cpu_step(params, grads, exp_avg_, exp_avg_sq_, options_.weight_decay == 0 ? kNone : decay_ranges,
-                   make_scalars(options_, lr, step_count_));
+    fused_cpu_step(params, grads, exp_avg, exp_avg_sq, decay, make_scalars(options_, lr, step_count_));
   } else {
-    aten_step(params, grads, exp_avg_, exp_avg_sq_, decay_ranges, options_, lr, step_count_);
+    aten_step(params, grads, exp_avg, exp_avg_sq, decay, options_, lr, step_count_);
   }
 }
 

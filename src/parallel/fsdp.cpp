@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "parallel/flat_buffers.h"
+#include "parallel/offload.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -74,14 +75,15 @@ struct ShardedStrategy::Impl : public UnitHooks {
   size_t next_reduce = 0;
   bool sync = true;
   bool round_open = false;  // a backward with reduction started and not finished
+  bool final_round = true;  // this backward's reductions complete the step's gradients
 
   int group_rank = 0, group_size = 1;
 
   int64_t shard_numel = 0;
   at::Tensor shard_params;  // fp32, on the model's device: gathers read it
   at::Tensor shard_grads;
-  at::Tensor master;        // shard_params, or its host copy with offload_optimizer on a GPU
-  std::unique_ptr<AdamW> adamw;
+  std::unique_ptr<AdamW> adamw;         // AdamW on the shard where it is, or
+  std::unique_ptr<HostOptimizer> host;  // offload_optimizer: master, gradients and AdamW in host memory
   std::vector<ElementRange> shard_decay;
 
   StrategyStats stats;
@@ -95,6 +97,8 @@ struct ShardedStrategy::Impl : public UnitHooks {
   Impl(Communicator& c, BertForSequenceClassification& m, const ShardOptions& o) : comm(c), model(m), options(o) {}
 
   bool frees(const Unit& u) const { return !u.resident; }
+
+  AdamW& optimizer() const { return host ? host->adamw() : *adamw; }
 
   // Stage 2 keeps every unit gathered, so this rank's chunk of each is already
   // in the unit buffers: the shard buffer exists only during step() and
@@ -142,7 +146,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
       shard_of(u, shard_params).copy_(u.params.narrow(0, group_rank * u.chunk, u.chunk));
       if (frees(u)) free_unit(static_cast<int>(index));
     }
-    if (!master.is_same(shard_params)) master.copy_(shard_params);
+    if (host) host->load_master(shard_params);
     if (transient_shard()) {
       transient_bytes += shard_numel * 4;  // counted as staged since construction
       release_shard();
@@ -264,6 +268,18 @@ struct ShardedStrategy::Impl : public UnitHooks {
     shard_of(u, shard_grads).add_(u.reduced);
     u.reduced = at::Tensor();
     detach_grads(index);
+    // Offload: the unit's gradient chunk is final; its copy to the host
+    // overlaps the backward of the units still computing. (Hybrid: only
+    // after the shards are averaged across nodes, in finish_backward.)
+    if (host && final_round && !inter) host->offload_grads(shard_grads, u.shard_offset, u.chunk);
+  }
+
+  // Queues the host copy of every unit chunk not queued yet (offload).
+  void offload_rest() {
+    for (int index : reduce_order) {
+      const Unit& u = units[index];
+      if (!host->offloaded(u.shard_offset)) host->offload_grads(shard_grads, u.shard_offset, u.chunk);
+    }
   }
 
   // Reduce-scatters in reduce_order only, so every rank issues the same
@@ -424,9 +440,10 @@ ShardedStrategy::ShardedStrategy(BertForSequenceClassification& model, Communica
   }
 
   // ---- optimizer over the shard ----
-  const bool host_master = options.offload_optimizer && !s.shard_params.device().is_cpu();
-  s.master = host_master ? s.shard_params.to(at::kCPU).clone() : s.shard_params;
-  s.adamw = std::make_unique<AdamW>(s.shard_numel, adamw, s.master.options());
+  if (options.offload_optimizer && HostOptimizer::needed(s.shard_params, options.force_offload_copies))
+    s.host = std::make_unique<HostOptimizer>(s.shard_params, adamw, options.force_offload_copies);
+  else
+    s.adamw = std::make_unique<AdamW>(s.shard_numel, adamw, s.shard_params.options());
   for (const Impl::Unit& u : s.units) {
     const int64_t mine_begin = s.group_rank * u.chunk, mine_end = mine_begin + u.chunk;
     for (size_t k = 0; k < u.slots.size(); ++k) {
@@ -486,6 +503,7 @@ void ShardedStrategy::broadcast_parameters(int root) {
 void ShardedStrategy::zero_grad() {
   Impl& s = *impl_;
   s.settle();
+  if (s.host) s.host->synchronize();  // a copy of the old gradients may still be reading them
   s.shard_grads.zero_();
   for (size_t index = 0; index < s.units.size(); ++index) s.detach_grads(static_cast<int>(index));
 }
@@ -495,6 +513,7 @@ void ShardedStrategy::prepare_backward(bool sync) {
   s.settle();
   // Reducing every micro-step: the previous micro-step's reductions finish first.
   if (s.round_open) s.finish_round();
+  s.final_round = sync;
   s.sync = sync || s.options.reduce_every_micro_step;
   s.round_open = s.sync;
   s.next_reduce = 0;
@@ -518,6 +537,7 @@ void ShardedStrategy::finish_backward() {
     std::unique_ptr<Work> work = s.inter->all_reduce_async(s.shard_grads, ReduceOp::kAvg);
     s.wait(*work);
   }
+  if (s.host) s.offload_rest();
   if (s.options.stage == 3)
     for (size_t index = 0; index < s.units.size(); ++index)
       if (s.frees(s.units[index])) s.free_unit(static_cast<int>(index));
@@ -528,14 +548,18 @@ double ShardedStrategy::step(double lr, double max_grad_norm) {
   s.settle();
   // Unit padding is zero in every rank's gradient: it adds nothing to the
   // norm, and AdamW leaves the padded parameters at zero.
-  const double norm = max_grad_norm > 0 ? clip_grad_norm(s.shard_grads, max_grad_norm, *s.reduce_comm)
-                                        : global_grad_norm(s.shard_grads, *s.reduce_comm);
-  const bool host_master = !s.master.is_same(s.shard_params);
-  // With a host master copy, it already holds every chunk.
-  s.stage_shard(/*copy=*/!host_master);
-  const at::Tensor grads = host_master ? s.shard_grads.to(at::kCPU) : s.shard_grads;
-  s.adamw->step(s.master, grads, s.shard_decay, lr);
-  if (host_master) s.shard_params.copy_(s.master);
+  const double norm = global_grad_norm(s.shard_grads, *s.reduce_comm);
+  const double scale = max_grad_norm > 0 ? clip_coefficient(norm, max_grad_norm) : 1.0;
+  if (s.host) {
+    s.offload_rest();  // a step without a finished backward
+    // The host master holds every chunk: the copies back fill the shard buffer.
+    s.stage_shard(/*copy=*/false);
+    s.host->step(s.shard_params, scale, s.shard_decay, lr);
+  } else {
+    scale_grads(s.shard_grads, scale);
+    s.stage_shard(/*copy=*/true);
+    s.adamw->step(s.shard_params, s.shard_grads, s.shard_decay, lr);
+  }
   s.gather_resident();
   s.release_shard();
   return norm;
@@ -603,28 +627,28 @@ std::vector<FlatPart> ShardedStrategy::checkpoint_parts() {
       part.params = s.transient_shard()
                         ? u.params.narrow(0, begin, shard_end - shard_begin)
                         : s.shard_params.narrow(0, shard_begin, shard_end - shard_begin);
-      part.exp_avg = s.adamw->exp_avg().narrow(0, shard_begin, shard_end - shard_begin);
-      part.exp_avg_sq = s.adamw->exp_avg_sq().narrow(0, shard_begin, shard_end - shard_begin);
+      part.exp_avg = s.optimizer().exp_avg().narrow(0, shard_begin, shard_end - shard_begin);
+      part.exp_avg_sq = s.optimizer().exp_avg_sq().narrow(0, shard_begin, shard_end - shard_begin);
       parts.push_back(part);
     }
   }
   if (parts.empty()) {
     FlatPart empty;
     empty.params = s.shard_params.narrow(0, 0, 0);
-    empty.exp_avg = s.adamw->exp_avg().narrow(0, 0, 0);
-    empty.exp_avg_sq = s.adamw->exp_avg_sq().narrow(0, 0, 0);
+    empty.exp_avg = s.optimizer().exp_avg().narrow(0, 0, 0);
+    empty.exp_avg_sq = s.optimizer().exp_avg_sq().narrow(0, 0, 0);
     parts.push_back(empty);
   }
   return parts;
 }
 
-int64_t ShardedStrategy::optimizer_step() const { return impl_->adamw->step_count(); }
+int64_t ShardedStrategy::optimizer_step() const { return impl_->optimizer().step_count(); }
 
 void ShardedStrategy::finish_load(int64_t optimizer_step) {
   Impl& s = *impl_;
   s.settle();
-  at::Tensor exp_avg = s.adamw->exp_avg().clone();
-  at::Tensor exp_avg_sq = s.adamw->exp_avg_sq().clone();
+  at::Tensor exp_avg = s.optimizer().exp_avg().clone();
+  at::Tensor exp_avg_sq = s.optimizer().exp_avg_sq().clone();
   // The checkpoint parts of resident units were read into the unit buffers.
   s.stage_shard(/*copy=*/true);
   if (s.inter) {
@@ -642,8 +666,8 @@ void ShardedStrategy::finish_load(int64_t optimizer_step) {
     gather(exp_avg);
     gather(exp_avg_sq);
   }
-  if (!s.master.is_same(s.shard_params)) s.master.copy_(s.shard_params);
-  s.adamw->load_state(exp_avg, exp_avg_sq, optimizer_step);
+  if (s.host) s.host->load_master(s.shard_params);
+  s.optimizer().load_state(exp_avg, exp_avg_sq, optimizer_step);
   for (size_t index = 0; index < s.units.size(); ++index)
     if (!s.units[index].resident) s.free_unit(static_cast<int>(index));
   s.gather_resident();
@@ -666,7 +690,12 @@ StrategyMemory ShardedStrategy::memory() const {
     if (u.resident) m.param_bytes += u.padded * 4;
     if (u.grads.defined()) m.grad_bytes += u.padded * 4;  // kept across no_sync micro-steps
   }
-  m.optimizer_bytes = 2 * s.shard_numel * 4 + (s.master.is_same(s.shard_params) ? 0 : s.shard_numel * 4);
+  m.optimizer_bytes = 2 * s.shard_numel * 4;
+  if (s.host) {  // the host master copy and the host copy of the gradient shard
+    m.optimizer_bytes += s.shard_numel * 4;
+    m.grad_bytes += s.shard_numel * 4;
+    m.host_bytes = s.host->host_bytes();
+  }
   m.peak_transient_bytes = s.peak_transient_bytes;
   return m;
 }
@@ -674,6 +703,6 @@ StrategyMemory ShardedStrategy::memory() const {
 int64_t ShardedStrategy::num_units() const { return static_cast<int64_t>(impl_->units.size()); }
 int64_t ShardedStrategy::shard_numel() const { return impl_->shard_numel; }
 at::Tensor ShardedStrategy::shard_grads() const { return impl_->shard_grads; }
-const AdamW& ShardedStrategy::optimizer() const { return *impl_->adamw; }
+const AdamW& ShardedStrategy::optimizer() const { return impl_->optimizer(); }
 
 }  // namespace shardtrain

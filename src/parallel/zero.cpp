@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "parallel/flat_buffers.h"
+#include "parallel/offload.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -22,8 +23,8 @@ struct ZeroStrategy::Impl {
   FlatModel flat;
   ElementRange shard;
   at::Tensor shard_grads;  // view of flat.grads
-  at::Tensor master;       // shard_params(), or its host copy with offload_optimizer on a GPU
-  std::unique_ptr<AdamW> adamw;
+  std::unique_ptr<AdamW> adamw;         // AdamW on the shard where it is, or
+  std::unique_ptr<HostOptimizer> host;  // offload_optimizer: master, gradients and AdamW in host memory
   std::vector<ElementRange> shard_decay;  // decay ranges relative to shard.begin
   StrategyStats stats;
   int64_t bytes_base = 0;  // comm.stats().bytes_sent when this strategy was built
@@ -32,6 +33,7 @@ struct ZeroStrategy::Impl {
   explicit Impl(Communicator& c) : comm(c) {}
 
   at::Tensor shard_params() const { return flat.params.narrow(0, shard.begin, shard.size()); }
+  AdamW& optimizer() const { return host ? host->adamw() : *adamw; }
 
   // Every rank's parameter shard into every rank's full buffer, in pieces of
   // allgather_bucket_size elements per rank when set. all_gather needs an
@@ -70,9 +72,10 @@ ZeroStrategy::ZeroStrategy(BertForSequenceClassification& model, Communicator& c
   s.shard = s.flat.layout->shard_range(comm.rank(), comm.size());
   s.shard_decay = s.flat.layout->decay_ranges_in(s.shard);
   s.shard_grads = s.flat.grads.narrow(0, s.shard.begin, s.shard.size());
-  const bool host_master = options.offload_optimizer && !s.flat.params.device().is_cpu();
-  s.master = host_master ? s.shard_params().to(at::kCPU).clone() : s.shard_params();
-  s.adamw = std::make_unique<AdamW>(s.shard.size(), adamw, s.master.options());
+  if (options.offload_optimizer && HostOptimizer::needed(s.shard_params(), options.force_offload_copies))
+    s.host = std::make_unique<HostOptimizer>(s.shard_params(), adamw, options.force_offload_copies);
+  else
+    s.adamw = std::make_unique<AdamW>(s.shard.size(), adamw, s.flat.params.options());
   // The same buckets and all-reduce as DDP, so the gradients are DDP's bit for bit.
   s.buckets = all_reduce_buckets(s.flat, options.bucket_cap_mb, comm, s.stats);
 }
@@ -83,11 +86,13 @@ std::string ZeroStrategy::name() const { return "zero1"; }
 
 void ZeroStrategy::broadcast_parameters(int root) {
   impl_->comm.broadcast(impl_->flat.params, root);
-  if (impl_->master.device().is_cpu() && !impl_->flat.params.device().is_cpu())
-    impl_->master.copy_(impl_->shard_params());
+  if (impl_->host) impl_->host->load_master(impl_->shard_params());
 }
 
-void ZeroStrategy::zero_grad() { impl_->flat.grads.zero_(); }
+void ZeroStrategy::zero_grad() {
+  if (impl_->host) impl_->host->synchronize();  // a copy of the old gradients may still be reading them
+  impl_->flat.grads.zero_();
+}
 
 void ZeroStrategy::prepare_backward(bool sync) { impl_->buckets->prepare(sync); }
 
@@ -98,11 +103,17 @@ double ZeroStrategy::step(double lr, double max_grad_norm) {
   // Padding elements of the last shard are zero in every rank's gradient, so
   // they add nothing to the norm and AdamW leaves the padded params at zero
   // (m = v = 0, update 0).
-  const double norm = max_grad_norm > 0 ? clip_grad_norm(s.shard_grads, max_grad_norm, s.comm)
-                                        : global_grad_norm(s.shard_grads, s.comm);
-  const bool host_master = s.master.device() != s.flat.params.device();
-  s.adamw->step(s.master, host_master ? s.shard_grads.to(at::kCPU) : s.shard_grads, s.shard_decay, lr);
-  if (host_master) s.shard_params().copy_(s.master);
+  // Offload: the slice goes down to the host in pieces while the norm is computed.
+  constexpr int kOffloadPieces = 8;
+  if (s.host) s.host->offload_rest(s.shard_grads, kOffloadPieces);
+  const double norm = global_grad_norm(s.shard_grads, s.comm);
+  const double scale = max_grad_norm > 0 ? clip_coefficient(norm, max_grad_norm) : 1.0;
+  if (s.host) {
+    s.host->step(s.shard_params(), scale, s.shard_decay, lr);
+  } else {
+    scale_grads(s.shard_grads, scale);
+    s.adamw->step(s.shard_params(), s.shard_grads, s.shard_decay, lr);
+  }
   s.gather_params();
   return norm;
 }
@@ -120,20 +131,21 @@ FlatPart ZeroStrategy::checkpoint_part() {
   part.params = s.flat.params.narrow(0, begin, count);
   // A shard that starts at or past the layout's end (tiny models, many ranks)
   // has count 0; its AdamW slice starts at 0 either way.
-  part.exp_avg = s.adamw->exp_avg().narrow(0, 0, count);
-  part.exp_avg_sq = s.adamw->exp_avg_sq().narrow(0, 0, count);
+  part.exp_avg = s.optimizer().exp_avg().narrow(0, 0, count);
+  part.exp_avg_sq = s.optimizer().exp_avg_sq().narrow(0, 0, count);
   return part;
 }
 
-int64_t ZeroStrategy::optimizer_step() const { return impl_->adamw->step_count(); }
+int64_t ZeroStrategy::optimizer_step() const { return impl_->optimizer().step_count(); }
 
 void ZeroStrategy::finish_load(int64_t optimizer_step) {
   Impl& s = *impl_;
   s.gather_params();
-  if (s.master.device() != s.flat.params.device()) s.master.copy_(s.shard_params());
+  if (s.host) s.host->load_master(s.shard_params());
   // The AdamW buffers were filled in place through checkpoint_part(); this
   // only sets the step count (load_state copies, so pass copies).
-  s.adamw->load_state(s.adamw->exp_avg().clone(), s.adamw->exp_avg_sq().clone(), optimizer_step);
+  AdamW& adamw = s.optimizer();
+  adamw.load_state(adamw.exp_avg().clone(), adamw.exp_avg_sq().clone(), optimizer_step);
 }
 
 const StrategyStats& ZeroStrategy::stats() const {
@@ -147,12 +159,17 @@ StrategyMemory ZeroStrategy::memory() const {
   StrategyMemory m;
   m.param_bytes = s.flat.padded_numel * 4;
   m.grad_bytes = s.flat.padded_numel * 4;
-  m.optimizer_bytes = (s.master.device() != s.flat.params.device() ? 3 : 2) * s.shard.size() * 4;
+  m.optimizer_bytes = 2 * s.shard.size() * 4;
+  if (s.host) {  // the host master copy and the host copy of the gradient slice
+    m.optimizer_bytes += s.shard.size() * 4;
+    m.grad_bytes += s.shard.size() * 4;
+    m.host_bytes = s.host->host_bytes();
+  }
   return m;
 }
 
 ElementRange ZeroStrategy::shard() const { return impl_->shard; }
 at::Tensor ZeroStrategy::shard_grads() const { return impl_->shard_grads; }
-const AdamW& ZeroStrategy::optimizer() const { return *impl_->adamw; }
+const AdamW& ZeroStrategy::optimizer() const { return impl_->optimizer(); }
 
 }  // namespace shardtrain

@@ -476,8 +476,10 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   for (const std::string& note : strategy_notes(config.parallel, world, node_size)) log_info("  %s", note.c_str());
   {
     const StrategyMemory m = strategy->memory();
-    log_info("  per rank: parameters %.1f MB, gradients %.1f MB, optimizer state %.1f MB", m.param_bytes / 1e6,
-             m.grad_bytes / 1e6, m.optimizer_bytes / 1e6);
+    log_info("  per rank: parameters %.1f MB, gradients %.1f MB, optimizer state %.1f MB%s", m.param_bytes / 1e6,
+             m.grad_bytes / 1e6, m.optimizer_bytes / 1e6,
+             m.host_bytes > 0 ? str_format(" (%.1f MB of it in host memory: optimizer offload)", m.host_bytes / 1e6).c_str()
+                              : "");
   }
   strategy->broadcast_parameters(0);
   const std::vector<FlatTensor> flat_layout = flat_tensors(strategy->layout());

@@ -78,6 +78,16 @@ class AdamW {
   void step(at::Tensor params, const at::Tensor& grads, const std::vector<ElementRange>& decay_ranges,
             double lr);
 
+  // The same step in pieces, for a pipeline that has the gradients span by
+  // span (optimizer offload): begin_step() counts the step, then
+  // step_span() updates the elements [offset, offset + params.numel()) of the
+  // buffer; the spans of one step must cover every element once. Because
+  // AdamW is elementwise, the result is bit-identical to step() on the whole
+  // buffer. decay_ranges are relative to the whole buffer, as for step().
+  void begin_step();
+  void step_span(at::Tensor params, const at::Tensor& grads, int64_t offset,
+                 const std::vector<ElementRange>& decay_ranges, double lr);
+
   // Force a kernel (benchmarks and tests); kFusedCpu on anything but a
   // contiguous CPU float32 buffer is an assertion failure at step().
   void set_kernel(Kernel kernel) { kernel_ = kernel; }

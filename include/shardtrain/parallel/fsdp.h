@@ -46,10 +46,17 @@
 // shard). Optimizer state: 1/n per rank.
 //
 // step(): clip by the global norm over the shards, AdamW on the shard, then
-// gather the resident units (stage 2 all; stage 3 the persistent one). With
-// offload_optimizer the AdamW state and an fp32 master copy of the shard live
-// in host memory and the step runs there (on a CPU run that is where
-// everything already is).
+// gather the resident units (stage 2 all; stage 3 the persistent one).
+//
+// offload_optimizer (parallel/offload.h): the AdamW state, an fp32 master
+// copy of the shard and a copy of its gradients live in pinned host memory
+// and the step runs on the CPU. Each unit's gradient chunk is copied to the
+// host on a side stream as soon as its reduce-scatter of the step's last
+// micro-step completes (hybrid: after the cross-node average), so the copies
+// overlap the backward of the remaining units; step() then runs AdamW unit
+// chunk by unit chunk and copies each updated chunk back while the CPU works
+// on the next. On a CPU run the shard is in host memory already and nothing
+// is copied.
 //
 // Bytes on the wire per step (Psi elements, G ranks, ring accounting): stage 2
 // reduce-scatter + all-gather 2 Psi (G-1)/G; stage 3 forward gather + backward
@@ -85,6 +92,9 @@ struct ShardOptions {
   bool backward_prefetch_post = false;     // FSDP BACKWARD_POST instead of BACKWARD_PRE
   int64_t persistence_threshold = 0;       // stage 3: smaller parameters are never freed
   bool offload_optimizer = false;          // AdamW state and master shard in host memory
+  // Tests: with offload_optimizer, keep the host copies and run the offload
+  // pipeline even when the shard is in host memory already (a CPU run).
+  bool force_offload_copies = false;
   // true (DeepSpeed): gradients are reduce-scattered on every micro-step and
   // accumulate in the shard; false (FSDP no_sync): micro-steps without sync
   // keep the full gradients and reduce once.

@@ -53,6 +53,9 @@ struct StrategyMemory {
   int64_t grad_bytes = 0;           // gradients held between steps
   int64_t optimizer_bytes = 0;      // AdamW state (and the fp32 master shard when offloaded)
   int64_t peak_transient_bytes = 0; // the most gathered parameters + unsharded gradients alive at once
+  // Of the three above, the bytes in host memory because of optimizer offload
+  // (master copy, gradient copy and AdamW state of the shard); 0 without offload.
+  int64_t host_bytes = 0;
   int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes; }
 };
 

@@ -16,9 +16,12 @@
 // (clip_grad_norm with the communicator), AdamW on params[S_r] with the S_r
 // gradient, then an all-gather of the parameter shards (in pieces of
 // allgather_bucket_size elements per rank when set) so every rank holds the
-// new full parameters. offload_optimizer: the AdamW state and an fp32 master
-// copy of S_r live in host memory and the step runs there (on a CPU run that
-// is where everything already is).
+// new full parameters. offload_optimizer (parallel/offload.h): the AdamW
+// state, an fp32 master copy of S_r and a copy of its gradients live in
+// pinned host memory and the step runs on the CPU; the gradient slice goes
+// to the host in pieces on a side stream, so each piece's AdamW overlaps the
+// copies of the next pieces down and of the finished pieces back up (on a
+// CPU run everything is in host memory already and nothing is copied).
 //
 // Bytes on the wire per step (S = padded buffer bytes, ring accounting):
 // 3 S (W-1)/W (all-reduce + parameter all-gather). Memory: params and grads 4
@@ -46,6 +49,9 @@ struct ZeroOptions {
   double bucket_cap_mb = 25.0;        // > 0; the all-reduce buckets, as DdpOptions::bucket_cap_mb
   int64_t allgather_bucket_size = 0;  // parameter elements per rank per all-gather after the step; 0 = one
   bool offload_optimizer = false;     // AdamW state and master shard in host memory
+  // Tests: with offload_optimizer, keep the host copies and run the offload
+  // pipeline even when the shard is in host memory already (a CPU run).
+  bool force_offload_copies = false;
 };
 
 class ZeroStrategy : public Strategy {
