@@ -55,11 +55,19 @@
 // sizes through the same communicators, each one blocking, with no compute,
 // twice; the faster replay / steps is the step's communication time alone.
 //   hidden share = 1 - exposed / communication time, clamped to [0, 1]
-// with exposed the largest blocked time of any rank (conservative). Blocked
-// time also contains waiting for a slower rank's compute, so on an
-// oversubscribed machine the hidden share is a lower bound. The strategy's
-// own stats().seconds_waiting per step is printed beside it, and the bytes
-// its stats() counts are checked against the bytes of the logged collectives.
+// Blocked time also contains waiting for a slower rank that has not launched
+// the collective yet (still computing: load imbalance, a descheduled rank),
+// which is not communication. Each rank therefore stamps every collective's
+// launch and the start and end of its wait (steady_clock, one clock for all
+// processes of a node); after the timed steps the members of each
+// communicator take the latest launch of each collective, and a wait splits
+// into peer_wait (before the last member launched) and exposed (after: the
+// communication this rank did not hide). exposed and peer_wait are the
+// largest of any rank. On several nodes the clocks differ: then exposed is the
+// whole blocked time (a lower bound on the hidden share) and peer_wait "-".
+// The strategy's own stats().seconds_waiting per step is printed beside it
+// ("waiting_s"), and the bytes its stats() counts are checked against the
+// bytes of the logged collectives.
 //
 // Check before timing: dropout is off, every strategy starts from the same
 // seeded weights and sees the same seeded batches, so each warm-up step's
@@ -144,7 +152,13 @@ struct CollectiveRecord {
   int root = 0;
   std::vector<int64_t> counts;
   int64_t bytes_sent = 0;  // ring accounting (communicator.h bytes_on_wire), this rank
+  // steady_clock seconds (CLOCK_MONOTONIC: one clock for every process of a
+  // node): when this rank launched it, and when it waited for it (-1: never
+  // blocked on it, test() saw it complete).
+  double launched = 0, wait_begin = -1, wait_end = -1;
 };
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 // Shared by a root RecordingCommunicator and every communicator split from it.
 struct Recorder {
@@ -156,17 +170,25 @@ struct Recorder {
 
 class TimedWork final : public Work {
  public:
-  TimedWork(std::unique_ptr<Work> inner, Recorder& recorder) : inner_(std::move(inner)), recorder_(recorder) {}
+  // index: the collective's record in recorder.log, -1 when not recording.
+  TimedWork(std::unique_ptr<Work> inner, Recorder& recorder, int64_t index)
+      : inner_(std::move(inner)), recorder_(recorder), index_(index) {}
   bool test() override { return inner_->test(); }
   void wait() override {
-    const double start = MPI_Wtime();
+    const double start = now_s();
     inner_->wait();
-    recorder_.seconds_blocked += MPI_Wtime() - start;
+    const double end = now_s();
+    recorder_.seconds_blocked += end - start;
+    if (index_ < 0) return;
+    CollectiveRecord& r = recorder_.log[static_cast<size_t>(index_)];
+    if (r.wait_begin < 0) r.wait_begin = start;
+    r.wait_end = end;
   }
 
  private:
   std::unique_ptr<Work> inner_;
   Recorder& recorder_;
+  int64_t index_;
 };
 
 class RecordingCommunicator final : public Communicator {
@@ -210,9 +232,12 @@ class RecordingCommunicator final : public Communicator {
     CollectiveRecord r;
     r.comm_id = id_;
     r.op = Op::kBarrier;
-    const double start = MPI_Wtime();
+    const double start = now_s();
     inner_->barrier();
-    recorder_->seconds_blocked += MPI_Wtime() - start;
+    const double end = now_s();
+    recorder_->seconds_blocked += end - start;
+    r.launched = r.wait_begin = start;
+    r.wait_end = end;
     if (recorder_->recording) recorder_->log.push_back(r);
     stats_ = inner_->stats();
   }
@@ -233,16 +258,50 @@ class RecordingCommunicator final : public Communicator {
     return r;
   }
   std::unique_ptr<Work> finish(CollectiveRecord r, std::unique_ptr<Work> work) {
+    r.launched = now_s();  // just after the launch (microseconds)
     r.bytes_sent = inner_->stats().bytes_sent - stats_.bytes_sent;
     stats_ = inner_->stats();
-    if (recorder_->recording) recorder_->log.push_back(r);
-    return std::make_unique<TimedWork>(std::move(work), *recorder_);
+    int64_t index = -1;
+    if (recorder_->recording) {
+      index = static_cast<int64_t>(recorder_->log.size());
+      recorder_->log.push_back(r);
+    }
+    return std::make_unique<TimedWork>(std::move(work), *recorder_, index);
   }
 
   std::unique_ptr<Communicator> inner_;
   std::shared_ptr<Recorder> recorder_;
   int id_ = 0;
 };
+
+// Splits this rank's blocked time over the logged collectives into waiting
+// for the last rank to launch a collective and the collective's own exposed
+// time after that: {exposed, peer_wait} seconds. A collective cannot finish
+// before every member has launched it (max over the members of `launched`,
+// reduced through the collective's own communicator); blocked time before
+// that is another rank still computing, not communication. Needs one clock
+// for all ranks: call it only when every rank is on one node.
+std::pair<double, double> split_blocked_time(Recorder& recorder) {
+  double exposed = 0, peer_wait = 0;
+  for (size_t id = 0; id < recorder.inner.size(); ++id) {
+    if (recorder.inner[id] == nullptr) continue;
+    std::vector<size_t> mine;
+    for (size_t i = 0; i < recorder.log.size(); ++i)
+      if (recorder.log[i].comm_id == static_cast<int>(id)) mine.push_back(i);
+    // Every member of the communicator logged the same collectives in the same order.
+    at::Tensor last = at::empty({static_cast<int64_t>(mine.size())}, at::TensorOptions().dtype(at::kDouble));
+    for (size_t k = 0; k < mine.size(); ++k) last[static_cast<int64_t>(k)] = recorder.log[mine[k]].launched;
+    recorder.inner[id]->all_reduce(last, ReduceOp::kMax);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const CollectiveRecord& r = recorder.log[mine[k]];
+      if (r.wait_begin < 0) continue;
+      const double all_launched = last[static_cast<int64_t>(k)].item<double>();
+      exposed += std::max(0.0, r.wait_end - std::max(r.wait_begin, all_launched));
+      peer_wait += std::max(0.0, std::min(r.wait_end, all_launched) - r.wait_begin);
+    }
+  }
+  return {exposed, peer_wait};
+}
 
 // Runs the logged collectives again, blocking, with no compute in between;
 // returns this rank's seconds (after a barrier on `world`).
@@ -366,6 +425,9 @@ struct Row {
   double seconds_waiting_per_step = 0;  // stats().seconds_waiting delta / steps, max over ranks
   double blocked_per_step = 0;          // time in Work::wait() / steps, max over ranks
   double comm_alone_per_step = 0;       // faster replay / steps, max over ranks
+  double comm_exposed_per_step = 0;     // blocked after every rank had launched / steps, max over ranks
+  double peer_wait_per_step = 0;        // blocked before the last rank launched / steps, max over ranks
+  bool one_node = true;                 // blocked time split by launch times (one clock)
   double hidden_share = -1;             // -1: no communication
   int64_t collectives_per_step = 0;
   double gathers_per_step = 0, prefetched_per_step = 0, reductions_per_step = 0, reductions_in_backward_per_step = 0;
@@ -483,6 +545,10 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   const StrategyStats after = strategy->stats();
   const double blocked_s = recorder->seconds_blocked - blocked_before;
   row.step_s = summarize(max_over_ranks(step_s, world.comm()));
+  row.one_node = world.local_size() == world.size();
+  // On several nodes the clocks differ: all blocked time counts as exposed.
+  const auto [comm_exposed_s, peer_wait_s] =
+      row.one_node ? split_blocked_time(*recorder) : std::pair<double, double>{blocked_s, 0.0};
 
   int64_t logged_bytes = 0;
   for (const CollectiveRecord& r : recorder->log) logged_bytes += r.bytes_sent;
@@ -495,7 +561,8 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
        static_cast<double>(recorder->log.size()) / steps, static_cast<double>(after.gathers_total - before.gathers_total) / steps,
        static_cast<double>(after.gathers_prefetched - before.gathers_prefetched) / steps,
        static_cast<double>(after.buckets_total - before.buckets_total) / steps,
-       static_cast<double>(after.buckets_during_backward - before.buckets_during_backward) / steps},
+       static_cast<double>(after.buckets_during_backward - before.buckets_during_backward) / steps,
+       comm_exposed_s / steps, peer_wait_s / steps},
       world.comm());
   row.bytes_sent_per_step = per_step[0];
   row.logged_bytes_per_step = per_step[1];
@@ -507,9 +574,11 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   row.prefetched_per_step = per_step[7];
   row.reductions_per_step = per_step[8];
   row.reductions_in_backward_per_step = per_step[9];
+  row.comm_exposed_per_step = per_step[10];
+  row.peer_wait_per_step = per_step[11];
   row.comm_ratio = row.formula.comm_bytes > 0 ? row.bytes_sent_per_step / row.formula.comm_bytes : 0.0;
   if (row.bytes_sent_per_step > 0 && row.comm_alone_per_step > 0)
-    row.hidden_share = std::clamp(1.0 - row.blocked_per_step / row.comm_alone_per_step, 0.0, 1.0);
+    row.hidden_share = std::clamp(1.0 - row.comm_exposed_per_step / row.comm_alone_per_step, 0.0, 1.0);
 
   // ---- memory held between steps ----
   const StrategyMemory m = strategy->memory();
@@ -628,18 +697,20 @@ int run(World& world, int argc, char** argv) {
     std::printf("\nMemory per rank (max over ranks, MB = 2^20 bytes) and bytes sent per step against the ZeRO "
                 "formulas (memory tolerance %.0f%%):\n",
                 100 * kMemoryTolerance);
-    std::printf("%-8s %3s %9s %9s %9s %9s %11s %7s %6s %10s %12s %12s %7s %4s %9s %9s %7s\n", "strategy", "N",
-                "params", "grads", "optim", "total", "ZeRO_MB", "ratio", "mem", "peak_gath", "sent_MB/step",
-                "formula_MB", "ratio", "comm", "exposed_s", "blocked_s", "hidden");
+    std::printf("%-8s %3s %9s %9s %9s %9s %11s %7s %6s %10s %12s %12s %7s %4s %9s %9s %11s %9s %7s\n", "strategy",
+                "N", "params", "grads", "optim", "total", "ZeRO_MB", "ratio", "mem", "peak_gath", "sent_MB/step",
+                "formula_MB", "ratio", "comm", "waiting_s", "blocked_s", "peer_wait_s", "exposed_s", "hidden");
     for (const Row& r : rows) {
       const bool no_comm = r.formula.comm_bytes <= 0;
       const bool comm_ok = no_comm ? r.bytes_sent_per_step == 0 : std::abs(r.comm_ratio - 1.0) <= kMemoryTolerance;
-      std::printf("%-8s %3d %9.1f %9.1f %9.1f %9.1f %11.1f %7.4f %6s %10.1f %12.1f %12.1f %7s %4s %9.3f %9.3f %7s\n",
+      std::printf("%-8s %3d %9.1f %9.1f %9.1f %9.1f %11.1f %7.4f %6s %10.1f %12.1f %12.1f %7s %4s %9.3f %9.3f %11s %9.3f "
+                  "%7s\n",
                   r.strategy.c_str(), r.ranks, r.memory.param_bytes / kMB, r.memory.grad_bytes / kMB,
                   r.memory.optimizer_bytes / kMB, r.memory.total() / kMB, r.formula.memory_bytes / kMB, r.memory_ratio,
                   r.memory_pass ? "PASS" : "FAIL", r.memory.peak_transient_bytes / kMB, r.bytes_sent_per_step / kMB,
                   r.formula.comm_bytes / kMB, no_comm ? "-" : str_format("%.4f", r.comm_ratio).c_str(),
                   comm_ok ? "ok" : "DIFF", r.seconds_waiting_per_step, r.blocked_per_step,
+                  r.one_node ? str_format("%.3f", r.peer_wait_per_step).c_str() : "-", r.comm_exposed_per_step,
                   r.hidden_share < 0 ? "-" : str_format("%.0f%%", 100 * r.hidden_share).c_str());
     }
     std::printf("\nFormulas (Psi = %lld, N = %d):\n", static_cast<long long>(rows.front().counts.psi), ranks);
@@ -696,6 +767,8 @@ int run(World& world, int argc, char** argv) {
            {"seconds_waiting_per_step", r.seconds_waiting_per_step},
            {"seconds_blocked_per_step", r.blocked_per_step},
            {"comm_alone_seconds_per_step", r.comm_alone_per_step},
+           {"peer_wait_seconds_per_step", r.one_node ? nlohmann::json(r.peer_wait_per_step) : nlohmann::json(nullptr)},
+           {"comm_exposed_seconds_per_step", r.comm_exposed_per_step},
            {"hidden_share", r.hidden_share < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.hidden_share)},
            {"collectives_per_step", r.collectives_per_step},
            {"gathers_per_step", r.gathers_per_step},

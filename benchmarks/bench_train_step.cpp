@@ -1,6 +1,9 @@
 // One data-parallel training step of BertForSequenceClassification, timed
-// through the real training path: DataParallel (parallel/ddp.h) over an
-// MpiCommunicator on MPI_COMM_WORLD, in exactly the Trainer's step sequence
+// through the real training path: the strategy of --strategy (default ddp,
+// DataParallel in parallel/ddp.h; zero1/zero2/zero3/fsdp/hybrid as
+// make_strategy builds them, --offload-optimizer for DeepSpeed's
+// offload_optimizer.device = "cpu") over an MpiCommunicator on MPI_COMM_WORLD
+// (NCCL with --device cuda), in exactly the Trainer's step sequence
 //   zero_grad, prepare_backward(true), forward + loss, loss.backward(),
 //   finish_backward(), step(lr, max_grad_norm)
 // on synthetic batches: token ids uniform in [1, vocab) from a seeded generator
@@ -20,7 +23,7 @@
 // torch's default fp32 mode (TF32 off unless the environment turns it on).
 //
 // --device cuda (a build with CUDA LibTorch and NCCL): the model, the batches
-// and DataParallel's buffers live on the rank's GPU (node-local rank modulo the
+// and the strategy's buffers live on the rank's GPU (node-local rank modulo the
 // visible GPUs, as the Trainer picks it) and the gradients are all-reduced by
 // an NcclCommunicator. Each phase ends with a device synchronisation so that
 // the host clock measures GPU work; this removes the overlap of one step's
@@ -42,12 +45,16 @@
 // Step time is the slowest rank's, per step. It is split into
 //   fwd_bwd   zero_grad + forward + loss + backward (bucket all-reduces launched
 //             from the gradient hooks overlap this part)
-//   finish    finish_backward(): launching the remaining buckets and waiting
-//   optim     step(): global-norm clipping + AdamW
+//   finish    finish_backward(): launching the remaining reductions and waiting
+//   optim     step(): global-norm clipping + AdamW (+ the post-step gathers;
+//             with offload: waiting for the gradient copies, AdamW on the
+//             CPU, the copies back)
 // and rank 0 prints min/median/max of each, samples/s and tokens/s (global,
-// at the median step time), the MFU and DataParallel's bucket counters.
+// at the median step time), the MFU, the strategy's reduction counters and
+// the bytes it holds per rank (with offload: how much in host memory).
 //
 //   mpirun -np R bench_train_step [--model quickstart|bert-base|PATH/config.json]
+//       [--strategy ddp|zero1|zero2|zero3|fsdp|hybrid] [--offload-optimizer]
 //       [--device cpu|cuda] [--batch-size 16] [--seq-len 128] [--steps 10]
 //       [--warmup 2] [--peak-size 2048] [--seed 42] [--json FILE]
 #include <torch/cuda.h>
@@ -76,6 +83,7 @@
 #include "shardtrain/model/bert.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/parallel/ddp.h"
+#include "shardtrain/parallel/make_strategy.h"
 
 using namespace shardtrain;
 
@@ -150,6 +158,11 @@ int run(World& world, int argc, char** argv) {
   int64_t batch_size = 16, seq_len = 128, peak_size = 2048, seed = 42;
   int steps = 10, warmup = 2;
   app.add_option("--model", model_name, "quickstart (configs/models/bert_tiny.json), bert-base, or a HF config.json");
+  std::string strategy_name = "ddp";
+  bool offload = false;
+  app.add_option("--strategy", strategy_name, "ddp, zero1, zero2, zero3, fsdp or hybrid (parallel.strategy)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp", "hybrid"}));
+  app.add_flag("--offload-optimizer", offload, "parallel.offload_optimizer = \"cpu\" (not with ddp)");
   app.add_option("--device", device_name, "cpu, or cuda (needs a build with CUDA LibTorch and NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--batch-size", batch_size, "samples per rank per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -212,8 +225,13 @@ int run(World& world, int argc, char** argv) {
   torch::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   if (device.is_cuda()) torch::cuda::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   AdamWOptions adamw;
-  DataParallel ddp(*model, comm, adamw);
-  ddp.broadcast_parameters(0);
+  ParallelConfig parallel;
+  parallel.strategy = strategy_name;
+  parallel.offload_optimizer = offload ? "cpu" : "none";
+  std::unique_ptr<Strategy> strategy = make_strategy(parallel, *model, comm, adamw, world.local_size());
+  strategy->broadcast_parameters(0);
+  const auto* ddp = dynamic_cast<const DataParallel*>(strategy.get());
+  const std::string strategy_label = strategy->name() + (offload ? " + optimizer offload" : "");
   const double lr = adamw.lr, max_grad_norm = 1.0;
 
   // A few distinct batches per rank, cycled (regenerating them would time the RNG).
@@ -245,10 +263,12 @@ int run(World& world, int argc, char** argv) {
                 static_cast<long long>(config.intermediate_size), static_cast<long long>(config.vocab_size),
                 static_cast<long long>(config.num_parameters()));
     std::printf("# %d ranks x %d threads, batch %lld per rank (global %lld samples, %lld tokens), seq_len %lld, "
-                "dropout %.2f/%.2f, DDP %zu buckets, %d warm-up + %d timed steps\n",
+                "dropout %.2f/%.2f, %s, %d warm-up + %d timed steps\n",
                 ranks, at::get_num_threads(), static_cast<long long>(batch_size), static_cast<long long>(global_samples),
                 static_cast<long long>(global_tokens), static_cast<long long>(seq_len), config.hidden_dropout_prob,
-                config.attention_probs_dropout_prob, ddp.buckets().size(), warmup, steps);
+                config.attention_probs_dropout_prob,
+                ddp ? str_format("DDP %zu buckets", ddp->buckets().size()).c_str() : strategy_label.c_str(), warmup,
+                steps);
     std::printf("# peak: fp32 mm %lldx%lld, best of 5, all ranks at once: per rank", static_cast<long long>(peak_size),
                 static_cast<long long>(peak_size));
     for (double g : all_gflops) std::printf(" %.1f", g);
@@ -267,16 +287,16 @@ int run(World& world, int argc, char** argv) {
     const Batch& b = batches[static_cast<size_t>(index % num_batches)];
     StepTimes t;
     const auto start = Clock::now();
-    ddp.zero_grad();
-    ddp.prepare_backward(true);
+    strategy->zero_grad();
+    strategy->prepare_backward(true);
     at::Tensor loss = model->loss(model->forward(b.input_ids, b.token_type_ids, b.attention_mask), b.labels);
     loss.backward();
     sync_device(device);
     const auto backward_done = Clock::now();
-    ddp.finish_backward();
+    strategy->finish_backward();
     sync_device(device);
     const auto reduced = Clock::now();
-    t.grad_norm = ddp.step(lr, max_grad_norm);
+    t.grad_norm = strategy->step(lr, max_grad_norm);
     sync_device(device);
     const auto stepped = Clock::now();
     t.fwd_bwd = std::chrono::duration<double>(backward_done - start).count();
@@ -297,15 +317,17 @@ int run(World& world, int argc, char** argv) {
             str_format("after %d warm-up steps the loss (%g) or gradient norm (%g) is not finite on some rank "
                        "(this rank: %d)",
                        warmup, last.loss, last.grad_norm, rank));
-    at::Tensor reference = ddp.flat_params().clone();
+    // flat_params() gathers the shards of a sharded strategy: a collective, called once on every rank.
+    const at::Tensor params = strategy->flat_params();
+    at::Tensor reference = params.clone();
     comm.broadcast(reference, 0);
-    const int identical = at::equal(reference, ddp.flat_params()) ? 1 : 0;
+    const int identical = at::equal(reference, params) ? 1 : 0;
     if (world.min_over_ranks(identical) == 0) {
       // Name the rank that is furthest from rank 0 (rank 0 reports, the others wait for the abort).
       struct {
         double diff;
         int rank;
-      } local{(reference - ddp.flat_params()).abs().max().item<double>(), rank}, worst{};
+      } local{(reference - params).abs().max().item<double>(), rank}, worst{};
       ST_CHECK_MPI(MPI_Reduce(&local, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, 0, world.comm()));
       if (rank == 0)
         fatal("bench_train_step", __FILE__, __LINE__,
@@ -317,13 +339,13 @@ int run(World& world, int argc, char** argv) {
     if (rank == 0) {
       std::printf("# check after warm-up: loss %.4f and grad norm %.4f finite on every rank; flat parameters "
                   "(%lld elements) bit-identical on all %d ranks\n",
-                  last.loss, last.grad_norm, static_cast<long long>(ddp.flat_params().numel()), ranks);
+                  last.loss, last.grad_norm, static_cast<long long>(params.numel()), ranks);
       std::fflush(stdout);
     }
   }
 
   // ---- timing ----
-  const StrategyStats before = ddp.stats();
+  const StrategyStats before = strategy->stats();
   std::vector<double> step_s, fwd_bwd_s, finish_s, optim_s;
   std::vector<double> losses;
   comm.barrier();
@@ -337,7 +359,7 @@ int run(World& world, int argc, char** argv) {
     losses.push_back(t.loss);
   }
   const double timed_total_s = max_over_ranks({seconds_since(timed_start)}, world.comm())[0];
-  const StrategyStats after = ddp.stats();
+  const StrategyStats after = strategy->stats();
   const Summary step = summarize(max_over_ranks(step_s, world.comm()));
   const Summary fwd_bwd = summarize(max_over_ranks(fwd_bwd_s, world.comm()));
   const Summary finish = summarize(max_over_ranks(finish_s, world.comm()));
@@ -349,6 +371,7 @@ int run(World& world, int argc, char** argv) {
   const double tokens_per_s = static_cast<double>(global_tokens) / step.median;
   const double model_gflops = flops.training() / step.median / 1e9;
   const double mfu = model_gflops / job_peak_gflops;
+  const StrategyMemory memory = strategy->memory();
   const double buckets_per_step = static_cast<double>(after.buckets_total - before.buckets_total) / steps;
   const double buckets_in_backward_per_step =
       static_cast<double>(after.buckets_during_backward - before.buckets_during_backward) / steps;
@@ -368,8 +391,12 @@ int run(World& world, int argc, char** argv) {
                 samples_per_s, tokens_per_s, steps, timed_total_s);
     std::printf("model FLOP/s %.2f GFLOP/s = MFU %.1f%% of the measured job peak %.1f GFLOP/s\n", model_gflops,
                 100.0 * mfu, job_peak_gflops);
-    std::printf("DDP: %.1f bucket all-reduces per step, %.1f of them launched during backward\n", buckets_per_step,
-                buckets_in_backward_per_step);
+    std::printf("%s: %.1f gradient reductions per step, %.1f of them launched during backward\n",
+                strategy_label.c_str(), buckets_per_step, buckets_in_backward_per_step);
+    std::printf("held per rank: parameters %.1f MB, gradients %.1f MB, optimizer state %.1f MB (%.1f MB of it in host "
+                "memory), peak gathered %.1f MB\n",
+                memory.param_bytes / 1e6, memory.grad_bytes / 1e6, memory.optimizer_bytes / 1e6, memory.host_bytes / 1e6,
+                memory.peak_transient_bytes / 1e6);
     std::fflush(stdout);
   }
 
@@ -415,10 +442,17 @@ int run(World& world, int argc, char** argv) {
         {"tokens_per_s", tokens_per_s},
         {"model_gflops", model_gflops},
         {"mfu", mfu},
-        {"ddp",
-         {{"buckets", ddp.buckets().size()},
-          {"buckets_per_step", buckets_per_step},
-          {"buckets_during_backward_per_step", buckets_in_backward_per_step}}},
+        {"strategy",
+         {{"name", strategy->name()},
+          {"offload_optimizer", offload},
+          {"ddp_buckets", ddp ? static_cast<int64_t>(ddp->buckets().size()) : 0},
+          {"reductions_per_step", buckets_per_step},
+          {"reductions_during_backward_per_step", buckets_in_backward_per_step},
+          {"param_bytes", memory.param_bytes},
+          {"grad_bytes", memory.grad_bytes},
+          {"optimizer_bytes", memory.optimizer_bytes},
+          {"host_bytes", memory.host_bytes},
+          {"peak_transient_bytes", memory.peak_transient_bytes}}},
         {"losses", losses}};
     std::ofstream out(json_path);
     if (!out) throw Error("--json: cannot write " + json_path);

@@ -9,7 +9,10 @@
 #   4. train       `shardtrain train --config configs/quickstart.toml` on cuda
 #                  (fp32): TRAIN_STEPS steps, then the whole 3 epochs
 #   5. bench       bench_train_step --device cuda, quickstart and bert-base shapes
-#                  (JSON in OUTDIR)
+#                  (JSON in OUTDIR); bert-base with zero3, and zero3 / zero1 with
+#                  optimizer offload (the overlapped host copies)
+#   5b. offload    the quickstart on cuda with zero3 + offload and zero1 +
+#                  offload against the ddp run of stage 4: the same losses
 #   6. CPU tests   ctest -L unit, then the multi-rank (mpi) tests at -np 2 (and
 #                  -np 4 where there are 8 cores or more)
 # Every stage is logged to OUTDIR/log.txt with its wall time; a failed stage
@@ -90,8 +93,8 @@ stage() {
   log "BEGIN $name (limit ${limit}s): $*"
   local t0=$SECONDS rc
   if declare -F "$1" >/dev/null; then
-    # A function of this script: run it in a child bash that timeout can stop.
-    timeout --kill-after=10 "$limit" bash -c "$(declare -f "$1"); $1" 2>&1 | tee -a "$LOG"
+    # A function of this script (with its arguments): run it in a child bash that timeout can stop.
+    timeout --kill-after=10 "$limit" bash -c "$(declare -f "$1"); $(printf '%q ' "$@")" 2>&1 | tee -a "$LOG"
   else
     timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$LOG"
   fi
@@ -237,6 +240,33 @@ if [[ -x $BUILD_DIR/benchmarks/bench_train_step ]]; then
   stage bench_cuda_bert_base 180 "$MPIEXEC" "${mpi_flags[@]}" -np 1 "$BUILD_DIR/benchmarks/bench_train_step" \
     --device cuda --model bert-base --batch-size 32 --seq-len 128 --steps 10 --warmup 3 --peak-size 8192 \
     --json "$OUTDIR/bench_cuda_bert_base.json"
+  for variant in "zero3" "zero3 --offload-optimizer" "zero1 --offload-optimizer"; do
+    tag=$(echo "$variant" | tr -d '-' | tr ' ' '_')
+    # shellcheck disable=SC2086  # $variant is the strategy and its flag
+    stage "bench_cuda_bert_base_$tag" 180 "$MPIEXEC" "${mpi_flags[@]}" -np 1 "$BUILD_DIR/benchmarks/bench_train_step" \
+      --device cuda --model bert-base --batch-size 32 --seq-len 128 --steps 10 --warmup 3 --peak-size 8192 \
+      --strategy $variant --json "$OUTDIR/bench_cuda_bert_base_$tag.json"
+  done
+fi
+# 5b. Optimizer offload on cuda: same losses as the ddp run of stage 4.
+if [[ -x $BUILD_DIR/shardtrain ]]; then
+  train_cuda "cuda_zero3_offload" --train.max_steps "$TRAIN_STEPS" --parallel.strategy zero3 --parallel.offload_optimizer cpu
+  train_cuda "cuda_zero1_offload" --train.max_steps "$TRAIN_STEPS" --parallel.strategy zero1 --parallel.offload_optimizer cpu
+  compare_losses() {  # run A, run B: every logged train loss equal within 1e-4 relative
+    "$PYTHON" - "$BUILD_DIR/gpu_runs/$1/progress.csv" "$BUILD_DIR/gpu_runs/$2/progress.csv" <<'PY'
+import csv, sys
+def losses(path):
+    with open(path) as f:
+        return [float(r["loss"]) for r in csv.DictReader(f) if r.get("loss")]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print(f"{len(a)} / {len(b)} logged losses; last {a[-1] if a else None} / {b[-1] if b else None}")
+bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-4 * max(abs(x), 1e-6)]
+sys.exit(0 if a and len(a) == len(b) and not bad else f"losses differ: {bad[:5]}")
+PY
+  }
+  for run in cuda_zero3_offload cuda_zero1_offload; do
+    stage "same_losses_$run" 30 compare_losses "cuda_${TRAIN_STEPS}_steps" "$run"
+  done
 fi
 # The whole quickstart (3 epochs: evaluation, checkpoints and their rotation).
 [[ -x $BUILD_DIR/shardtrain ]] && train_cuda cuda_3_epochs

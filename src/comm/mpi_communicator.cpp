@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <functional>
@@ -34,6 +35,19 @@ auto with_mpi(F&& f) {
   if (mpi_thread_multiple()) return f();
   std::lock_guard<std::mutex> lock(mpi_mutex());
   return f();
+}
+
+// The most ranks of one communicator seen on one node by this process (the
+// world's, as the world communicator is built first), against the node's
+// cores: more ranks than cores (mpirun --oversubscribe, CI) means ranks that
+// wait for a collective must leave the cores to ranks that compute.
+int& most_ranks_on_node() {
+  static int most = 0;
+  return most;
+}
+bool ranks_share_cores() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 0 && most_ranks_on_node() > static_cast<int>(cores);
 }
 
 bool is_half(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
@@ -80,9 +94,9 @@ void require_reducible(const at::Tensor& t, ReduceOp op, const char* operation) 
 class MpiWork final : public Work {
  public:
   MpiWork(MPI_Request request, std::function<void()> finish, std::shared_ptr<ArrivalBoard> board,
-          uint64_t sequence, std::string operation, double timeout_s)
+          uint64_t sequence, std::string operation, double timeout_s, bool share_cores)
       : request_(request), finish_(std::move(finish)), board_(std::move(board)), sequence_(sequence),
-        operation_(std::move(operation)), timeout_s_(timeout_s) {}
+        operation_(std::move(operation)), timeout_s_(timeout_s), share_cores_(share_cores) {}
 
   ~MpiWork() override {
     // A Work dropped without wait() still owns buffers MPI is writing into.
@@ -101,12 +115,17 @@ class MpiWork final : public Work {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
-    // Spin briefly for small, fast collectives; then back off so ranks that
-    // share cores (oversubscribed nodes, CI) do not starve each other.
+    // Every MPI_Test moves a few fragments of a large message (Open MPI's
+    // shared-memory transport copies through fixed-size fragments when
+    // single-copy is unavailable, as in containers): a rank with a core of
+    // its own polls without pause, as MPI_Wait does. Ranks that share cores
+    // (oversubscribed nodes, CI) spin briefly, then back off so they do not
+    // starve the ranks that compute.
     for (int64_t i = 0; !test(); ++i) {
       if (i < 200) continue;
       if ((i & 15) == 0 && Clock::now() > deadline)
         board_->abort_on_timeout(sequence_, operation_, timeout_s_, __FILE__, __LINE__);
+      if (!share_cores_) continue;
       if (i < 2000)
         std::this_thread::yield();
       else
@@ -127,6 +146,7 @@ class MpiWork final : public Work {
   uint64_t sequence_;
   std::string operation_;
   double timeout_s_;
+  bool share_cores_;
   bool done_ = false;
 };
 
@@ -147,6 +167,13 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(t
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   board_ = std::make_shared<ArrivalBoard>(comm_);
+  MPI_Comm node = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int on_node = 1;
+  ST_CHECK_MPI(MPI_Comm_size(node, &on_node));
+  ST_CHECK_MPI(MPI_Comm_free(&node));
+  most_ranks_on_node() = std::max(most_ranks_on_node(), on_node);
+  share_cores_ = ranks_share_cores();
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -163,7 +190,8 @@ std::unique_ptr<Work> MpiCommunicator::start(const char* operation, Launch&& lau
   stats_.bytes_sent += bytes_on_wire(launch.kind, launch.total_bytes, size_);
   MPI_Request request = MPI_REQUEST_NULL;
   ST_CHECK_MPI(with_mpi([&] { return launch.call(&request); }));
-  return std::make_unique<MpiWork>(request, std::move(launch.finish), board_, sequence_, operation, timeout_s_);
+  return std::make_unique<MpiWork>(request, std::move(launch.finish), board_, sequence_, operation, timeout_s_,
+                                   share_cores_);
 }
 
 std::unique_ptr<Work> MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {

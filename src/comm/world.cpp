@@ -2,6 +2,9 @@
 
 #include <ATen/Parallel.h>
 #include <sched.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <cstdlib>
 #include <thread>
@@ -23,9 +26,20 @@ int cores_available() {
   return hw > 0 ? static_cast<int>(hw) : 1;
 }
 
+// See world.h: large blocks from the heap, freed memory kept for reuse.
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  for (const char* name : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
+    if (std::getenv(name) != nullptr) return;
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 }  // namespace
 
 World::World(int* argc, char*** argv) {
+  keep_freed_memory();
   int provided = MPI_THREAD_SINGLE;
   ST_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // Errors come back as codes so that ST_CHECK_MPI can report them with context.

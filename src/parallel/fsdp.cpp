@@ -345,7 +345,10 @@ struct ShardedStrategy::Impl : public UnitHooks {
   void on_gradient(size_t slot) {
     Unit& u = units[unit_of_slot[slot]];
     if (u.pending <= 0) return;  // a backward outside prepare_backward()
-    if (--u.pending == 0) post_backward(unit_of_slot[slot]);
+    if (--u.pending == 0)
+      post_backward(unit_of_slot[slot]);
+    else
+      poll();  // MPI moves the in-flight gathers and reduce-scatters only inside MPI calls
   }
 
   void post_backward(int index) {

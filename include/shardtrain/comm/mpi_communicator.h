@@ -11,6 +11,10 @@
 // Progress: Open MPI advances non-blocking collectives only inside MPI calls,
 // so a strategy that overlaps communication should call test() on its
 // outstanding Work from time to time (e.g. in each autograd hook).
+// Work::wait() polls MPI_Test without pause when every rank on the node has a
+// core of its own; when the node runs more ranks than cores (counted when
+// communicators are built), a waiting rank spins briefly, then yields and
+// sleeps between polls so the ranks that compute get the cores.
 #pragma once
 
 #include <mpi.h>
@@ -54,6 +58,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   double timeout_s_;
   uint64_t sequence_ = 0;
+  bool share_cores_ = false;  // more ranks than cores on a node: back off while waiting
   std::shared_ptr<ArrivalBoard> board_;
 };
 
