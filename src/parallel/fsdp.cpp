@@ -53,8 +53,10 @@ struct ShardedStrategy::Impl : public UnitHooks {
     bool gathered = true;
     std::unique_ptr<Work> gather_work;
     std::unique_ptr<Work> reduce_work;
+    std::unique_ptr<Work> inter_work;  // hybrid: the chunk's average across nodes, in flight
     int pending = 0;              // slots whose gradient this backward has not accumulated yet
     bool backward_done = false;
+    bool reduce_complete = false;  // this backward's reduce-scatter is added into the shard
   };
 
   Communicator& comm;
@@ -73,6 +75,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
   std::vector<int> forward_order;    // units in forward order (the persistent unit is not in it)
   std::vector<int> reduce_order;     // backward order, the persistent unit last
   size_t next_reduce = 0;
+  size_t next_inter = 0;  // hybrid: next unit (reduce_order) whose chunk is averaged across nodes
   bool sync = true;
   bool round_open = false;  // a backward with reduction started and not finished
   bool final_round = true;  // this backward's reductions complete the step's gradients
@@ -229,6 +232,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
     for (int index : reduce_order) {
       Unit& u = units[index];
       if (u.reduce_work && u.reduce_work->test()) complete_reduce(index);
+      if (u.inter_work && u.inter_work->test()) complete_inter(index);
     }
   }
 
@@ -268,10 +272,34 @@ struct ShardedStrategy::Impl : public UnitHooks {
     shard_of(u, shard_grads).add_(u.reduced);
     u.reduced = at::Tensor();
     detach_grads(index);
-    // Offload: the unit's gradient chunk is final; its copy to the host
-    // overlaps the backward of the units still computing. (Hybrid: only
-    // after the shards are averaged across nodes, in finish_backward.)
-    if (host && final_round && !inter) host->offload_grads(shard_grads, u.shard_offset, u.chunk);
+    u.reduce_complete = true;
+    if (!final_round) return;
+    // The unit's gradient chunk is final in this node: hybrid averages it
+    // across the nodes next; otherwise (offload) its copy to the host
+    // overlaps the backward of the units still computing.
+    if (inter)
+      launch_ready_inters();
+    else if (host)
+      host->offload_grads(shard_grads, u.shard_offset, u.chunk);
+  }
+
+  // Hybrid: the cross-node averages of the units whose reduce-scatter is
+  // complete, strictly in reduce_order (every rank the same sequence,
+  // whichever order its reduce-scatters completed in).
+  void launch_ready_inters() {
+    for (; next_inter < reduce_order.size() && units[reduce_order[next_inter]].reduce_complete; ++next_inter) {
+      const int index = reduce_order[next_inter];
+      Unit& u = units[index];
+      u.inter_work = inter->all_reduce_async(shard_of(u, shard_grads), ReduceOp::kAvg);
+      if (!options.overlap_comm) complete_inter(index);
+    }
+  }
+
+  void complete_inter(int index) {
+    Unit& u = units[index];
+    wait(*u.inter_work);
+    u.inter_work.reset();
+    if (host) host->offload_grads(shard_grads, u.shard_offset, u.chunk);
   }
 
   // Queues the host copy of every unit chunk not queued yet (offload).
@@ -474,6 +502,7 @@ ShardedStrategy::~ShardedStrategy() {
   for (auto& u : s.units) {
     if (u.gather_work) u.gather_work->wait();
     if (u.reduce_work) u.reduce_work->wait();
+    if (u.inter_work) u.inter_work->wait();
   }
   // The model outlives us and holds gathered units' storage, which NCCL
   // recorded on our communicators' streams: move it into fresh memory while
@@ -520,10 +549,12 @@ void ShardedStrategy::prepare_backward(bool sync) {
   s.sync = sync || s.options.reduce_every_micro_step;
   s.round_open = s.sync;
   s.next_reduce = 0;
+  s.next_inter = 0;
   for (size_t index = 0; index < s.units.size(); ++index) {
     Impl::Unit& u = s.units[index];
     u.pending = static_cast<int>(u.slots.size());
     u.backward_done = false;
+    u.reduce_complete = false;
   }
   // The persistent unit has no forward of its own: its gradients are
   // accumulated by many units' backward.
@@ -537,8 +568,9 @@ void ShardedStrategy::finish_backward() {
   s.sync = true;
   s.finish_round();
   if (s.inter) {
-    std::unique_ptr<Work> work = s.inter->all_reduce_async(s.shard_grads, ReduceOp::kAvg);
-    s.wait(*work);
+    s.launch_ready_inters();  // every unit's reduce-scatter is complete now
+    for (int index : s.reduce_order)
+      if (s.units[index].inter_work) s.complete_inter(index);
   }
   if (s.host) s.offload_rest();
   if (s.options.stage == 3)

@@ -41,9 +41,11 @@
 //
 // Hybrid (ranks_per_node = n, 0 < n < world): shard groups are blocks of n
 // consecutive ranks (one node); parameters are gathered and gradients
-// reduce-scattered inside the node; the reduced gradient shards are then
+// reduce-scattered inside the node; each unit's reduced chunk is then
 // averaged across the nodes (all-reduce between the ranks holding the same
-// shard). Optimizer state: 1/n per rank.
+// shard) as soon as its reduce-scatter of the step's last micro-step
+// completes, in unit order, while earlier units still compute. Optimizer
+// state: 1/n per rank.
 //
 // step(): clip by the global norm over the shards, AdamW on the shard, then
 // gather the resident units (stage 2 all; stage 3 the persistent one).
