@@ -52,8 +52,9 @@
 // on any collective: exposed communication, including the blocking
 // collectives a strategy does not count in stats().seconds_waiting). After
 // the timed steps the log is replayed: the same collectives with the same
-// sizes through the same communicators, each one blocking, with no compute,
-// twice; the faster replay / steps is the step's communication time alone.
+// sizes through the same communicators (one communicator after another, each
+// one's in their order), each one blocking, with no compute, twice; the
+// faster replay / steps is the step's communication time alone.
 //   hidden share = 1 - exposed / communication time, clamped to [0, 1]
 // Blocked time also contains waiting for a slower rank that has not launched
 // the collective yet (still computing: load imbalance, a descheduled rank),
@@ -317,9 +318,19 @@ double replay(const Recorder& recorder, MPI_Comm world) {
   for (const auto& [dtype, s] : sizes)
     buffers[dtype] = {at::zeros({std::max<int64_t>(s.first, 1)}, at::TensorOptions().dtype(dtype)),
                       at::zeros({std::max<int64_t>(s.second, 1)}, at::TensorOptions().dtype(dtype))};
+  // Communicator by communicator, each one's collectives in their order: a
+  // rank's log interleaves communicators in the order its collectives were
+  // launched, which may differ between ranks (hybrid's cross-node averages
+  // start when a reduce-scatter completes); replayed blocking in that order,
+  // two ranks could each wait in a collective the other has not reached.
+  std::vector<const CollectiveRecord*> order;
+  for (size_t id = 0; id < recorder.inner.size(); ++id)
+    for (const CollectiveRecord& r : recorder.log)
+      if (r.comm_id == static_cast<int>(id)) order.push_back(&r);
   ST_CHECK_MPI(MPI_Barrier(world));
   const double start = MPI_Wtime();
-  for (const CollectiveRecord& r : recorder.log) {
+  for (const CollectiveRecord* record : order) {
+    const CollectiveRecord& r = *record;
     Communicator* comm = recorder.inner[static_cast<size_t>(r.comm_id)];
     ST_ASSERT(comm != nullptr, "bench_sharding: replay after the strategy's communicator was destroyed");
     if (r.op == Op::kBarrier) {

@@ -56,7 +56,6 @@ struct ShardedStrategy::Impl : public UnitHooks {
     std::unique_ptr<Work> inter_work;  // hybrid: the chunk's average across nodes, in flight
     int pending = 0;              // slots whose gradient this backward has not accumulated yet
     bool backward_done = false;
-    bool reduce_complete = false;  // this backward's reduce-scatter is added into the shard
   };
 
   Communicator& comm;
@@ -272,24 +271,22 @@ struct ShardedStrategy::Impl : public UnitHooks {
     shard_of(u, shard_grads).add_(u.reduced);
     u.reduced = at::Tensor();
     detach_grads(index);
-    u.reduce_complete = true;
-    if (!final_round) return;
-    // The unit's gradient chunk is final in this node: hybrid averages it
-    // across the nodes next; otherwise (offload) its copy to the host
-    // overlaps the backward of the units still computing.
-    if (inter)
-      launch_ready_inters();
-    else if (host)
-      host->offload_grads(shard_grads, u.shard_offset, u.chunk);
+    // Offload: the unit's gradient chunk is final (hybrid: once it is
+    // averaged across the nodes too); its copy to the host overlaps the
+    // backward of the units still computing.
+    if (host && final_round && !inter) host->offload_grads(shard_grads, u.shard_offset, u.chunk);
   }
 
-  // Hybrid: the cross-node averages of the units whose reduce-scatter is
-  // complete, strictly in reduce_order (every rank the same sequence,
-  // whichever order its reduce-scatters completed in).
-  void launch_ready_inters() {
-    for (; next_inter < reduce_order.size() && units[reduce_order[next_inter]].reduce_complete; ++next_inter) {
+  // Hybrid: the cross-node averages of the units before position `end` of
+  // reduce_order, each after its reduce-scatter (waited for if still in
+  // flight). Called from the hooks and finish_backward only, never when a
+  // test() happens to succeed, so every rank launches its collectives on all
+  // communicators in the same order (NCCL needs that).
+  void launch_inters_before(size_t end) {
+    for (; next_inter < end; ++next_inter) {
       const int index = reduce_order[next_inter];
       Unit& u = units[index];
+      if (u.reduce_work) complete_reduce(index);
       u.inter_work = inter->all_reduce_async(shard_of(u, shard_grads), ReduceOp::kAvg);
       if (!options.overlap_comm) complete_inter(index);
     }
@@ -383,7 +380,11 @@ struct ShardedStrategy::Impl : public UnitHooks {
     Unit& u = units[index];
     u.backward_done = true;
     if (options.stage == 3 && frees(u)) free_unit(index);
+    // Hybrid: the units whose reduce-scatter went out at an earlier hook
+    // have had a unit's backward to complete it; average them across nodes.
+    const size_t reduces_launched = next_reduce;
     if (sync) launch_ready_reduces(true);
+    if (sync && inter && final_round) launch_inters_before(reduces_launched);
     if (options.backward_prefetch_post) prefetch(index, options.backward_prefetch_elements, true);
     poll();
   }
@@ -554,7 +555,6 @@ void ShardedStrategy::prepare_backward(bool sync) {
     Impl::Unit& u = s.units[index];
     u.pending = static_cast<int>(u.slots.size());
     u.backward_done = false;
-    u.reduce_complete = false;
   }
   // The persistent unit has no forward of its own: its gradients are
   // accumulated by many units' backward.
@@ -568,7 +568,7 @@ void ShardedStrategy::finish_backward() {
   s.sync = true;
   s.finish_round();
   if (s.inter) {
-    s.launch_ready_inters();  // every unit's reduce-scatter is complete now
+    s.launch_inters_before(s.reduce_order.size());
     for (int index : s.reduce_order)
       if (s.units[index].inter_work) s.complete_inter(index);
   }

@@ -43,9 +43,12 @@
 // consecutive ranks (one node); parameters are gathered and gradients
 // reduce-scattered inside the node; each unit's reduced chunk is then
 // averaged across the nodes (all-reduce between the ranks holding the same
-// shard) as soon as its reduce-scatter of the step's last micro-step
-// completes, in unit order, while earlier units still compute. Optimizer
-// state: 1/n per rank.
+// shard) during the step's last backward, from the next unit's post-backward
+// hook (its reduce-scatter has had that unit's backward to complete), in
+// unit order, while earlier units still compute. Collectives are launched
+// at program points only, never because a test() succeeded, so every rank
+// issues them on all communicators in the same order (NCCL needs that).
+// Optimizer state: 1/n per rank.
 //
 // step(): clip by the global norm over the shards, AdamW on the shard, then
 // gather the resident units (stage 2 all; stage 3 the persistent one).
