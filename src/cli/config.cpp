@@ -361,7 +361,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   if (c.train.mixed_precision == "fp16")
     require(c.run.device == "cuda",
             "train.mixed_precision = \"fp16\" needs run.device = \"cuda\" (fp16 with loss scaling is a GPU "
-            "mode); on CPU use \"bf16\" or \"no\"");
+            "mode); on CPU use \"no\" (fp32: bf16 is not implemented yet either)");
 
   // parallel
   non_negative("parallel.ranks_per_node", static_cast<double>(c.parallel.ranks_per_node));

@@ -281,8 +281,11 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
     const std::string why = !context_.cuda_build ? "this build of shardtrain has no CUDA" : "run.device is \"cpu\"";
     problem("fp16.enabled", fp16 ? find(*fp16, "enabled") : nullptr,
             "fp16 with dynamic loss scaling is a GPU mode and " + why +
-                "; it is not emulated on CPU. Use bf16 (\"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": false}) "
-                "or fp32 (both false)" + (context_.cuda_build ? ", or run.device = \"cuda\"" : ""));
+                "; it is not emulated on CPU. Use fp32 (\"fp16\": {\"enabled\": false}, as "
+                "configs/deepspeed/zero3_offload_fp32.json does)" +
+                (context_.cuda_build ? ", or run.device = \"cuda\"" : "") +
+                ". bf16 (\"bf16\": {\"enabled\": true}) is read, but `train` does not implement mixed precision "
+                "yet and refuses it");
     return;
   }
   const std::string precision = *use_fp16 ? "fp16" : *use_bf16 ? "bf16" : "no";
