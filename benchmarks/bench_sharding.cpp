@@ -290,13 +290,15 @@ std::pair<double, double> split_blocked_time(Recorder& recorder) {
     for (size_t i = 0; i < recorder.log.size(); ++i)
       if (recorder.log[i].comm_id == static_cast<int>(id)) mine.push_back(i);
     // Every member of the communicator logged the same collectives in the same order.
-    at::Tensor last = at::empty({static_cast<int64_t>(mine.size())}, at::TensorOptions().dtype(at::kDouble));
-    for (size_t k = 0; k < mine.size(); ++k) last[static_cast<int64_t>(k)] = recorder.log[mine[k]].launched;
-    recorder.inner[id]->all_reduce(last, ReduceOp::kMax);
+    std::vector<double> last;
+    for (size_t i : mine) last.push_back(recorder.log[i].launched);
+    recorder.inner[id]->all_reduce(
+        at::from_blob(last.data(), {static_cast<int64_t>(last.size())}, at::TensorOptions().dtype(at::kDouble)),
+        ReduceOp::kMax);
     for (size_t k = 0; k < mine.size(); ++k) {
       const CollectiveRecord& r = recorder.log[mine[k]];
       if (r.wait_begin < 0) continue;
-      const double all_launched = last[static_cast<int64_t>(k)].item<double>();
+      const double all_launched = last[k];
       exposed += std::max(0.0, r.wait_end - std::max(r.wait_begin, all_launched));
       peer_wait += std::max(0.0, std::min(r.wait_end, all_launched) - r.wait_begin);
     }

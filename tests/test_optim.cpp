@@ -222,6 +222,9 @@ TEST_CASE("AdamW step in spans (optimizer offload) is bit-identical to the whole
     CHECK(torch::equal(whole.exp_avg_sq(), pieces.exp_avg_sq()));
   }
   AdamW fresh(10, options);
+  // A refused whole step is not counted.
+  CHECK_THROWS(fresh.step(torch::zeros({10}), torch::zeros({10}, torch::kDouble), {}, 1e-3));
+  CHECK(fresh.step_count() == 0);
   at::Tensor p = torch::zeros({4});
   CHECK_THROWS(fresh.step_span(p, torch::zeros({4}), 0, {}, 1e-3));  // no begin_step()
   fresh.begin_step();

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <utility>
 
 #include "shardtrain/core/check.h"
 
@@ -134,16 +133,23 @@ void AdamW::step(at::Tensor params, const at::Tensor& grads, const std::vector<E
               " elements, got ", params.sizes());
   TORCH_CHECK(grads.dim() == 1 && grads.numel() == numel_, "AdamW::step: grads must be 1-D with ", numel_,
               " elements, got ", grads.sizes());
+  // Checked before the step is counted: a refused step leaves the state as it was.
+  const std::vector<ElementRange> decay = checked_span(params, grads, 0, decay_ranges, lr);
   begin_step();
-  step_span(std::move(params), grads, 0, decay_ranges, lr);
+  update_span(params, grads, 0, decay, lr);
 }
 
 void AdamW::begin_step() { ++step_count_; }
 
 void AdamW::step_span(at::Tensor params, const at::Tensor& grads, int64_t offset,
                       const std::vector<ElementRange>& decay_ranges, double lr) {
-  const int64_t count = params.numel();
   TORCH_CHECK(step_count_ > 0, "AdamW::step_span: call begin_step() first");
+  update_span(params, grads, offset, checked_span(params, grads, offset, decay_ranges, lr), lr);
+}
+
+std::vector<ElementRange> AdamW::checked_span(const at::Tensor& params, const at::Tensor& grads, int64_t offset,
+                                              const std::vector<ElementRange>& decay_ranges, double lr) const {
+  const int64_t count = params.numel();
   TORCH_CHECK(params.dim() == 1 && grads.dim() == 1 && grads.numel() == count,
               "AdamW::step_span: params and grads must be 1-D with one size, got ", params.sizes(), " and ",
               grads.sizes());
@@ -168,9 +174,14 @@ void AdamW::step_span(at::Tensor params, const at::Tensor& grads, int64_t offset
   }
   // Weight decay 0 multiplies by exactly 1 in torch: skip the ranges.
   if (options_.weight_decay == 0) decay.clear();
+  return decay;
+}
+
+void AdamW::update_span(at::Tensor& params, const at::Tensor& grads, int64_t offset,
+                        const std::vector<ElementRange>& decay, double lr) {
+  const int64_t count = params.numel();
   at::Tensor exp_avg = exp_avg_.narrow(0, offset, count);
   at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, offset, count);
-
   const bool fusable = params.device().is_cpu() && params.scalar_type() == at::kFloat;
   Kernel kernel = kernel_;
   if (kernel == Kernel::kAuto) kernel = fusable ? Kernel::kFusedCpu : Kernel::kAtenOps;

@@ -726,11 +726,7 @@ StrategyMemory ShardedStrategy::memory() const {
     if (u.grads.defined()) m.grad_bytes += u.padded * 4;  // kept across no_sync micro-steps
   }
   m.optimizer_bytes = 2 * s.shard_numel * 4;
-  if (s.host) {  // the host master copy and the host copy of the gradient shard
-    m.optimizer_bytes += s.shard_numel * 4;
-    m.grad_bytes += s.shard_numel * 4;
-    m.host_bytes = s.host->host_bytes();
-  }
+  if (s.host) s.host->count(m);
   m.peak_transient_bytes = s.peak_transient_bytes;
   return m;
 }

@@ -88,6 +88,12 @@ struct HostOptimizer::Impl {
     queue_copy(grads.narrow(0, begin, count), device_grads.narrow(0, begin, count), device_grads, true);
     spans.push_back({begin, count});
   }
+
+  std::vector<Span> sorted_spans() const {
+    std::vector<Span> sorted = spans;
+    std::sort(sorted.begin(), sorted.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    return sorted;
+  }
 };
 
 bool HostOptimizer::needed(const at::Tensor& device_params, bool force) {
@@ -112,8 +118,7 @@ HostOptimizer::HostOptimizer(const at::Tensor& device_params, const AdamWOptions
   }
   s.master = s.host_empty(s.numel);
   s.master.copy_(device_params);
-  s.grads = s.host_empty(s.numel);
-  s.grads.zero_();
+  s.grads = s.host_empty(s.numel);  // step() reads only spans offloaded into it
   s.adamw = std::make_unique<AdamW>(s.numel, options, at::TensorOptions().dtype(at::kFloat));
 }
 
@@ -141,14 +146,12 @@ bool HostOptimizer::offloaded(int64_t begin) const {
 
 void HostOptimizer::offload_rest(const at::Tensor& device_grads, int pieces) {
   Impl& s = *impl_;
-  std::vector<Impl::Span> sorted = s.spans;
-  std::sort(sorted.begin(), sorted.end(), [](const Impl::Span& a, const Impl::Span& b) { return a.begin < b.begin; });
   const int64_t piece = std::max<int64_t>(1, (s.numel + std::max(pieces, 1) - 1) / std::max(pieces, 1));
   auto queue_gap = [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += piece) s.queue_grads(device_grads, b, std::min(piece, end - b));
   };
   int64_t cursor = 0;
-  for (const Impl::Span& span : sorted) {
+  for (const Impl::Span& span : s.sorted_spans()) {
     if (span.begin > cursor) queue_gap(cursor, span.begin);
     cursor = std::max(cursor, span.begin + span.count);
   }
@@ -160,11 +163,8 @@ void HostOptimizer::step(const at::Tensor& device_params, double grad_scale,
   Impl& s = *impl_;
   ST_ASSERT(device_params.numel() == s.numel, "HostOptimizer::step: parameter shard of another size");
   {
-    std::vector<Impl::Span> sorted = s.spans;
-    std::sort(sorted.begin(), sorted.end(),
-              [](const Impl::Span& a, const Impl::Span& b) { return a.begin < b.begin; });
     int64_t cursor = 0;
-    for (const Impl::Span& span : sorted) {
+    for (const Impl::Span& span : s.sorted_spans()) {
       ST_ASSERT(span.begin == cursor, "HostOptimizer::step: the offloaded gradient spans do not tile the shard (at " +
                                           std::to_string(cursor) + ")");
       cursor += span.count;
@@ -204,6 +204,12 @@ AdamW& HostOptimizer::adamw() { return *impl_->adamw; }
 const AdamW& HostOptimizer::adamw() const { return *impl_->adamw; }
 const at::Tensor& HostOptimizer::master() const { return impl_->master; }
 int64_t HostOptimizer::host_bytes() const { return impl_->numel * 4 * 4; }
+
+void HostOptimizer::count(StrategyMemory& memory) const {
+  memory.optimizer_bytes += impl_->numel * 4;  // the master copy (AdamW's state is counted by the strategy)
+  memory.grad_bytes += impl_->numel * 4;       // the host copy of the gradients
+  memory.host_bytes = host_bytes();
+}
 bool HostOptimizer::asynchronous() const { return impl_->cuda; }
 
 }  // namespace shardtrain

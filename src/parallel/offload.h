@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "shardtrain/optim/adamw.h"
+#include "shardtrain/parallel/strategy.h"
 
 namespace shardtrain {
 
@@ -75,6 +76,9 @@ class HostOptimizer {
   const AdamW& adamw() const;
   const at::Tensor& master() const;  // host fp32, the shard's size
   int64_t host_bytes() const;        // master + gradients + AdamW state in host memory
+  // Adds the host copies (master, gradients) to a strategy's accounting, which
+  // already counts the AdamW state, and sets host_bytes.
+  void count(StrategyMemory& memory) const;
   bool asynchronous() const;         // copies on a side stream (CUDA), not synchronous
 
  private:

@@ -160,11 +160,7 @@ StrategyMemory ZeroStrategy::memory() const {
   m.param_bytes = s.flat.padded_numel * 4;
   m.grad_bytes = s.flat.padded_numel * 4;
   m.optimizer_bytes = 2 * s.shard.size() * 4;
-  if (s.host) {  // the host master copy and the host copy of the gradient slice
-    m.optimizer_bytes += s.shard.size() * 4;
-    m.grad_bytes += s.shard.size() * 4;
-    m.host_bytes = s.host->host_bytes();
-  }
+  if (s.host) s.host->count(m);
   return m;
 }
 

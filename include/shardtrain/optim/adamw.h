@@ -106,6 +106,14 @@ class AdamW {
   void load_state(const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq, int64_t step_count);
 
  private:
+  // Checks one span's arguments; returns the decay ranges inside it, relative
+  // to its start (none when weight_decay is 0: torch multiplies by exactly 1).
+  std::vector<ElementRange> checked_span(const at::Tensor& params, const at::Tensor& grads, int64_t offset,
+                                         const std::vector<ElementRange>& decay_ranges, double lr) const;
+  // The update of elements [offset, offset + params.numel()) at step_count_.
+  void update_span(at::Tensor& params, const at::Tensor& grads, int64_t offset,
+                   const std::vector<ElementRange>& decay, double lr);
+
   AdamWOptions options_;
   int64_t numel_ = 0;
   at::Tensor exp_avg_;
