@@ -6,6 +6,11 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
 
@@ -237,3 +242,18 @@ TEST_CASE("bad tensors are refused before any MPI call") {
   CHECK_THROWS(comm.all_reduce(complex, ReduceOp::kSum));
   comm.barrier();
 }
+
+#if defined(__GLIBC__)
+TEST_CASE("World serves large blocks from the heap instead of one mmap each (comm/world.h)") {
+  // test_main built a World. Where the environment sets glibc's own malloc
+  // knobs, World leaves malloc alone and there is nothing to check.
+  for (const char* name : {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
+    if (std::getenv(name) != nullptr) return;
+  const size_t mapped_before = mallinfo2().hblks;
+  void* block = std::malloc(size_t{64} << 20);  // far above glibc's largest default mmap threshold (32 MB)
+  REQUIRE(block != nullptr);
+  const size_t mapped_during = mallinfo2().hblks;
+  std::free(block);
+  CHECK(mapped_during == mapped_before);
+}
+#endif
