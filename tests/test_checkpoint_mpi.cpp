@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "support/checkpoint_state.h"
 #include "support/mpi_ranks.h"

@@ -29,6 +29,10 @@ std::string text(double value) {
 std::string text(int64_t value) { return std::to_string(value); }
 std::string text(bool value) { return value ? "true" : "false"; }
 std::string text(const std::string& value) { return "\"" + value + "\""; }
+template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+std::string text(E value) {
+  return text(std::string(choice_name(value)));
+}
 
 bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
 
@@ -222,7 +226,7 @@ void Resolver::run(const json& root) {
 void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::string& bf16_name) {
   // Absent or "auto": Accelerate takes it from its mixed_precision (ours: train.mixed_precision).
   // A section without "enabled" is off, as in DeepSpeed.
-  auto enabled = [&](const json* section, const std::string& name, const char* precision) -> std::optional<bool> {
+  auto enabled = [&](const json* section, const std::string& name, Precision precision) -> std::optional<bool> {
     const bool from_run = c_.train.mixed_precision == precision;
     const std::string key = name + ".enabled";
     if (!section) return from_run;
@@ -235,8 +239,8 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
     }
     return boolean(key, *value);
   };
-  const std::optional<bool> use_fp16 = enabled(fp16, "fp16", "fp16");
-  const std::optional<bool> use_bf16 = enabled(bf16, bf16_name, "bf16");
+  const std::optional<bool> use_fp16 = enabled(fp16, "fp16", Precision::kFp16);
+  const std::optional<bool> use_bf16 = enabled(bf16, bf16_name, Precision::kBf16);
   if (!use_fp16 || !use_bf16) return;
 
   if (fp16 && fp16->is_object()) {
@@ -277,7 +281,7 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
             "fp16 and " + bf16_name + " are both enabled; enable at most one");
     return;
   }
-  if (*use_fp16 && (!context_.cuda_build || c_.run.device != "cuda")) {
+  if (*use_fp16 && (!context_.cuda_build || c_.run.device != Device::kCuda)) {
     const std::string why = !context_.cuda_build ? "this build of shardtrain has no CUDA" : "run.device is \"cpu\"";
     problem("fp16.enabled", fp16 ? find(*fp16, "enabled") : nullptr,
             "fp16 with dynamic loss scaling is a GPU mode and " + why +
@@ -288,7 +292,7 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
                 "yet and refuses it");
     return;
   }
-  const std::string precision = *use_fp16 ? "fp16" : *use_bf16 ? "bf16" : "no";
+  const Precision precision = *use_fp16 ? Precision::kFp16 : *use_bf16 ? Precision::kBf16 : Precision::kNo;
   if (assign("train.mixed_precision", c_.train.mixed_precision, precision, "fp16.enabled / " + bf16_name + ".enabled",
              fp16 ? fp16 : bf16))
     out.lines.push_back("fp16.enabled = " + text(*use_fp16) + ", " + bf16_name + ".enabled = " + text(*use_bf16) +
@@ -309,8 +313,9 @@ void Resolver::resolve_zero(const json* zero) {
       stage = *n;
     }
   }
-  static const char* kStrategies[] = {"ddp", "zero1", "zero2", "zero3"};
-  const std::string strategy = kStrategies[stage];
+  static const StrategyKind kStrategies[] = {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2,
+                                             StrategyKind::kZero3};
+  const StrategyKind strategy = kStrategies[stage];
   const json* stage_value = zero ? find(*zero, "stage") : nullptr;
   if (assign("parallel.strategy", c_.parallel.strategy, strategy, "zero_optimization.stage", stage_value, false))
     line("zero_optimization.stage", stage_value, "parallel.strategy = " + text(strategy) +
@@ -326,7 +331,7 @@ void Resolver::resolve_zero(const json* zero) {
   z.stage3_prefetch_bucket_size = 50000000;
   z.stage3_param_persistence_threshold = 100000;
   z.gather_16bit_weights_on_model_save = false;
-  std::string offload = "none";
+  OffloadDevice offload = OffloadDevice::kNone;
   std::set<std::string> given;
 
   auto not_used = [&](const std::string& key, const json& v, const char* below) {
@@ -379,7 +384,7 @@ void Resolver::resolve_zero(const json* zero) {
           if (sub.key() == "device") {
             const std::string device = sv.is_string() ? sv.get<std::string>() : "";
             if (device == "none" || (device == "cpu" && name == "offload_optimizer")) {
-              if (name == "offload_optimizer") offload = device;
+              if (name == "offload_optimizer") offload = parse_choice<OffloadDevice>(device, sub_key);
               else line(sub_key, &sv, "accepted (parameters stay in device memory)");
             } else if (name == "offload_param" && device == "cpu") {
               problem(sub_key, &sv, "parameter offload is not implemented (optimizer offload is: "
@@ -439,7 +444,7 @@ void Resolver::resolve_zero(const json* zero) {
   if (zero)
     if (const json* o = find(*zero, "offload_optimizer"); o && o->is_object()) device = find(*o, "device");
   if (stage == 0) {
-    if (offload != "none")
+    if (offload != OffloadDevice::kNone)
       problem("zero_optimization.offload_optimizer.device", device, "optimizer offload needs ZeRO stage 1, 2 or 3");
     return;
   }
@@ -749,7 +754,7 @@ void Resolver::resolve_scheduler(const json* scheduler) {
 
 int64_t model_hidden_size(const ModelConfig& model) {
   std::string file;
-  if (!model.config.empty() && (model.init == "random" || model.path.empty())) file = model.config;
+  if (!model.config.empty() && (model.init == ModelInit::kRandom || model.path.empty())) file = model.config;
   else if (!model.path.empty()) file = model.path + "/config.json";
   if (file.empty()) throw Error("neither model.config nor model.path names a config.json with hidden_size");
   std::ifstream in(file);
