@@ -1,5 +1,5 @@
 // ShardedStrategy — zero2, zero3, fsdp, hybrid, optimizer offload — against
-// DDP, the reference (DESIGN.md decision 2): same initial weights, same
+// DDP, the reference (docs/DESIGN.md, "DDP is the reference"): same initial weights, same
 // batches, several steps with accumulation (first micro-step without sync) and
 // clipping; parameters, norms and AdamW state compared; memory really sharded
 // and parameters really freed; checkpoints that move between strategies and

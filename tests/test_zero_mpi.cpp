@@ -1,4 +1,4 @@
-// ZeroStrategy (stage 1) against DDP, the reference (DESIGN.md decision 2):
+// ZeroStrategy (stage 1) against DDP, the reference (docs/DESIGN.md, "DDP is the reference"):
 // same initial weights, same per-rank batches, K steps, parameters and
 // gradient norms compared after every step; optimizer state really sharded;
 // checkpoints exchanged between ddp / zero1 / zero2 and world sizes; and the
