@@ -1,6 +1,10 @@
-// ShardedStrategy: the step's phases and the unit hooks. The units' states
-// and their transitions are in shard_units.h; which elements of the layout
-// this rank's shard holds, in shard_map.h.
+// About 700 lines, one file on purpose: the step's phases and the unit hooks
+// act on the same units from both sides (parameters gathered and freed,
+// gradients reduced and averaged) and share one round state; split, one
+// state machine would be spread over several files. What stands alone is
+// elsewhere: the units' states and transitions (shard_units.h), which
+// elements a shard holds (shard_map.h), the DeepSpeed / FSDP knobs
+// (shard_policy.h) and optimizer offload (offload.h).
 #include "shardtrain/parallel/sharded.h"
 
 #include <ATen/ATen.h>
