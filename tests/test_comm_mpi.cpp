@@ -257,3 +257,28 @@ TEST_CASE("World serves large blocks from the heap instead of one mmap each (com
   CHECK(mapped_during == mapped_before);
 }
 #endif
+
+TEST_CASE("16-bit floats are reduced as 16-bit words, each combination rounded to nearest-even") {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int W = comm.size();
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    CAPTURE(dtype);
+    // Rank r holds 1 + r u, u the unit in the last place at 1 (exact in the
+    // format); sums above 2 have a unit of 2u, so 2 + u is a tie that
+    // nearest-even rounds down to 2.
+    const double u = dtype == at::kBFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+    const int64_t n = 1000;
+    at::Tensor x = at::full({n}, 1.0 + comm.rank() * u, at::TensorOptions().dtype(dtype));
+    CHECK(x[0].item<double>() == 1.0 + comm.rank() * u);
+    comm.reset_stats();
+    comm.all_reduce(x, ReduceOp::kSum);
+    CHECK(comm.stats().bytes_sent == shardtrain::bytes_on_wire(shardtrain::CollectiveKind::kAllReduce, n * 2, W));
+    const double got = x[0].item<double>();
+    CHECK(at::equal(x, at::full({n}, got, at::TensorOptions().dtype(dtype))));  // every element alike
+    const double exact = W + u * W * (W - 1) / 2;
+    if (W == 2) CHECK(got == 2.0);  // one combination: 2 + u, a tie, to even
+    // W - 1 combinations, each off by at most half a unit of a partial sum
+    // (<= W, unit <= W u): within (W - 1) W u / 2 of the exact sum.
+    CHECK(std::abs(got - exact) <= (W - 1) * W * u / 2);
+  }
+}

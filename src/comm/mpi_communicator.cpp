@@ -1,11 +1,14 @@
 #include "shardtrain/comm/mpi_communicator.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <functional>
+#include <cmath>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -51,7 +54,6 @@ bool ranks_share_cores() {
   return cores > 0 && most_ranks_on_node() > static_cast<int>(cores);
 }
 
-bool is_half(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 
 // The MPI type that moves (and, for non-16-bit floats, reduces) elements of `t`.
 MPI_Datatype mpi_type(at::ScalarType t) {
@@ -65,13 +67,46 @@ MPI_Datatype mpi_type(at::ScalarType t) {
     case at::kByte: return MPI_UINT8_T;
     case at::kBool: return MPI_C_BOOL;
     case at::kBFloat16:
-    case at::kHalf: return MPI_UINT16_T;  // raw words; reductions go through float32
+    case at::kHalf: return MPI_UINT16_T;  // raw words; reductions by the ops of mpi_op()
     default: break;
   }
   throw Error(std::string("MpiCommunicator: unsupported dtype ") + c10::toString(t));
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+// 16-bit floats travel as 16-bit words and are reduced by user-defined ops:
+// each pair of elements is added (or compared) in float32 and rounded back to
+// nearest-even, as NCCL reduces bf16 / fp16, so a reduction moves half the
+// bytes of a float32 one.
+template <class T, bool kMax>
+void reduce_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    const float x = static_cast<float>(a[i]), y = static_cast<float>(b[i]);
+    b[i] = static_cast<T>(kMax ? (x > y || std::isnan(x) ? x : y) : x + y);
+  }
+}
+
+MPI_Op make_op(MPI_User_function* function) {
+  MPI_Op op = MPI_OP_NULL;
+  ST_CHECK_MPI(MPI_Op_create(function, /*commute=*/1, &op));
+  return op;
+}
+
+MPI_Op mpi_op(ReduceOp op, at::ScalarType t) {
+  const bool max = op == ReduceOp::kMax;
+  if (t == at::kBFloat16) {
+    static const MPI_Op sum_op = make_op(&reduce_16bit<c10::BFloat16, false>);
+    static const MPI_Op max_op = make_op(&reduce_16bit<c10::BFloat16, true>);
+    return max ? max_op : sum_op;
+  }
+  if (t == at::kHalf) {
+    static const MPI_Op sum_op = make_op(&reduce_16bit<c10::Half, false>);
+    static const MPI_Op max_op = make_op(&reduce_16bit<c10::Half, true>);
+    return max ? max_op : sum_op;
+  }
+  return max ? MPI_MAX : MPI_SUM;
+}
 
 int to_int_count(int64_t count, const char* what) {
   if (count < 0 || count > INT_MAX)
@@ -195,19 +230,16 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_async(at::Tensor tensor, Reduc
   check_reducible(tensor, op, "all_reduce");
   const int count = to_int_count(tensor.numel(), "all_reduce");
   const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
-  // 16-bit floats reduce in a float32 copy.
-  at::Tensor work = is_half(tensor.scalar_type()) ? tensor.to(at::kFloat) : tensor;
   Launch launch;
   launch.kind = CollectiveKind::kAllReduce;
   launch.total_bytes = tensor.numel() * tensor.element_size();
   MPI_Comm comm = comm_;
-  launch.call = [work, count, op, comm](MPI_Request* request) {
-    return MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), count, mpi_type(work.scalar_type()), mpi_op(op), comm,
-                          request);
+  launch.call = [tensor, count, op, comm](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count, mpi_type(tensor.scalar_type()),
+                          mpi_op(op, tensor.scalar_type()), comm, request);
   };
-  launch.finish = [tensor, work, divisor]() mutable {
-    if (divisor != 1.0) work.div_(divisor);
-    if (!work.is_same(tensor)) tensor.copy_(work);
+  launch.finish = [tensor, divisor]() mutable {
+    if (divisor != 1.0) tensor.div_(divisor);
   };
   return start("all_reduce", std::move(launch));
 }
@@ -222,28 +254,24 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(at::Tensor input, at
   MPI_Comm comm = comm_;
   return start_reduce_scatter("reduce_scatter", input, output, op,
                               [count, op, comm](const at::Tensor& send, const at::Tensor& receive, MPI_Request* request) {
+                                const at::ScalarType t = send.scalar_type();
                                 return MPI_Ireduce_scatter_block(send.data_ptr(), receive.data_ptr(), count,
-                                                                 mpi_type(send.scalar_type()), mpi_op(op), comm, request);
+                                                                 mpi_type(t), mpi_op(op, t), comm, request);
                               });
 }
 
-// 16-bit floats reduce in float32 copies (MPI has no 16-bit float type), and
-// the average divides after the sum.
+// The average divides after the sum (in the tensor's dtype).
 std::unique_ptr<Work> MpiCommunicator::start_reduce_scatter(
     const char* operation, const at::Tensor& input, const at::Tensor& output, ReduceOp op,
     std::function<int(const at::Tensor&, const at::Tensor&, MPI_Request*)> call) {
   const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
-  const bool half = is_half(input.scalar_type());
-  at::Tensor send = half ? input.to(at::kFloat) : input;
-  at::Tensor receive = half ? at::empty({output.numel()}, output.options().dtype(at::kFloat)) : output;
   Launch launch;
   launch.kind = CollectiveKind::kReduceScatter;
   launch.total_bytes = input.numel() * input.element_size();
-  launch.call = [send, receive, call](MPI_Request* request) { return call(send, receive, request); };
-  // `send` is captured so it outlives the collective (MPI reads it until completion).
-  launch.finish = [send, output, receive, divisor]() mutable {
-    if (divisor != 1.0) receive.div_(divisor);
-    if (!receive.is_same(output)) output.view({-1}).copy_(receive.view({-1}));
+  launch.call = [input, output, call](MPI_Request* request) { return call(input, output, request); };
+  // `input` is captured so it outlives the collective (MPI reads it until completion).
+  launch.finish = [input, output, divisor]() mutable {
+    if (divisor != 1.0) output.div_(divisor);
   };
   return start(operation, std::move(launch));
 }
@@ -261,7 +289,7 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_v_async(at::Tensor input, 
       "reduce_scatter_v", input, output, op,
       [receive_counts, op, comm](const at::Tensor& send, const at::Tensor& receive, MPI_Request* request) {
         return MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), receive_counts->data(),
-                                   mpi_type(send.scalar_type()), mpi_op(op), comm, request);
+                                   mpi_type(send.scalar_type()), mpi_op(op, send.scalar_type()), comm, request);
       });
 }
 

@@ -3,10 +3,13 @@
 // MPI_Ibcast, MPI_Ibarrier).
 //
 // Dtypes: float64, float32, int64, int32, int16, int8, uint8, bool move and
-// reduce natively. bfloat16 and float16 have no MPI reduction type: gathers and
-// broadcasts move their raw 16-bit words, reductions run in a float32 copy and
-// round back once at the end (so sums do not lose precision rank by rank).
-// kAvg is a sum divided by size() and needs a floating dtype.
+// reduce natively. bfloat16 and float16 move as raw 16-bit words, and their
+// reductions are user-defined MPI ops that add (or compare) each pair in
+// float32 and round back to nearest-even, as NCCL reduces them: a 16-bit
+// reduction puts half the bytes of a float32 one on the wire (mixed
+// precision's point), at the price of one rounding per combining step.
+// kAvg is a sum divided by size() (in the tensor's dtype) and needs a floating
+// dtype.
 //
 // Progress: Open MPI advances non-blocking collectives only inside MPI calls,
 // so a strategy that overlaps communication should call test() on its
