@@ -13,6 +13,7 @@
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/optim/schedule.h"
 
 namespace shardtrain {
 namespace {
@@ -358,6 +359,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   non_negative("train.seed", static_cast<double>(c.train.seed));
   non_negative("train.eval_every_steps", static_cast<double>(c.train.eval_every_steps));
   positive("train.log_every_steps", static_cast<double>(c.train.log_every_steps));
+  validate_lr_schedule_config(c.train, keys_set);
   if (c.train.mixed_precision == "fp16")
     require(c.run.device == "cuda",
             "train.mixed_precision = \"fp16\" needs run.device = \"cuda\" (fp16 with loss scaling is a GPU "
@@ -474,7 +476,7 @@ std::string config_to_toml(const RunConfig& config) {
       if (field)
         out << leaf << " = " << toml_value(*field) << "\n";
       else
-        out << "# " << leaf << " = (the model config's value)\n";
+        out << "# " << leaf << " = " << (key_section == "model" ? "(the model config's value)" : "(unset)") << "\n";
     } else {
       out << leaf << " = " << toml_value(field) << "\n";
     }

@@ -40,6 +40,20 @@ struct DataConfig {
   bool drop_last = false;        // train: drop the incomplete last global batch instead of padding it
 };
 
+// train.lr_scheduler_kwargs.*: the parameters of train.lr_scheduler_type, under
+// the names of the library the type comes from (transformers' lr_scheduler_kwargs,
+// DeepSpeed's scheduler.params). optim/schedule.h has the formulas.
+struct LrSchedulerKwargs {
+  std::optional<double> num_cycles;  // cosine (unset = 0.5), cosine_with_restarts (unset = 1)
+  double lr_end = 1e-7;              // polynomial
+  double power = 1.0;                // polynomial
+  double warmup_min_lr = 0.0;        // WarmupLR, WarmupDecayLR
+  std::string warmup_type = "log";   // WarmupLR, WarmupDecayLR, WarmupCosineLR: log | linear
+  int64_t total_num_steps = 0;       // WarmupDecayLR, WarmupCosineLR; 0 = the run's optimizer steps
+  double warmup_min_ratio = 0.0;     // WarmupCosineLR
+  double cos_min_ratio = 0.0001;     // WarmupCosineLR
+};
+
 struct TrainConfig {
   int64_t num_epochs = 3;
   int64_t max_steps = 0;         // optimizer steps; 0 = run all epochs
@@ -50,6 +64,8 @@ struct TrainConfig {
   double adam_epsilon = 1e-8;
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;
+  std::string lr_scheduler_type = "linear";  // see lr_scheduler_types() below
+  LrSchedulerKwargs lr_scheduler_kwargs;
   int64_t batch_size = 16;       // per rank, per micro-step
   int64_t eval_batch_size = 32;  // per rank
   int64_t gradient_accumulation_steps = 1;
@@ -125,6 +141,14 @@ inline const std::vector<std::string>& known_metric_names() {
   return names;
 }
 
+// Values of train.lr_scheduler_type: transformers' names, then DeepSpeed's.
+inline const std::vector<std::string>& lr_scheduler_types() {
+  static const std::vector<std::string> names = {"linear",   "cosine",        "cosine_with_restarts", "polynomial",
+                                                 "constant", "constant_with_warmup", "WarmupLR", "WarmupDecayLR",
+                                                 "WarmupCosineLR"};
+  return names;
+}
+
 // Calls visit(key, field, help, choices) for every key, in file order. `choices`
 // is empty when any value of the field's type is allowed. Works for const and
 // non-const configs.
@@ -161,9 +185,12 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("train.adam_beta1", c.train.adam_beta1, "AdamW beta1", Choices{});
   visit("train.adam_beta2", c.train.adam_beta2, "AdamW beta2", Choices{});
   visit("train.adam_epsilon", c.train.adam_epsilon, "AdamW epsilon", Choices{});
-  visit("train.warmup_steps", c.train.warmup_steps, "linear warmup steps (then linear decay to 0)", Choices{});
+  visit("train.warmup_steps", c.train.warmup_steps, "learning-rate warmup steps", Choices{});
   visit("train.warmup_ratio", c.train.warmup_ratio, "warmup as a fraction of all steps (instead of steps)",
         Choices{});
+  visit("train.lr_scheduler_type", c.train.lr_scheduler_type,
+        "learning-rate schedule (transformers' lr_scheduler_type, or a DeepSpeed scheduler type)",
+        lr_scheduler_types());
   visit("train.batch_size", c.train.batch_size, "examples per rank per micro-step", Choices{});
   visit("train.eval_batch_size", c.train.eval_batch_size, "examples per rank per eval step", Choices{});
   visit("train.gradient_accumulation_steps", c.train.gradient_accumulation_steps,
@@ -174,6 +201,23 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("train.eval_every_steps", c.train.eval_every_steps, "also evaluate every N steps; 0 = per epoch only",
         Choices{});
   visit("train.log_every_steps", c.train.log_every_steps, "progress line every N steps", Choices{});
+  // Sub-tables come after their section's plain keys (TOML cannot reopen [train]).
+  visit("train.lr_scheduler_kwargs.num_cycles", c.train.lr_scheduler_kwargs.num_cycles,
+        "cosine: waves (unset = 0.5, a half cosine); cosine_with_restarts: hard restarts (unset = 1)", Choices{});
+  visit("train.lr_scheduler_kwargs.lr_end", c.train.lr_scheduler_kwargs.lr_end,
+        "polynomial: the learning rate at the last step", Choices{});
+  visit("train.lr_scheduler_kwargs.power", c.train.lr_scheduler_kwargs.power, "polynomial: the decay's power",
+        Choices{});
+  visit("train.lr_scheduler_kwargs.warmup_min_lr", c.train.lr_scheduler_kwargs.warmup_min_lr,
+        "WarmupLR, WarmupDecayLR: the learning rate the warmup starts from (it rises to train.lr)", Choices{});
+  visit("train.lr_scheduler_kwargs.warmup_type", c.train.lr_scheduler_kwargs.warmup_type,
+        "DeepSpeed schedulers: the warmup's curve", Choices{"log", "linear"});
+  visit("train.lr_scheduler_kwargs.total_num_steps", c.train.lr_scheduler_kwargs.total_num_steps,
+        "WarmupDecayLR, WarmupCosineLR: the step the decay ends at; 0 = the run's last step", Choices{});
+  visit("train.lr_scheduler_kwargs.warmup_min_ratio", c.train.lr_scheduler_kwargs.warmup_min_ratio,
+        "WarmupCosineLR: the warmup starts at this fraction of train.lr", Choices{});
+  visit("train.lr_scheduler_kwargs.cos_min_ratio", c.train.lr_scheduler_kwargs.cos_min_ratio,
+        "WarmupCosineLR: the cosine ends at this fraction of train.lr", Choices{});
 
   visit("parallel.strategy", c.parallel.strategy, "how parameters, gradients and optimizer state are spread",
         Choices{"ddp", "zero1", "zero2", "zero3", "fsdp", "hybrid"});
