@@ -4,7 +4,6 @@
 #include <cctype>
 #include <filesystem>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
