@@ -5,8 +5,6 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +12,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/files.h"
 #include "shardtrain/train/curves.h"
+#include "support/scratch_dir.h"
 
 namespace test_curves_test {
 
@@ -22,13 +21,8 @@ using namespace shardtrain;
 
 const char* kHeader = "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s\n";
 
-struct CurvesScratch {
-  std::string dir;
-  CurvesScratch() {
-    char pattern[] = "/tmp/shardtrain_curves_XXXXXX";
-    dir = mkdtemp(pattern);
-  }
-  ~CurvesScratch() { fs::remove_all(dir); }
+struct CurvesScratch : shardtrain_test::ScratchDir {
+  CurvesScratch() : ScratchDir("curves") {}
   // A run folder `name` with the given file contents (nullptr: no such file).
   std::string run(const std::string& name, const char* progress, const char* results) const {
     const std::string path = dir + "/" + name;
@@ -109,7 +103,8 @@ TEST_CASE("bad run folders are errors naming the file and line") {
   CHECK(curves_error(word) == word + "/progress.csv:2: loss = 'abc' is not a number");
   const std::string blank = s.run("blank", (std::string(kHeader) + "\n10,0.1,0.6,2e-5,1,1,1,1\n").c_str(), nullptr);
   CHECK(curves_error(blank) == blank + "/progress.csv:2: empty line");
-  const std::string fraction = s.run("fraction", (std::string(kHeader) + "1.5,0.1,0.6,2e-5,1,1,1,1\n").c_str(), nullptr);
+  const std::string fraction =
+      s.run("fraction", (std::string(kHeader) + "1.5,0.1,0.6,2e-5,1,1,1,1\n").c_str(), nullptr);
   CHECK(curves_error(fraction).find("progress.csv:2: step = '1.5' is not a step number") != std::string::npos);
 
   const std::string torn = s.run("torn", nullptr, "{\"step\":1,\"eval_loss\":0.5}\n{\"step\":2,\"eval_lo");

@@ -241,7 +241,8 @@ TEST_CASE("config checks name the key") {
   TrainConfig t = train_with("cosine", 3e-4);
   CHECK(error_of_schedule(t) == "(no error)");
   t.lr_scheduler_type = "cosine_annealing";
-  CHECK(error_of_schedule(t).find("train.lr_scheduler_type = \"cosine_annealing\": allowed values are \"linear\"") == 0);
+  CHECK(error_of_schedule(t).find("train.lr_scheduler_type = \"cosine_annealing\": allowed values are \"linear\"") ==
+        0);
 
   // A kwarg the type does not read, once set to something else than its default.
   t = train_with("linear", 3e-4);

@@ -5,28 +5,19 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/train/tensorboard.h"
+#include "support/scratch_dir.h"
 
 namespace test_tensorboard_test {
 
 namespace fs = std::filesystem;
 using namespace shardtrain;
 
-struct TbScratch {
-  std::string dir;
-  TbScratch() {
-    char pattern[] = "/tmp/shardtrain_tensorboard_XXXXXX";
-    dir = mkdtemp(pattern);
-  }
-  ~TbScratch() { fs::remove_all(dir); }
-};
 
 TEST_CASE("CRC-32C check values and TFRecord's mask") {
   CHECK(crc32c("") == 0u);
@@ -47,7 +38,7 @@ TEST_CASE("metric names become Hugging Face's TensorBoard tags") {
 }
 
 TEST_CASE("write, read back, trim for a resume") {
-  TbScratch s;
+  shardtrain_test::ScratchDir s("tensorboard");
   const std::string dir = s.dir + "/run/tensorboard";
   std::string path;
   {
@@ -80,6 +71,13 @@ TEST_CASE("write, read back, trim for a resume") {
   CHECK(read_tensorboard_scalars(path).size() == 6);
 
   CHECK(trim_tensorboard_events(s.dir + "/no_such_folder", 3).num_files == 0);
+
+  // A fresh run in the same folder: the old event files go, nothing else.
+  std::ofstream(dir + "/notes.txt") << "mine";
+  { TensorBoardWriter second(dir, 1700000100.0); }
+  CHECK(remove_tensorboard_events(dir) == 2);
+  CHECK(fs::exists(dir + "/notes.txt"));
+  CHECK(remove_tensorboard_events(s.dir + "/no_such_folder") == 0);
 }
 
 }  // namespace test_tensorboard_test

@@ -13,20 +13,14 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace {
 
 using json = nlohmann::json;
 
-std::string text(double value) {
-  char buffer[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  return buffer;
-}
+std::string text(double value) { return shortest_text(value); }
 std::string text(int64_t value) { return std::to_string(value); }
 std::string text(bool value) { return value ? "true" : "false"; }
 std::string text(const std::string& value) { return "\"" + value + "\""; }

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 
@@ -52,15 +51,6 @@ constexpr double kPi = 3.141592653589793;  // math.pi: the same double as M_PI
 
 bool is_deepspeed_type(const std::string& type) {
   return type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR";
-}
-
-std::string number_text(double value) {
-  char buffer[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  return buffer;
 }
 
 // Which types read which train.lr_scheduler_kwargs.* key.
@@ -120,7 +110,7 @@ void validate_lr_schedule_config(const TrainConfig& t, const std::set<std::strin
   }
   auto at_least_zero = [](const char* key, double value) {
     if (!(value >= 0 && std::isfinite(value)))
-      throw Error(std::string(key) + " = " + number_text(value) + ": must be >= 0");
+      throw Error(std::string(key) + " = " + shortest_text(value) + ": must be >= 0");
   };
   if (k.num_cycles) at_least_zero("train.lr_scheduler_kwargs.num_cycles", *k.num_cycles);
   at_least_zero("train.lr_scheduler_kwargs.lr_end", k.lr_end);
@@ -134,8 +124,8 @@ void validate_lr_schedule_config(const TrainConfig& t, const std::set<std::strin
                 "\": allowed values are \"log\", \"linear\"");
   // transformers raises the same ValueError in get_polynomial_decay_schedule_with_warmup.
   if (type == "polynomial" && !(t.lr > k.lr_end))
-    throw Error("train.lr_scheduler_kwargs.lr_end = " + number_text(k.lr_end) + " must be smaller than train.lr = " +
-                number_text(t.lr) + " (polynomial decays from train.lr to lr_end)");
+    throw Error("train.lr_scheduler_kwargs.lr_end = " + shortest_text(k.lr_end) + " must be smaller than train.lr = " +
+                shortest_text(t.lr) + " (polynomial decays from train.lr to lr_end)");
   // transformers' get_constant_schedule ignores the warmup; a warmup set here was meant to happen.
   if (type == "constant" && (t.warmup_steps > 0 || t.warmup_ratio > 0))
     throw Error("train.lr_scheduler_type = \"constant\" has no warmup (transformers' get_constant_schedule ignores "
@@ -248,20 +238,20 @@ double LrSchedule::deepspeed_lr(int64_t i) const {
 }
 
 std::string LrSchedule::describe() const {
-  const std::string base = number_text(base_lr_);
+  const std::string base = shortest_text(base_lr_);
   const std::string T = std::to_string(num_training_steps_), W = std::to_string(num_warmup_steps_);
   const std::string warmup = num_warmup_steps_ > 0 ? "linear warmup from 0 to " + base + " over " + W + " steps, then "
                                                    : "no warmup, ";
   if (type_ == "linear") return "linear (transformers): " + warmup + "linear decay to 0 at step " + T;
   if (type_ == "cosine")
-    return "cosine (transformers): " + warmup + "cosine with num_cycles " + number_text(num_cycles_) +
+    return "cosine (transformers): " + warmup + "cosine with num_cycles " + shortest_text(num_cycles_) +
            " over the steps up to " + T;
   if (type_ == "cosine_with_restarts")
-    return "cosine_with_restarts (transformers): " + warmup + number_text(num_cycles_) +
+    return "cosine_with_restarts (transformers): " + warmup + shortest_text(num_cycles_) +
            " cosine cycles with hard restarts, 0 at step " + T;
   if (type_ == "polynomial")
-    return "polynomial (transformers): " + warmup + "decay with power " + number_text(kwargs_.power) + " to lr_end " +
-           number_text(kwargs_.lr_end) + " at step " + T;
+    return "polynomial (transformers): " + warmup + "decay with power " + shortest_text(kwargs_.power) + " to lr_end " +
+           shortest_text(kwargs_.lr_end) + " at step " + T;
   if (type_ == "constant") return "constant (transformers): " + base + " at every step";
   if (type_ == "constant_with_warmup") return "constant_with_warmup (transformers): " + warmup + base;
   const std::string ds_warmup = kwargs_.warmup_type + " warmup over " + std::to_string(deepspeed_warmup_steps_) +
@@ -269,13 +259,14 @@ std::string LrSchedule::describe() const {
   const std::string total = std::to_string(deepspeed_total_steps_) +
                             (kwargs_.total_num_steps > 0 ? " (total_num_steps; the run has " + T + ")" : "");
   if (type_ == "WarmupLR")
-    return "WarmupLR (DeepSpeed): " + ds_warmup + " from " + number_text(kwargs_.warmup_min_lr) + " to " + base +
+    return "WarmupLR (DeepSpeed): " + ds_warmup + " from " + shortest_text(kwargs_.warmup_min_lr) + " to " + base +
            ", then constant";
   if (type_ == "WarmupDecayLR")
-    return "WarmupDecayLR (DeepSpeed): " + ds_warmup + " from " + number_text(kwargs_.warmup_min_lr) + " to " + base +
+    return "WarmupDecayLR (DeepSpeed): " + ds_warmup + " from " + shortest_text(kwargs_.warmup_min_lr) + " to " + base +
            ", then linear decay to 0 at step " + total;
-  return "WarmupCosineLR (DeepSpeed): " + ds_warmup + " from " + number_text(kwargs_.warmup_min_ratio) + " x " + base +
-         " to " + base + ", then cosine to " + number_text(kwargs_.cos_min_ratio) + " x " + base + " at step " + total;
+  return "WarmupCosineLR (DeepSpeed): " + ds_warmup + " from " + shortest_text(kwargs_.warmup_min_ratio) + " x " +
+         base + " to " + base + ", then cosine to " + shortest_text(kwargs_.cos_min_ratio) + " x " + base +
+         " at step " + total;
 }
 
 }  // namespace shardtrain

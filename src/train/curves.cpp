@@ -313,7 +313,8 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
   double ly = plot_top + 12;
   const double lx = plot_right + 16;
   auto entry = [&](const std::string& text, const char* color, const char* dash) {
-    svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" stroke-width=\"2.5\"%s%s/>\n",
+    svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                      "stroke-width=\"2.5\"%s%s/>\n",
                       lx, ly - 4, lx + 26, ly - 4, color, *dash ? " stroke-dasharray=\"" : "",
                       *dash ? (std::string(dash) + "\"").c_str() : "");
     svg << str_format("<text x=\"%.2f\" y=\"%.2f\" class=\"legend\">%s</text>\n", lx + 32, ly,

@@ -99,6 +99,18 @@ bool is_event_file(const fs::directory_entry& entry) {
   return entry.is_regular_file() && name.rfind(kFilePrefix, 0) == 0;
 }
 
+// The event files of `dir` in name order (TensorBoard's); none if `dir` does not exist.
+std::vector<std::string> event_files(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return files;
+  for (const auto& entry : fs::directory_iterator(dir, error))
+    if (is_event_file(entry)) files.push_back(entry.path().string());
+  if (error) throw Error("cannot list the TensorBoard folder '" + dir + "': " + error.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::string host_name() {
   char buffer[256] = {0};
   if (gethostname(buffer, sizeof(buffer) - 1) != 0 || buffer[0] == '\0') return "localhost";
@@ -173,9 +185,9 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
   // Converting a double that float cannot hold is undefined behaviour: from
   // (2 - 2^-24) 2^127 up, round-to-nearest gives +-inf, so say so explicitly.
   constexpr double kFloatOverflow = 0x1.ffffffp127;
-  const float stored = std::fabs(value) >= kFloatOverflow && std::isfinite(value)
-                           ? std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(value > 0 ? 1 : -1))
-                           : static_cast<float>(value);
+  const float infinity = std::numeric_limits<float>::infinity();
+  const float stored = std::fabs(value) >= kFloatOverflow && std::isfinite(value) ? (value > 0 ? infinity : -infinity)
+                                                                                  : static_cast<float>(value);
   v->set_simple_value(stored);
   write_event(event.SerializeAsString());
 }
@@ -192,14 +204,7 @@ void TensorBoardWriter::flush() {
 
 TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step) {
   TensorBoardTrim out;
-  std::error_code error;
-  if (!fs::is_directory(dir, error)) return out;
-  std::vector<std::string> files;
-  for (const auto& entry : fs::directory_iterator(dir, error))
-    if (is_event_file(entry)) files.push_back(entry.path().string());
-  if (error) throw Error("cannot list the TensorBoard folder '" + dir + "': " + error.message());
-  std::sort(files.begin(), files.end());
-  for (const std::string& file : files) {
+  for (const std::string& file : event_files(dir)) {
     ++out.num_files;
     const std::string bytes = read_whole_file(file);
     const ParsedFile parsed = parse_event_file(bytes);
@@ -222,6 +227,17 @@ TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step
     ++out.num_files_rewritten;
   }
   return out;
+}
+
+int64_t remove_tensorboard_events(const std::string& dir) {
+  int64_t removed = 0;
+  for (const std::string& file : event_files(dir)) {
+    std::error_code error;
+    if (!fs::remove(file, error) || error)
+      throw Error("cannot delete the old TensorBoard file '" + file + "': " + error.message());
+    ++removed;
+  }
+  return removed;
 }
 
 std::vector<TensorBoardScalar> read_tensorboard_scalars(const std::string& file) {

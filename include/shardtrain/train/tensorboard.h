@@ -22,7 +22,8 @@
 // run creates its writer, trim_tensorboard_events(dir, S) rewrites each event
 // file that has events after step S, atomically, keeping only those with
 // step <= S (and a damaged tail, from a job killed mid-write, is cut off); the
-// new writer's file then continues at S + 1.
+// new writer's file then continues at S + 1. A run that starts afresh calls
+// remove_tensorboard_events(dir) instead, as it removes an old result.jsonl.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +88,11 @@ struct TensorBoardTrim {
 // events with step <= max_step, as described above. A missing `dir` is
 // nothing to do. Throws shardtrain::Error when a file cannot be read or rewritten.
 TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step);
+
+// Deletes the event files ("events.out.tfevents.*") of `dir`, for a run that
+// starts afresh in a folder that had one; returns how many. A missing `dir` is
+// nothing to do. Throws shardtrain::Error when a file cannot be deleted.
+int64_t remove_tensorboard_events(const std::string& dir);
 
 // One scalar read back from an event file (for tests and tools).
 struct TensorBoardScalar {
