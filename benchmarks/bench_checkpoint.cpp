@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/world.h"
 
 using namespace shardtrain;

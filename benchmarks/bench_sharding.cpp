@@ -105,7 +105,9 @@
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/optim/adamw.h"
+#include "shardtrain/data/collator.h"
 #include "shardtrain/parallel/make_strategy.h"
+#include "shardtrain/train/train_step.h"
 
 using namespace shardtrain;
 
@@ -142,7 +144,7 @@ BertConfig resolve_model(const std::string& model) {
 
 // ---- a Communicator that records and times what a strategy does ----
 
-enum class Op { kAllReduce, kReduceScatter, kAllGather, kAllGatherV, kBroadcast, kBarrier };
+enum class Op { kAllReduce, kReduceScatter, kReduceScatterV, kAllGather, kAllGatherV, kBroadcast, kBarrier };
 
 struct CollectiveRecord {
   int comm_id = 0;
@@ -214,6 +216,13 @@ class RecordingCommunicator final : public Communicator {
     CollectiveRecord r = record(Op::kReduceScatter, input, output);
     r.reduce = op;
     return finish(r, inner_->reduce_scatter_async(input, output, op));
+  }
+  std::unique_ptr<Work> reduce_scatter_v_async(at::Tensor input, at::Tensor output, const std::vector<int64_t>& counts,
+                                               ReduceOp op) override {
+    CollectiveRecord r = record(Op::kReduceScatterV, input, output);
+    r.reduce = op;
+    r.counts = counts;
+    return finish(r, inner_->reduce_scatter_v_async(input, output, counts, op));
   }
   std::unique_ptr<Work> all_gather_async(at::Tensor input, at::Tensor output) override {
     return finish(record(Op::kAllGather, input, output), inner_->all_gather_async(input, output));
@@ -345,6 +354,7 @@ double replay(const Recorder& recorder, MPI_Comm world) {
     switch (r.op) {
       case Op::kAllReduce: comm->all_reduce(in, r.reduce); break;
       case Op::kReduceScatter: comm->reduce_scatter(in, out, r.reduce); break;
+      case Op::kReduceScatterV: comm->reduce_scatter_v(in, out, r.counts, r.reduce); break;
       case Op::kAllGather: comm->all_gather(in, out); break;
       case Op::kAllGatherV: comm->all_gather_v(in, out, r.counts); break;
       case Op::kBroadcast: comm->broadcast(in, r.root); break;
@@ -420,10 +430,6 @@ Formula zero_formula(const std::string& strategy, const ModelCounts& counts, int
 
 // ---- one strategy ----
 
-struct Batch {
-  at::Tensor input_ids, token_type_ids, attention_mask, labels;
-};
-
 struct Row {
   std::string strategy;
   int ranks = 0, group = 0;
@@ -459,7 +465,7 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
                  const Options& options, const Row* reference) {
   const int rank = world.rank(), ranks = world.size();
   ParallelConfig parallel;
-  parallel.strategy = name;
+  parallel.strategy = parse_choice<StrategyKind>(name, "--strategies");
   if (name == "hybrid") parallel.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : ranks / 2;
 
   auto model = std::make_shared<BertForSequenceClassification>(config);
@@ -479,31 +485,31 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   RecordingCommunicator comm(std::make_unique<MpiCommunicator>(world.comm()), recorder);
   MpiCommunicator bench_comm(world.comm());  // the benchmark's own collectives, outside the strategy's counters
   AdamWOptions adamw;
-  std::unique_ptr<Strategy> strategy = make_strategy(parallel, *model, comm, adamw, world.local_size());
+  const Topology topology = Topology::detect(world.comm(), parallel);
+  std::unique_ptr<Strategy> strategy = make_strategy(parallel, topology, *model, comm, adamw);
   strategy->broadcast_parameters(0);
   const double lr = adamw.lr, max_grad_norm = 1.0;
 
-  struct StepResult {
+  struct TimedStep {
     double seconds = 0, loss = 0, grad_norm = 0;
   };
-  auto train_step = [&](int index) {
+  StepOptions step_options;
+  step_options.lr = lr;
+  step_options.max_grad_norm = max_grad_norm;
+  auto timed_step = [&](int index) {
     const Batch& b = batches[static_cast<size_t>(index) % batches.size()];
     const auto start = Clock::now();
-    strategy->zero_grad();
-    strategy->prepare_backward(true);
-    at::Tensor loss = model->loss(model->forward(b.input_ids, b.token_type_ids, b.attention_mask), b.labels);
-    loss.backward();
-    strategy->finish_backward();
-    StepResult r;
-    r.grad_norm = strategy->step(lr, max_grad_norm);
+    const StepResult result = train_step(*strategy, *model, {b}, step_options);
+    TimedStep r;
     r.seconds = seconds_since(start);
-    r.loss = loss.item<double>();
+    r.grad_norm = result.grad_norm;
+    r.loss = result.loss;
     return r;
   };
 
   // ---- warm-up and check ----
   for (int i = 0; i < options.warmup; ++i) {
-    const StepResult r = train_step(i);
+    const TimedStep r = timed_step(i);
     // The loss is this rank's batch; the norm is global. Compare rank by rank.
     row.warmup_losses.push_back(r.loss);
     row.warmup_norms.push_back(r.grad_norm);
@@ -550,7 +556,7 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   ST_CHECK_MPI(MPI_Barrier(world.comm()));
   recorder->recording = true;
   for (int i = 0; i < options.steps; ++i) {
-    const StepResult r = train_step(options.warmup + i);
+    const TimedStep r = timed_step(options.warmup + i);
     if (!std::isfinite(r.loss)) fatal("bench_sharding", __FILE__, __LINE__, name + ": a timed step's loss is not finite");
     step_s.push_back(r.seconds);
   }
@@ -639,7 +645,7 @@ int run(World& world, int argc, char** argv) {
   const int rank = world.rank(), ranks = world.size();
   std::vector<std::string> names;
   for (const std::string& name : split_list(strategies_list)) {
-    const auto known = available_strategies();
+    const auto known = choice_names<StrategyKind>();
     if (std::find(known.begin(), known.end(), name) == known.end())
       throw Error("--strategies: \"" + name + "\" is not one of ddp, zero1, zero2, zero3, fsdp, hybrid");
     if (name == "hybrid" && ranks < 2) {

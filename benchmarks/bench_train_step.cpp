@@ -83,7 +83,9 @@
 #include "shardtrain/model/bert.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/parallel/ddp.h"
+#include "shardtrain/data/collator.h"
 #include "shardtrain/parallel/make_strategy.h"
+#include "shardtrain/train/train_step.h"
 
 using namespace shardtrain;
 
@@ -147,10 +149,6 @@ FlopCount count_flops(const BertConfig& c, int64_t global_samples, int64_t seq_l
   f.head = 2.0 * S * (D * D + D * C);
   return f;
 }
-
-struct Batch {
-  at::Tensor input_ids, token_type_ids, attention_mask, labels;
-};
 
 int run(World& world, int argc, char** argv) {
   CLI::App app{"Data-parallel training step of BertForSequenceClassification: samples/s, tokens/s, MFU"};
@@ -226,9 +224,10 @@ int run(World& world, int argc, char** argv) {
   if (device.is_cuda()) torch::cuda::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   AdamWOptions adamw;
   ParallelConfig parallel;
-  parallel.strategy = strategy_name;
-  parallel.offload_optimizer = offload ? "cpu" : "none";
-  std::unique_ptr<Strategy> strategy = make_strategy(parallel, *model, comm, adamw, world.local_size());
+  parallel.strategy = parse_choice<StrategyKind>(strategy_name, "--strategy");
+  parallel.offload_optimizer = offload ? OffloadDevice::kCpu : OffloadDevice::kNone;
+  const Topology topology = Topology::detect(world.comm(), parallel);
+  std::unique_ptr<Strategy> strategy = make_strategy(parallel, topology, *model, comm, adamw);
   strategy->broadcast_parameters(0);
   const auto* ddp = dynamic_cast<const DataParallel*>(strategy.get());
   const std::string strategy_label = strategy->name() + (offload ? " + optimizer offload" : "");
@@ -283,31 +282,29 @@ int run(World& world, int argc, char** argv) {
   struct StepTimes {
     double fwd_bwd = 0, finish = 0, optim = 0, loss = 0, grad_norm = 0;
   };
-  auto train_step = [&](int index) {
+  auto timed_step = [&](int index) {
     const Batch& b = batches[static_cast<size_t>(index % num_batches)];
-    StepTimes t;
+    Clock::time_point at[3];
+    StepOptions step_options;
+    step_options.lr = lr;
+    step_options.max_grad_norm = max_grad_norm;
+    step_options.at_point = [&](StepPoint point) {
+      sync_device(device);
+      at[static_cast<int>(point)] = Clock::now();
+    };
     const auto start = Clock::now();
-    strategy->zero_grad();
-    strategy->prepare_backward(true);
-    at::Tensor loss = model->loss(model->forward(b.input_ids, b.token_type_ids, b.attention_mask), b.labels);
-    loss.backward();
-    sync_device(device);
-    const auto backward_done = Clock::now();
-    strategy->finish_backward();
-    sync_device(device);
-    const auto reduced = Clock::now();
-    t.grad_norm = strategy->step(lr, max_grad_norm);
-    sync_device(device);
-    const auto stepped = Clock::now();
-    t.fwd_bwd = std::chrono::duration<double>(backward_done - start).count();
-    t.finish = std::chrono::duration<double>(reduced - backward_done).count();
-    t.optim = std::chrono::duration<double>(stepped - reduced).count();
-    t.loss = loss.item<double>();
+    const StepResult result = train_step(*strategy, *model, {b}, step_options);
+    StepTimes t;
+    t.fwd_bwd = std::chrono::duration<double>(at[0] - start).count();
+    t.finish = std::chrono::duration<double>(at[1] - at[0]).count();
+    t.optim = std::chrono::duration<double>(at[2] - at[1]).count();
+    t.loss = result.loss;
+    t.grad_norm = result.grad_norm;
     return t;
   };
 
   StepTimes last;
-  for (int i = 0; i < warmup; ++i) last = train_step(i);
+  for (int i = 0; i < warmup; ++i) last = timed_step(i);
 
   // ---- check ----
   {
@@ -351,7 +348,7 @@ int run(World& world, int argc, char** argv) {
   comm.barrier();
   const auto timed_start = Clock::now();
   for (int i = 0; i < steps; ++i) {
-    const StepTimes t = train_step(warmup + i);
+    const StepTimes t = timed_step(warmup + i);
     step_s.push_back(t.fwd_bwd + t.finish + t.optim);
     fwd_bwd_s.push_back(t.fwd_bwd);
     finish_s.push_back(t.finish);

@@ -205,13 +205,16 @@ def main():
     check_file(path, t0, kept)
     check(sorted(os.listdir(tb)) == [os.path.basename(path)], f"left in the folder: {os.listdir(tb)}")
 
-    # A job killed mid-write leaves a torn record: the trim cuts it off and keeps the rest.
+    # A job killed mid-write leaves a torn record: the trim cuts it off and keeps the rest. A rewrite
+    # killed before its rename leaves "<file>.tmp", which TensorBoard would read too: the trim deletes it.
     intact = open(path, "rb").read()
+    shutil.copy(path, path + ".tmp")
     with open(path, "ab") as out:
         out.write(intact[-30:-3])
     answer = probe.ask(f"trim {tb} 17")
     check(answer == f"trim files 1 rewritten 1 kept {1 + len(kept)} dropped 0 damaged 27", f"torn trim {answer!r}")
     check(open(path, "rb").read() == intact, "the torn tail was not cut off exactly")
+    check(not os.path.exists(path + ".tmp"), "a leftover temporary file was kept")
 
     # The resumed run's writer: a second file, later in name order, steps 18.. only.
     t1 = t0 + 100

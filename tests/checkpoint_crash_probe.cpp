@@ -19,6 +19,7 @@
 #include <string>
 
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "support/checkpoint_state.h"

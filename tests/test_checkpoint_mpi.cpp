@@ -1,7 +1,8 @@
 // Parallel-HDF5 checkpoints over real MPI (np 2 and 4): a sharded write read
-// back bit-exactly under other partitions, attributes, atomic commit and
-// latest_checkpoint, user errors that name file and dataset, and h5dump's view
-// of the file (true shapes, row-major values).
+// back bit-exactly under other partitions, attributes, atomic commit, user
+// errors that name file and dataset, and h5dump's view of the file (true
+// shapes, row-major values). Naming and finding checkpoints:
+// test_checkpoint_manager_mpi.cpp.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "support/checkpoint_state.h"
 #include "support/mpi_ranks.h"
@@ -178,33 +180,6 @@ TEST_CASE("attributes round-trip: int, double, 10 KB TOML text, empty text, bina
   CHECK(contains(message, "'config' is not an integer"));
   message = error_of([&] { reader.string_attribute("nope"); });
   CHECK(contains(message, "no attribute 'nope'"));
-  remove_shared_dir(dir);
-}
-
-TEST_CASE("latest_checkpoint picks the highest complete index and ignores temporary files") {
-  const std::string dir = make_shared_temp_dir("ckpt_test");
-  CHECK(latest_checkpoint(dir).empty());
-  CHECK(latest_checkpoint(dir + "/does_not_exist").empty());
-  auto layout = awkward_layout();
-  const int64_t numel = layout_numel(layout);
-  write_state(checkpoint_path(dir, 1), even_cuts(numel, world_size()));
-  write_state(checkpoint_path(dir, 3), even_cuts(numel, world_size()));
-  write_state(checkpoint_path(dir, 2), even_cuts(numel, world_size()));  // written last, lower index
-  if (world_rank() == 0) {
-    // Leftovers of a crashed job and unrelated names.
-    std::ofstream(dir + "/checkpoint_000009.h5.tmp-12345") << "partial";
-    std::ofstream(dir + "/checkpoint_000010.h5.bak") << "x";
-    std::ofstream(dir + "/notes_checkpoint_000011.h5") << "x";
-  }
-  {
-    CheckpointWriter abandoned(checkpoint_path(dir, 7), MPI_COMM_WORLD);
-    abandoned.write_group("model", part_slices(layout, flat_state(numel, 0.0), even_cuts(numel, world_size()),
-                                               world_rank()));
-  }  // no commit
-  MPI_Barrier(MPI_COMM_WORLD);
-  CHECK(latest_checkpoint(dir) == dir + "/checkpoint_000003.h5");
-  CHECK(checkpoint_path(dir, 3) == dir + "/checkpoint_000003.h5");
-  CHECK(checkpoint_path("/runs/a", 1234567) == "/runs/a/checkpoint_1234567.h5");
   remove_shared_dir(dir);
 }
 

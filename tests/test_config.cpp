@@ -60,10 +60,10 @@ TEST_CASE("a minimal config gets the reference defaults") {
   CHECK(c.train.eval_batch_size == 32);
   CHECK(c.train.seed == 42);
   CHECK(c.train.weight_decay == 0.01);
-  CHECK(c.parallel.strategy == "ddp");
+  CHECK(c.parallel.strategy == StrategyKind::kDdp);
   CHECK(c.run.collective_timeout_s == 600.0);
   CHECK(c.data.text_a == "#1 String");  // '#' inside a default is not a comment
-  CHECK(c.data.format == "tsv");        // derived from the extension
+  CHECK(c.data.format == FileFormat::kTsv);        // derived from the extension
   CHECK(c.run.name == "run");           // derived from the config file's stem
   CHECK_FALSE(c.model.hidden_dropout_prob.has_value());
 }

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/core/files.h"
 #include "shardtrain/train/curves.h"
+#include "shardtrain/train/run_folder.h"
 #include "support/scratch_dir.h"
 
 namespace test_curves_test {
@@ -150,11 +150,11 @@ TEST_CASE("curves.svg in the run folder, and PNG") {
   CurvesScratch s;
   const std::string run = s.run("run", kProgress.c_str(), kResults);
   write_run_curves_svg(run);
-  CHECK(read_whole_file(run + "/curves.svg") == render_curves_svg({read_run_curves(run)}));
+  CHECK(read_file(run + "/curves.svg", "test") == render_curves_svg({read_run_curves(run)}));
   CHECK(!fs::exists(run + "/curves.svg.tmp"));
   if (curves_png_supported()) {
-    write_curves_png(read_whole_file(run + "/curves.svg"), s.dir + "/c.png");
-    CHECK(read_whole_file(s.dir + "/c.png").rfind("\x89PNG\r\n\x1a\n", 0) == 0);
+    write_curves_png(read_file(run + "/curves.svg", "test"), s.dir + "/c.png");
+    CHECK(read_file(s.dir + "/c.png", "test").rfind("\x89PNG\r\n\x1a\n", 0) == 0);
   } else {
     CHECK_THROWS_WITH_AS(write_curves_png("<svg/>", s.dir + "/c.png"), doctest::Contains("librsvg2-dev"), Error);
   }

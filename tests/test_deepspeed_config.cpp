@@ -93,8 +93,8 @@ TEST_CASE("the reference ZeRO-3 JSON (fp16 off) resolves as Accelerate would") {
   std::vector<std::string> lines;
   const RunConfig c = load(s.config(ds, "[train]\nbatch_size = 16\ngradient_accumulation_steps = 2\n"), 4, &lines);
 
-  CHECK(c.parallel.strategy == "zero3");          // stage 3
-  CHECK(c.parallel.offload_optimizer == "cpu");   // offload_optimizer.device
+  CHECK(c.parallel.strategy == StrategyKind::kZero3);          // stage 3
+  CHECK(c.parallel.offload_optimizer == OffloadDevice::kCpu);   // offload_optimizer.device
   CHECK(c.parallel.zero.overlap_comm);
   CHECK(c.parallel.zero.contiguous_gradients);
   CHECK(c.parallel.zero.round_robin_gradients);
@@ -112,7 +112,7 @@ TEST_CASE("the reference ZeRO-3 JSON (fp16 off) resolves as Accelerate would") {
   CHECK(c.train.gradient_accumulation_steps == 2);
   CHECK(has_line(lines, "train_batch_size = \"auto\" -> 128 (16 per rank x 2 accumulation steps x 4 ranks)"));
   CHECK(c.train.max_grad_norm == 1.0);  // gradient_clipping "auto": the run's (default 1.0)
-  CHECK(c.train.mixed_precision == "no");
+  CHECK(c.train.mixed_precision == Precision::kNo);
   CHECK(c.train.log_every_steps == 10);  // steps_per_print
   CHECK(c.parallel.deepspeed_config == s.dir + "/ds.json");  // kept, so the saved config records it
   CHECK(has_line(lines, "reduce_bucket_size = \"auto\" -> parallel.zero.reduce_bucket_size = 589824"));
@@ -131,7 +131,7 @@ TEST_CASE("the shipped fp32 copy of the reference JSON loads with the tiny model
   const std::string error = error_of([&] { c = load("configs/strategies/deepspeed_zero3.toml", 2); });
   fs::current_path(previous);
   REQUIRE(error == "(no error)");
-  CHECK(c.parallel.strategy == "zero3");
+  CHECK(c.parallel.strategy == StrategyKind::kZero3);
   CHECK(c.parallel.zero.reduce_bucket_size == 16384);
   CHECK(c.parallel.zero.stage3_prefetch_bucket_size == 14745);
   CHECK(c.parallel.zero.stage3_param_persistence_threshold == 1280);
@@ -155,17 +155,17 @@ TEST_CASE("fp16 is refused on a CPU-only build and with run.device = cpu, with a
 
   RunConfig c;
   c.model.config = s.dir + "/bert.json";
-  c.model.init = "random";
+  c.model.init = ModelInit::kRandom;
   s.config(reference_json());
   c.parallel.deepspeed_config = s.dir + "/ds.json";
   DeepSpeedContext context;
-  context.cuda_build = true;  // a CUDA build, but run.device = "cpu"
+  context.cuda_build = true;  // a CUDA build, but run.device = Device::kCpu
   CHECK(contains(error_of([&] { RunConfig copy = c; apply_deepspeed_config(copy, context); }),
                  "run.device is \"cpu\""));
-  c.run.device = "cuda";  // a CUDA build on GPUs: fp16 is taken
+  c.run.device = Device::kCuda;  // a CUDA build on GPUs: fp16 is taken
   RunConfig copy = c;
   apply_deepspeed_config(copy, context);
-  CHECK(copy.train.mixed_precision == "fp16");
+  CHECK(copy.train.mixed_precision == Precision::kFp16);
   context.cuda_build = false;
   CHECK(contains(error_of([&] { RunConfig again = c; apply_deepspeed_config(again, context); }),
                  "this build of shardtrain has no CUDA"));
@@ -174,17 +174,17 @@ TEST_CASE("fp16 is refused on a CPU-only build and with run.device = cpu, with a
 TEST_CASE("fp16 / bf16: numbers, \"auto\" from train.mixed_precision, both on is an error") {
   DsScratch s;
   json ds = {{"zero_optimization", {{"stage", 1}}}, {"bf16", {{"enabled", true}}}};
-  CHECK(load(s.config(ds), 1).train.mixed_precision == "bf16");
+  CHECK(load(s.config(ds), 1).train.mixed_precision == Precision::kBf16);
   ds["bf16"]["enabled"] = "auto";
-  CHECK(load(s.config(ds, "[train]\nmixed_precision = \"bf16\"\n"), 1).train.mixed_precision == "bf16");
-  CHECK(load(s.config(ds), 1).train.mixed_precision == "no");
+  CHECK(load(s.config(ds, "[train]\nmixed_precision = \"bf16\"\n"), 1).train.mixed_precision == Precision::kBf16);
+  CHECK(load(s.config(ds), 1).train.mixed_precision == Precision::kNo);
   ds["bf16"]["enabled"] = false;
   ds["fp16"] = {{"enabled", false}};
-  CHECK(load(s.config(ds), 1).train.mixed_precision == "no");
+  CHECK(load(s.config(ds), 1).train.mixed_precision == Precision::kNo);
   ds["bf16"]["enabled"] = true;
   ds["fp16"]["enabled"] = true;
   CHECK(contains(error_of([&] { load(s.config(ds), 1); }), "both enabled"));
-  // A bf16 JSON against an explicit train.mixed_precision = "no": both keys named.
+  // A bf16 JSON against an explicit train.mixed_precision = Precision::kNo: both keys named.
   ds["fp16"]["enabled"] = false;
   const std::string message = error_of([&] { load(s.config(ds, "[train]\nmixed_precision = \"no\"\n"), 1); });
   CHECK(contains(message, "train.mixed_precision = \"bf16\" but the run config sets train.mixed_precision = \"no\""));
@@ -192,10 +192,10 @@ TEST_CASE("fp16 / bf16: numbers, \"auto\" from train.mixed_precision, both on is
 
 TEST_CASE("zero_optimization.stage chooses the strategy; stage-specific keys") {
   DsScratch s;
-  const char* expected[] = {"ddp", "zero1", "zero2", "zero3"};
+  const StrategyKind expected[] = {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kZero3};
   for (int stage = 0; stage <= 3; ++stage)
     CHECK(load(s.config({{"zero_optimization", {{"stage", stage}}}}), 1).parallel.strategy == expected[stage]);
-  CHECK(load(s.config(json::object()), 1).parallel.strategy == "ddp");  // absent: DeepSpeed's stage 0
+  CHECK(load(s.config(json::object()), 1).parallel.strategy == StrategyKind::kDdp);  // absent: DeepSpeed's stage 0
   CHECK(contains(error_of([&] { load(s.config({{"zero_optimization", {{"stage", 4}}}}), 1); }),
                  "zero_optimization.stage = 4: ZeRO stages are 0, 1, 2 and 3"));
   CHECK(contains(error_of([&] {
@@ -217,7 +217,7 @@ TEST_CASE("zero_optimization.stage chooses the strategy; stage-specific keys") {
                        {"stage3_prefetch_bucket_size", "auto"},
                        {"stage3_gather_16bit_weights_on_model_save", true}}}}),
            1, &lines);
-  CHECK(c.parallel.strategy == "zero2");
+  CHECK(c.parallel.strategy == StrategyKind::kZero2);
   CHECK_FALSE(c.parallel.zero.overlap_comm);
   CHECK_FALSE(c.parallel.zero.contiguous_gradients);
   CHECK(c.parallel.zero.reduce_bucket_size == 200000000);  // 2e8 written as a float is an integer
@@ -235,7 +235,7 @@ TEST_CASE("zero_optimization.stage chooses the strategy; stage-specific keys") {
   CHECK(three.parallel.zero.reduce_bucket_size == 500000000);
   CHECK(three.parallel.zero.stage3_prefetch_bucket_size == 50000000);
   CHECK(three.parallel.zero.stage3_param_persistence_threshold == 100000);
-  CHECK(three.parallel.offload_optimizer == "none");
+  CHECK(three.parallel.offload_optimizer == OffloadDevice::kNone);
 
   // DeepSpeed's other spellings of the stage-3 keys.
   const RunConfig aliases = load(s.config({{"zero_optimization",
@@ -362,11 +362,11 @@ TEST_CASE("scheduler: the type and its params map to train.lr_scheduler_type and
                  {"total_num_steps", "auto"}}}}}};
   std::vector<std::string> lines;
   RunConfig c = load(s.config(ds), 1, &lines);
-  CHECK(c.train.lr_scheduler_type == "WarmupDecayLR");
+  CHECK(c.train.lr_scheduler_type == shardtrain::LrSchedulerType::kWarmupDecayLR);
   CHECK(c.train.warmup_steps == 50);
   CHECK(c.train.warmup_ratio == 0.0);
   CHECK(c.train.lr == 5e-5);
-  CHECK(c.train.lr_scheduler_kwargs.warmup_type == "linear");
+  CHECK(c.train.lr_scheduler_kwargs.warmup_type == shardtrain::WarmupType::kLinear);
   CHECK(c.train.lr_scheduler_kwargs.total_num_steps == 0);  // the run's steps
   CHECK(has_line(lines, "scheduler.params.total_num_steps = \"auto\" -> the run's total optimizer steps"));
 
@@ -385,10 +385,10 @@ TEST_CASE("scheduler: the type and its params map to train.lr_scheduler_type and
   // Absent params take DeepSpeed's defaults: warmup_max_lr 0.001, warmup_num_steps 1000, warmup_type "log".
   lines.clear();
   c = load(s.config(json{{"scheduler", {{"type", "WarmupLR"}}}}), 1, &lines);
-  CHECK(c.train.lr_scheduler_type == "WarmupLR");
+  CHECK(c.train.lr_scheduler_type == shardtrain::LrSchedulerType::kWarmupLR);
   CHECK(c.train.lr == 0.001);
   CHECK(c.train.warmup_steps == 1000);
-  CHECK(c.train.lr_scheduler_kwargs.warmup_type == "log");
+  CHECK(c.train.lr_scheduler_kwargs.warmup_type == shardtrain::WarmupType::kLog);
   CHECK(has_line(lines, "scheduler.params.warmup_max_lr = (absent) -> train.lr = 0.001 (DeepSpeed's default)"));
 
   // WarmupCosineLR scales the optimizer's lr; a fixed total_num_steps is kept.
@@ -398,13 +398,13 @@ TEST_CASE("scheduler: the type and its params map to train.lr_scheduler_type and
           {"params",
            {{"total_num_steps", 1000}, {"warmup_num_steps", 20}, {"warmup_min_ratio", 0.1}, {"cos_min_ratio", 0.01}}}}}};
   c = load(s.config(ds), 1);
-  CHECK(c.train.lr_scheduler_type == "WarmupCosineLR");
+  CHECK(c.train.lr_scheduler_type == shardtrain::LrSchedulerType::kWarmupCosineLR);
   CHECK(c.train.lr == 3e-4);
   CHECK(c.train.warmup_steps == 20);
   CHECK(c.train.lr_scheduler_kwargs.total_num_steps == 1000);
   CHECK(c.train.lr_scheduler_kwargs.warmup_min_ratio == 0.1);
   CHECK(c.train.lr_scheduler_kwargs.cos_min_ratio == 0.01);
-  CHECK(c.train.lr_scheduler_kwargs.warmup_type == "log");
+  CHECK(c.train.lr_scheduler_kwargs.warmup_type == shardtrain::WarmupType::kLog);
 
   // The resolved config reads back without the JSON deciding twice.
   const std::string toml = shardtrain::config_to_toml(c);
@@ -537,7 +537,7 @@ TEST_CASE("[parallel.zero] keys are read and checked against the strategy") {
                "round_robin_gradients = true\nstage3_prefetch_bucket_size = 3000\n"
                "stage3_param_persistence_threshold = 4000\ngather_16bit_weights_on_model_save = true\n"),
       {});
-  CHECK(c.parallel.offload_optimizer == "cpu");
+  CHECK(c.parallel.offload_optimizer == OffloadDevice::kCpu);
   CHECK_FALSE(c.parallel.zero.overlap_comm);
   CHECK(c.parallel.zero.reduce_bucket_size == 1000);
   CHECK(c.parallel.zero.allgather_bucket_size == 2000);
@@ -577,10 +577,10 @@ TEST_CASE("FSDP prefetch keys: choices, and only with strategy fsdp") {
                "forward_prefetch = true\nsharding_strategy = \"SHARD_GRAD_OP\"\nstate_dict_type = "
                "\"SHARDED_STATE_DICT\"\noffload_to_cpu = false\nrank0_only = false\n"),
       {});
-  CHECK(c.parallel.fsdp.backward_prefetch == "BACKWARD_POST");
+  CHECK(c.parallel.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPost);
   CHECK(c.parallel.fsdp.forward_prefetch);
-  CHECK(c.parallel.fsdp.sharding_strategy == "SHARD_GRAD_OP");
-  CHECK(c.parallel.fsdp.state_dict_type == "SHARDED_STATE_DICT");
+  CHECK(c.parallel.fsdp.sharding_strategy == FsdpShardingStrategy::kShardGradOp);
+  CHECK(c.parallel.fsdp.state_dict_type == FsdpStateDictType::kShardedStateDict);
   CHECK_FALSE(c.parallel.fsdp.offload_to_cpu);
   CHECK_FALSE(c.parallel.fsdp.rank0_only);
   CHECK(contains(t.error("[parallel]\nstrategy = \"fsdp\"\n[parallel.fsdp]\nbackward_prefetch = \"PRE\"\n"),

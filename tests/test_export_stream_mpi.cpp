@@ -21,10 +21,12 @@
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/model/safetensors.h"
 #include "shardtrain/optim/param_layout.h"
+#include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/train_checkpoint.h"
 #include "support/mpi_ranks.h"
 

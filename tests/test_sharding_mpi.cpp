@@ -1,5 +1,5 @@
 // ShardedStrategy — zero2, zero3, fsdp, hybrid, optimizer offload — against
-// DDP, the reference (DESIGN.md decision 2): same initial weights, same
+// DDP, the reference (docs/DESIGN.md, "DDP is the reference"): same initial weights, same
 // batches, several steps with accumulation (first micro-step without sync) and
 // clipping; parameters, norms and AdamW state compared; memory really sharded
 // and parameters really freed; checkpoints that move between strategies and
@@ -24,11 +24,12 @@
 #include "support/mpi_ranks.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/parallel/ddp.h"
-#include "shardtrain/parallel/fsdp.h"
+#include "shardtrain/parallel/sharded.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_checkpoint.h"
 #include "shardtrain/train/trainer.h"
@@ -54,13 +55,13 @@ std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
   return model;
 }
 
-struct Batch {
+struct Inputs {
   at::Tensor ids, types, labels;
 };
 
 // The global batch of step s, micro-step m (kRowsPerWorldRank x world rows),
 // and the rows that rank `r` of a job of `size` ranks trains on.
-Batch slice_of_global(int s, int m, int r, int size) {
+Inputs slice_of_global(int s, int m, int r, int size) {
   const int64_t rows = kRowsPerWorldRank * world_size();
   at::manual_seed(9000 + 13 * s + m);
   const at::Tensor ids = torch::randint(1, 50, {rows, 7}, torch::kInt64);
@@ -73,15 +74,13 @@ Batch slice_of_global(int s, int m, int r, int size) {
 
 // One optimizer step of two micro-steps (the first without sync) as rank r of
 // a job of `size` ranks. Returns the gradient norm.
-double train_step(Strategy& strategy, BertForSequenceClassification& model, int s, int r, int size) {
-  strategy.zero_grad();
+double step_as(Strategy& strategy, BertForSequenceClassification& model, int s, int r, int size) {
+  std::vector<Batch> micro;
   for (int m = 0; m < 2; ++m) {
-    strategy.prepare_backward(m == 1);
-    const Batch in = slice_of_global(s, m, r, size);
-    (model.loss(model.forward(in.ids, in.types), in.labels) / 2).backward();
+    const Inputs in = slice_of_global(s, m, r, size);
+    micro.push_back(shardtrain_test::batch_of(in.ids, in.types, in.labels));
   }
-  strategy.finish_backward();
-  return strategy.step(kLr, kMaxGradNorm);
+  return train_step(strategy, model, micro, shardtrain_test::step_options(kLr, kMaxGradNorm, 2)).grad_norm;
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
@@ -101,7 +100,7 @@ std::vector<Variant> variants() {
   auto add = [&](const std::string& label, const std::string& strategy) -> ParallelConfig& {
     Variant v;
     v.label = label;
-    v.parallel.strategy = strategy;
+    v.parallel.strategy = parse_choice<StrategyKind>(strategy, "parallel.strategy");
     v.parallel.zero.stage3_prefetch_bucket_size = 0;
     v.parallel.zero.stage3_param_persistence_threshold = 0;
     out.push_back(v);
@@ -116,13 +115,13 @@ std::vector<Variant> variants() {
   add("zero3 reduce bucket", "zero3").zero.reduce_bucket_size = 3000;  // units go out in pairs
   ParallelConfig& fsdp = add("fsdp FULL_SHARD, forward prefetch, BACKWARD_POST", "fsdp");
   fsdp.fsdp.forward_prefetch = true;
-  fsdp.fsdp.backward_prefetch = "BACKWARD_POST";
-  add("fsdp SHARD_GRAD_OP", "fsdp").fsdp.sharding_strategy = "SHARD_GRAD_OP";
+  fsdp.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPost;
+  add("fsdp SHARD_GRAD_OP", "fsdp").fsdp.sharding_strategy = FsdpShardingStrategy::kShardGradOp;
   add("hybrid", "hybrid").ranks_per_node = W / 2;
-  add("zero3 offload", "zero3").offload_optimizer = "cpu";
+  add("zero3 offload", "zero3").offload_optimizer = OffloadDevice::kCpu;
   for (const char* strategy : {"zero3", "zero2", "hybrid", "fsdp"}) {
     ParallelConfig& copies = add(std::string(strategy) + " offload with host copies", strategy);
-    copies.offload_optimizer = "cpu";
+    copies.offload_optimizer = OffloadDevice::kCpu;
     copies.ranks_per_node = W / 2;  // hybrid only
     out.back().force_offload_copies = true;
   }
@@ -143,7 +142,7 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
     auto model = make_model(rank == 0 ? 5 : 7);  // differ on purpose: broadcast must fix it
     std::unique_ptr<Strategy> strategy;
     if (variant.force_offload_copies) {
-      ShardOptions forced = shard_options_for(variant.parallel, W, W);
+      ShardOptions forced = shard_options_for(variant.parallel, Topology::assume(rank, W, W, variant.parallel));
       forced.force_offload_copies = true;
       strategy = std::make_unique<ShardedStrategy>(*model, comm, adamw, forced);
     } else {
@@ -158,14 +157,14 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
     const int64_t numel = reference.layout().numel();
     CHECK(at::equal(strategy->flat_params().narrow(0, 0, numel), reference.flat_params().narrow(0, 0, numel)));
 
-    const ShardOptions options = shard_options_for(variant.parallel, W, W);
+    const ShardOptions options = shard_options_for(variant.parallel, Topology::assume(rank, W, W, variant.parallel));
     const bool stage3 = options.stage == 3;
     const int G = options.ranks_per_node > 0 && options.ranks_per_node < W ? options.ranks_per_node : W;
     bool clipped = false;
     for (int s = 0; s < 3; ++s) {
       CAPTURE(s);
-      const double ddp_norm = train_step(reference, *reference_model, s, rank, W);
-      const double norm = train_step(*strategy, *model, s, rank, W);
+      const double ddp_norm = step_as(reference, *reference_model, s, rank, W);
+      const double norm = step_as(*strategy, *model, s, rank, W);
       clipped = clipped || ddp_norm > kMaxGradNorm;
       CHECK(std::abs(norm - ddp_norm) <= kNormRelTolerance * ddp_norm);
       const double diff = max_diff(strategy->flat_params().narrow(0, 0, numel), reference.flat_params().narrow(0, 0, numel));
@@ -228,7 +227,7 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
       at::NoGradGuard no_grad;
       model->eval();
       reference_model->eval();
-      const Batch in = slice_of_global(7, 0, 0, 1);
+      const Inputs in = slice_of_global(7, 0, 0, 1);
       const double diff = max_diff(model->forward(in.ids, in.types), reference_model->forward(in.ids, in.types));
       CHECK(diff <= 1e-5);
       if (stage3 && options.persistence_threshold == 0)
@@ -274,15 +273,15 @@ TEST_CASE("a zero3 checkpoint resumes under other strategies and world sizes wit
   // The writer: zero3 with prefetch and persistent parameters (the most
   // scattered ownership), W ranks, 2 steps, a checkpoint, then a third step.
   ParallelConfig writer_config;
-  writer_config.strategy = "zero3";
+  writer_config.strategy = StrategyKind::kZero3;
   writer_config.zero.stage3_prefetch_bucket_size = 1000;
   writer_config.zero.stage3_param_persistence_threshold = 40;
   auto model = make_model(5);
   std::unique_ptr<Strategy> writer = make_strategy(writer_config, *model, comm, adamw);
-  for (int s = 0; s < 2; ++s) train_step(*writer, *model, s, rank, W);
+  for (int s = 0; s < 2; ++s) step_as(*writer, *model, s, rank, W);
   const std::string written = dir + "/zero3.h5";
   write_checkpoint(written, *writer, MPI_COMM_WORLD);
-  train_step(*writer, *model, 2, rank, W);
+  step_as(*writer, *model, 2, rank, W);
   const int64_t numel = writer->layout().numel();
   const at::Tensor after = writer->flat_params().narrow(0, 0, numel).clone();
 
@@ -302,7 +301,7 @@ TEST_CASE("a zero3 checkpoint resumes under other strategies and world sizes wit
     if (rank < r.ranks) {
       MpiCommunicator job_comm(job);
       ParallelConfig config;
-      config.strategy = r.strategy;
+      config.strategy = parse_choice<StrategyKind>(r.strategy, "parallel.strategy");
       config.ranks_per_node = r.ranks_per_node;
       auto fresh = make_model(11);
       std::unique_ptr<Strategy> reader = make_strategy(config, *fresh, job_comm, adamw);
@@ -325,7 +324,7 @@ TEST_CASE("a zero3 checkpoint resumes under other strategies and world sizes wit
       CHECK(at::equal(reader->flat_params().narrow(0, 0, numel).cpu(), a.params));
 
       // And it trains on: the third step (same global batch, split over r.ranks) lands where the writer's did.
-      train_step(*reader, *fresh, 2, rank, r.ranks);
+      step_as(*reader, *fresh, 2, rank, r.ranks);
       const double diff = max_diff(reader->flat_params().narrow(0, 0, numel), after);
       MESSAGE("zero3 at " << W << " ranks -> " << r.strategy << " at " << r.ranks
                           << " ranks: max |param - writer| after a step " << diff);
@@ -364,15 +363,15 @@ TEST_CASE("train() with zero3, fsdp, hybrid and offload ends like ddp; a zero3 r
 
   std::vector<std::pair<std::string, ParallelConfig>> runs;
   ParallelConfig p;
-  p.strategy = "zero3";
+  p.strategy = StrategyKind::kZero3;
   runs.emplace_back("zero3", p);
-  p.offload_optimizer = "cpu";
+  p.offload_optimizer = OffloadDevice::kCpu;
   runs.emplace_back("zero3_offload", p);
   p = ParallelConfig{};
-  p.strategy = "fsdp";
+  p.strategy = StrategyKind::kFsdp;
   runs.emplace_back("fsdp", p);
   p = ParallelConfig{};
-  p.strategy = "hybrid";
+  p.strategy = StrategyKind::kHybrid;
   p.ranks_per_node = W / 2;
   runs.emplace_back("hybrid", p);
   for (const auto& run : runs) {
@@ -390,7 +389,7 @@ TEST_CASE("train() with zero3, fsdp, hybrid and offload ends like ddp; a zero3 r
   // zero3 stopped after the checkpoint of step 2, resumed as hybrid.
   config.run.name = "moved";
   config.parallel = ParallelConfig{};
-  config.parallel.strategy = "zero3";
+  config.parallel.strategy = StrategyKind::kZero3;
   config.checkpoint.every_steps = 2;
   TrainOptions stop = shardtrain_test::quiet_train_options();
   stop.stop_after_step = 3;
@@ -400,14 +399,14 @@ TEST_CASE("train() with zero3, fsdp, hybrid and offload ends like ddp; a zero3 r
   for (const std::string strategy : {"zero3", "zero2"}) {
     RunConfig same = config;
     same.run.name = "same_" + strategy;
-    same.parallel.strategy = strategy;
+    same.parallel.strategy = parse_choice<StrategyKind>(strategy, "parallel.strategy");
     CHECK_FALSE(train(same, MPI_COMM_WORLD, stop).finished);
     const TrainResult again = train(same, MPI_COMM_WORLD, shardtrain_test::quiet_train_options());
     const double same_diff = max_diff(again.final_params, ddp.final_params);
     MESSAGE(strategy << " resumed as " << strategy << " at " << W << " ranks: max |param difference| " << same_diff);
     CHECK(same_diff < 1e-5);
   }
-  config.parallel.strategy = "hybrid";
+  config.parallel.strategy = StrategyKind::kHybrid;
   config.parallel.ranks_per_node = W / 2;
   const TrainResult resumed = train(config, MPI_COMM_WORLD, shardtrain_test::quiet_train_options());
   CHECK(resumed.finished);

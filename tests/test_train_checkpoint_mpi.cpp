@@ -19,11 +19,14 @@
 
 #include "support/mpi_ranks.h"
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/optim/param_layout.h"
+#include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/train_checkpoint.h"
+#include "shardtrain/train/train_step.h"
 #include "support/checkpoint_state.h"
 
 using namespace shardtrain;

@@ -18,6 +18,7 @@
 #include "support/mpi_ranks.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/tokenizer.h"
@@ -151,7 +152,7 @@ TEST_CASE("eval counts every example once; checkpoints hold the parameters by na
   config.train.num_epochs = 3;
   config.checkpoint.num_to_keep = 1;
   config.checkpoint.score_attribute = "eval_loss";
-  config.checkpoint.score_order = "min";
+  config.checkpoint.score_order = ScoreOrder::kMin;
   const TrainResult result = train(config, MPI_COMM_WORLD, quiet());
   REQUIRE(result.finished);
   REQUIRE(result.reports.size() == 3);

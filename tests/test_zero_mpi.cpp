@@ -1,4 +1,4 @@
-// ZeroStrategy (stage 1) against DDP, the reference (DESIGN.md decision 2):
+// ZeroStrategy (stage 1) against DDP, the reference (docs/DESIGN.md, "DDP is the reference"):
 // same initial weights, same per-rank batches, K steps, parameters and
 // gradient norms compared after every step; optimizer state really sharded;
 // checkpoints exchanged between ddp / zero1 / zero2 and world sizes; and the
@@ -30,12 +30,13 @@
 #include "support/mpi_ranks.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/bert.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/make_strategy.h"
-#include "shardtrain/parallel/zero.h"
+#include "shardtrain/parallel/zero1.h"
 #include "shardtrain/train/train_checkpoint.h"
 #include "shardtrain/train/trainer.h"
 
@@ -92,15 +93,13 @@ std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
 
 // One optimizer step of two accumulated micro-steps (the first without sync),
 // this rank standing for data-ranks [first, first + count). Returns the norm.
-double train_step(Strategy& strategy, BertForSequenceClassification& model, int first, int count, int s) {
-  strategy.zero_grad();
+double step_as(Strategy& strategy, BertForSequenceClassification& model, int first, int count, int s) {
+  std::vector<Batch> micro;
   for (int m = 0; m < 2; ++m) {
-    strategy.prepare_backward(m == 1);
     const Inputs in = concatenated(first, count, s, m);
-    (model.loss(model.forward(in.ids, in.types), in.labels) / 2).backward();
+    micro.push_back(shardtrain_test::batch_of(in.ids, in.types, in.labels));
   }
-  strategy.finish_backward();
-  return strategy.step(kLr, kMaxGradNorm);
+  return train_step(strategy, model, micro, shardtrain_test::step_options(kLr, kMaxGradNorm, 2)).grad_norm;
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
@@ -116,10 +115,10 @@ ZeroOptions zero_options(int64_t allgather_bucket_size) {
 }
 
 // parallel.strategy = name, buckets as small as zero_options'.
-std::unique_ptr<Strategy> strategy_named(const std::string& name, BertForSequenceClassification& model,
+std::unique_ptr<Strategy> strategy_named(StrategyKind kind, BertForSequenceClassification& model,
                                          Communicator& comm) {
   ParallelConfig parallel;
-  parallel.strategy = name;
+  parallel.strategy = kind;
   parallel.bucket_cap_mb = 0.004;
   return make_strategy(parallel, model, comm, AdamWOptions{});
 }
@@ -170,8 +169,8 @@ TEST_CASE("ZeRO stage 1 trains exactly like DDP, with the optimizer state sharde
     bool clipped = false;
     for (int s = 0; s < 3; ++s) {
       CAPTURE(s);
-      const double ddp_norm = train_step(reference, *reference_model, rank, 1, s);
-      const double zero_norm = train_step(zero, *model, rank, 1, s);
+      const double ddp_norm = step_as(reference, *reference_model, rank, 1, s);
+      const double zero_norm = step_as(zero, *model, rank, 1, s);
       clipped = clipped || ddp_norm > kMaxGradNorm;
       CHECK(std::abs(zero_norm - ddp_norm) <= kNormRelTolerance * ddp_norm);
       const double diff = max_diff(zero.flat_params(), reference.flat_params());
@@ -190,8 +189,8 @@ TEST_CASE("ZeRO stage 1 trains exactly like DDP, with the optimizer state sharde
     CHECK(max_diff(zero.flat_params(), initial) > kLr / 2);  // training moved the parameters
 
     // Same AdamW state as DDP's over this rank's shard (checkpoint_part covers S_r for both).
-    const FlatPart mine = zero.checkpoint_part();
-    const FlatPart theirs = reference.checkpoint_part();
+    const FlatPart mine = zero.checkpoint_parts().front();
+    const FlatPart theirs = reference.checkpoint_parts().front();
     REQUIRE(mine.begin == theirs.begin);
     REQUIRE(mine.params.numel() == theirs.params.numel());
     CHECK(max_diff(mine.exp_avg, theirs.exp_avg) <= 1e-7);  // |m| ~ |g| < 1: ulps of it
@@ -232,6 +231,7 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
 
   const std::vector<std::pair<std::string, std::string>> pairs = {
       {"ddp", "zero2"}, {"zero2", "ddp"}, {"zero1", "zero2"}, {"zero2", "zero1"}};
+  auto kind = [](const std::string& name) { return parse_choice<StrategyKind>(name, "parallel.strategy"); };
   for (const auto& pair : pairs) {
     const std::string& writer_name = pair.first;
     const std::string& reader_name = pair.second;
@@ -241,22 +241,22 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
 
     // Writer: W ranks, 2 steps, checkpoint, then a third step (the reference).
     auto model = make_model(5);
-    std::unique_ptr<Strategy> writer = strategy_named(writer_name, *model, comm);
+    std::unique_ptr<Strategy> writer = strategy_named(kind(writer_name), *model, comm);
     CHECK(writer->name() == writer_name);
-    for (int s = 0; s < 2; ++s) train_step(*writer, *model, rank, 1, s);
+    for (int s = 0; s < 2; ++s) step_as(*writer, *model, rank, 1, s);
     TrainState state;
     state.step = writer->optimizer_step();
     state.world_size = W;
     state.strategy = writer->name();
     write_train_checkpoint(path, flat_tensors(writer->layout()), writer->checkpoint_parts(), state, MPI_COMM_WORLD);
     const at::Tensor saved = writer->flat_params().clone();
-    train_step(*writer, *model, rank, 1, 2);
+    step_as(*writer, *model, rank, 1, 2);
     const at::Tensor after = writer->flat_params().clone();
 
     // Same world size, the reader strategy: the state it loads continues identically.
     {
       auto fresh = make_model(9);
-      std::unique_ptr<Strategy> reader = strategy_named(reader_name, *fresh, comm);
+      std::unique_ptr<Strategy> reader = strategy_named(kind(reader_name), *fresh, comm);
       CheckpointReader file(path, MPI_COMM_WORLD);
       CHECK(read_train_state(file).strategy == writer_name);
       std::vector<FlatPart> parts = reader->checkpoint_parts();
@@ -264,7 +264,7 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
       reader->finish_load(read_train_state(file).step);
       CHECK(reader->optimizer_step() == 2);
       CHECK(at::equal(reader->flat_params(), saved));  // float32 stored as float32: exact
-      train_step(*reader, *fresh, rank, 1, 2);
+      step_as(*reader, *fresh, rank, 1, 2);
       const double diff = max_diff(reader->flat_params(), after);
       MESSAGE(writer_name << " -> " << reader_name << " at " << W << " ranks: max |param - writer| after a step "
                           << diff);
@@ -275,14 +275,14 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
     if (reads) {
       MpiCommunicator half(reader_comm);
       auto fresh = make_model(11);
-      std::unique_ptr<Strategy> reader = strategy_named(reader_name, *fresh, half);
+      std::unique_ptr<Strategy> reader = strategy_named(kind(reader_name), *fresh, half);
       CheckpointReader file(path, reader_comm);
       std::vector<FlatPart> parts = reader->checkpoint_parts();
       read_train_parts(file, flat_tensors(reader->layout()), parts, true);
       reader->finish_load(read_train_state(file).step);
       const int64_t numel = reader->layout().numel();
       CHECK(at::equal(reader->flat_params().narrow(0, 0, numel), saved.narrow(0, 0, numel)));
-      train_step(*reader, *fresh, 2 * rank, 2, 2);
+      step_as(*reader, *fresh, 2 * rank, 2, 2);
       // One mean over 6 examples instead of two means over 3 averaged: fp32 sums in another order.
       const double diff = max_diff(reader->flat_params().narrow(0, 0, numel), after.narrow(0, 0, numel));
       MESSAGE(writer_name << " at " << W << " ranks -> " << reader_name << " at " << reader_size
@@ -305,10 +305,10 @@ TEST_CASE("make_strategy builds every parallel.strategy and refuses what does no
   };
   ParallelConfig p;
   for (const std::string name : {"ddp", "zero1", "zero2", "zero3"}) {
-    p.strategy = name;
+    p.strategy = parse_choice<StrategyKind>(name, "parallel.strategy");
     CHECK(built(p) == name);
   }
-  p.strategy = "hybrid";
+  p.strategy = StrategyKind::kHybrid;
   p.ranks_per_node = W / 2;
   CHECK(built(p) == "hybrid");
   p.ranks_per_node = W;  // one node: nothing to replicate across, full sharding
@@ -316,22 +316,20 @@ TEST_CASE("make_strategy builds every parallel.strategy and refuses what does no
   p.ranks_per_node = 3;  // does not divide 2 or 4
   CHECK(error_of([&] { built(p); }).find("parallel.ranks_per_node") != std::string::npos);
   p = ParallelConfig{};
-  p.strategy = "fsdp";
+  p.strategy = StrategyKind::kFsdp;
   const std::vector<std::pair<std::string, std::string>> fsdp = {
       {"FULL_SHARD", "zero3"}, {"SHARD_GRAD_OP", "zero2"}, {"NO_SHARD", "ddp"}};
   for (const auto& pair : fsdp) {
-    p.fsdp.sharding_strategy = pair.first;
+    p.fsdp.sharding_strategy = parse_choice<FsdpShardingStrategy>(pair.first, "parallel.fsdp.sharding_strategy");
     CHECK(built(p) == pair.second);
   }
-  p.fsdp.sharding_strategy = "FULL";
-  CHECK(error_of([&] { built(p); }).find("parallel.fsdp.sharding_strategy = \"FULL\"") != std::string::npos);
+  // Names that are not choices never get this far: the config parser refuses them.
+  CHECK(error_of([&] { parse_choice<FsdpShardingStrategy>("FULL", "parallel.fsdp.sharding_strategy"); }) ==
+        "parallel.fsdp.sharding_strategy = 'FULL': allowed values are \"FULL_SHARD\", \"SHARD_GRAD_OP\", "
+        "\"NO_SHARD\", \"HYBRID_SHARD\"");
   p = ParallelConfig{};
-  p.offload_optimizer = "cpu";
+  p.offload_optimizer = OffloadDevice::kCpu;
   CHECK(error_of([&] { built(p); }).find("needs a sharded strategy") != std::string::npos);
-  p.strategy = "zero";
-  p.offload_optimizer = "none";
-  CHECK(error_of([&] { built(p); }) ==
-        "parallel.strategy = \"zero\" is not one of ddp, zero1, zero2, zero3, fsdp, hybrid");
 }
 
 // ---- the training job end to end (helpers as in test_train_mpi.cpp) ----
@@ -367,7 +365,7 @@ TEST_CASE("train() with zero1 / zero2 ends like ddp; a ddp checkpoint resumes wi
   // test_train_mpi.cpp's 1e-5 bound for a whole run.
   for (const std::string name : {"zero1", "zero2"}) {
     config.run.name = name;
-    config.parallel.strategy = name;
+    config.parallel.strategy = parse_choice<StrategyKind>(name, "parallel.strategy");
     const TrainResult zero = train(config, MPI_COMM_WORLD, quiet());
     CHECK(zero.finished);
     CHECK(zero.steps == ddp.steps);
@@ -379,7 +377,7 @@ TEST_CASE("train() with zero1 / zero2 ends like ddp; a ddp checkpoint resumes wi
   // ddp on W ranks stopped after the checkpoint of step 3, resumed with zero2
   // on W/2 ranks with twice the per-rank batch (same global batch).
   config.run.name = "moved";
-  config.parallel.strategy = "ddp";
+  config.parallel.strategy = StrategyKind::kDdp;
   config.checkpoint.every_steps = 3;
   TrainOptions stop = quiet();
   stop.stop_after_step = 4;
@@ -389,7 +387,7 @@ TEST_CASE("train() with zero1 / zero2 ends like ddp; a ddp checkpoint resumes wi
   MPI_Comm_split(MPI_COMM_WORLD, rank < W / 2 ? 0 : MPI_UNDEFINED, rank, &half);
   if (rank < W / 2) {
     RunConfig resumed = config;
-    resumed.parallel.strategy = "zero2";
+    resumed.parallel.strategy = StrategyKind::kZero2;
     resumed.train.batch_size = config.train.batch_size * 2;
     const TrainResult second = train(resumed, half, quiet());
     CHECK(second.finished);

@@ -10,9 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -488,6 +486,7 @@ CheckpointWriter::~CheckpointWriter() {
 
 const std::string& CheckpointWriter::final_path() const { return impl_->final_path; }
 const std::string& CheckpointWriter::temporary_path() const { return impl_->temporary_path; }
+MPI_Comm CheckpointWriter::comm() const { return impl_->comm; }
 
 void CheckpointWriter::write_group(const std::string& group, const std::vector<TensorSlice>& slices) {
   Impl& w = *impl_;
@@ -881,34 +880,6 @@ std::vector<uint8_t> CheckpointReader::bytes_attribute(const std::string& key) c
   std::vector<uint8_t> value(static_cast<size_t>(H5Sget_simple_extent_npoints(space.get())));
   if (!value.empty()) ST_CHECK_HDF5(H5Aread(attribute.get(), H5T_NATIVE_UINT8, value.data()));
   return value;
-}
-
-// ---- run directory -----------------------------------------------------------------
-
-std::string checkpoint_path(const std::string& run_dir, int64_t index) {
-  char name[64];
-  std::snprintf(name, sizeof(name), "checkpoint_%06lld.h5", static_cast<long long>(index));
-  return run_dir + "/" + name;
-}
-
-std::string latest_checkpoint(const std::string& run_dir) {
-  DIR* directory = opendir(run_dir.c_str());
-  if (!directory) return "";
-  static const std::regex pattern(R"(checkpoint_([0-9]+)\.h5)");
-  std::string best_name;
-  long long best_index = -1;
-  while (dirent* entry = readdir(directory)) {
-    std::string name = entry->d_name;
-    std::smatch match;
-    if (!std::regex_match(name, match, pattern)) continue;
-    long long index = std::stoll(match[1].str());
-    if (index > best_index) {
-      best_index = index;
-      best_name = name;
-    }
-  }
-  closedir(directory);
-  return best_name.empty() ? "" : run_dir + "/" + best_name;
 }
 
 }  // namespace shardtrain

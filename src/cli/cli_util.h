@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "shardtrain/comm/rank0.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 
@@ -51,22 +52,7 @@ void with_flag_names(F&& body) {
 // reports it once with exit status 2 instead of aborting the job.
 template <class F>
 void on_rank0_for_all(const World& world, F&& body) {
-  std::string message;
-  if (world.rank() == 0) {
-    try {
-      body();
-    } catch (const Error& e) {
-      message = e.what();
-      if (message.empty()) message = "error";
-    }
-  }
-  if (world.size() > 1) {
-    int length = static_cast<int>(message.size());
-    MPI_Bcast(&length, 1, MPI_INT, 0, world.comm());
-    message.resize(static_cast<size_t>(length));
-    if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, 0, world.comm());
-  }
-  if (!message.empty()) throw Error(message);
+  run_on_rank0(world.comm(), std::forward<F>(body));
 }
 
 }  // namespace shardtrain

@@ -19,7 +19,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/hf_folder.h"
-#include "shardtrain/train/train_checkpoint.h"
+#include "shardtrain/train/checkpoint_model.h"
 
 namespace shardtrain {
 namespace {
@@ -79,7 +79,7 @@ void run_export(const World& world, const ExportFlags& flags) {
   on_rank0_for_all(world, [&] { check_paths(flags); });
 
   // Rank 0 alone streams the weights, one tensor at a time; the model is never
-  // built, so no rank holds more than one tensor (train_checkpoint.h).
+  // built, so no rank holds more than one tensor (train/checkpoint_model.h).
   CheckpointExport exported;
   on_rank0_for_all(world, [&] {
     const fs::path folder(flags.output);

@@ -20,7 +20,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/bert.h"
-#include "shardtrain/train/train_checkpoint.h"
+#include "shardtrain/train/checkpoint_model.h"
 
 namespace shardtrain {
 namespace {

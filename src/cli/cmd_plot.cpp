@@ -11,9 +11,9 @@
 #include "cli/commands.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/core/files.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/curves.h"
+#include "shardtrain/train/run_folder.h"
 
 namespace shardtrain {
 namespace {

@@ -18,8 +18,6 @@
 namespace shardtrain {
 namespace {
 
-using Choices = std::vector<std::string>;
-
 // ---- value conversion: one function per field type ------------------------
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
@@ -48,6 +46,13 @@ void parse_value(const std::string& key, const std::string& text, std::optional<
   double value = 0;
   parse_value(key, text, value);
   out = value;
+}
+
+template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+void parse_value(const std::string& key, const std::string& text, E& out) {
+  const std::optional<E> value = find_choice<E>(text);
+  if (!value) throw Error(key + " = " + quote(text) + ": allowed values are " + quoted_list(choice_names<E>()));
+  out = *value;
 }
 
 void parse_value(const std::string& key, const std::string& text, bool& out) {
@@ -86,6 +91,10 @@ std::string toml_value(const std::string& v) {
 std::string toml_value(int64_t v) { return std::to_string(v); }
 std::string toml_value(double v) { return format_double(v); }
 std::string toml_value(bool v) { return v ? "true" : "false"; }
+template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+std::string toml_value(E v) {
+  return toml_value(std::string(choice_name(v)));
+}
 
 // ---- helpers ----------------------------------------------------------------
 
@@ -131,12 +140,6 @@ bool is_dir(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
 }
 
-std::string join(const Choices& choices) {
-  std::string out;
-  for (const auto& c : choices) out += (out.empty() ? "" : ", ") + std::string("\"") + c + "\"";
-  return out;
-}
-
 // A TOML value as the text parse_value() reads, after checking that its TOML
 // type fits the field: a string where a string belongs, a number where a
 // number belongs (an integer is a fine float), a boolean for a flag.
@@ -153,7 +156,7 @@ std::string text_of(const std::string& key, const toml::node& node, const std::s
     else shown << "a date or time";
     return Error(key + ": expected " + expected + ", got " + shown.str() + where);
   };
-  if constexpr (std::is_same_v<Field, std::string>) {
+  if constexpr (std::is_same_v<Field, std::string> || is_choice_v<Field>) {
     if (!node.is_string()) throw wrong("a string (in quotes)");
     return node.as_string()->get();
   } else if constexpr (std::is_same_v<Field, bool>) {
@@ -174,20 +177,20 @@ std::string text_of(const std::string& key, const toml::node& node, const std::s
 void assign(RunConfig& config, const std::string& key, const std::string* text, const toml::node* node,
             const std::string& where) {
   bool found = false;
-  visit_config_keys(config, [&](const char* name, auto& field, const char*, const Choices& choices) {
+  visit_config_keys(config, [&](const char* name, auto& field, const char*) {
     if (found || key != name) return;
     found = true;
     using Field = std::decay_t<decltype(field)>;
     using Scalar = std::conditional_t<std::is_same_v<Field, std::optional<double>>, double, Field>;
     const std::string value = node ? text_of<Scalar>(key, *node, where) : *text;
+    if constexpr (is_choice_v<Field>) {
+      if (!find_choice<Field>(value))
+        throw Error(key + " = " + quote(value) + where + ": allowed values are " + quoted_list(choice_names<Field>()));
+    }
     try {
       parse_value(key, value, field);
     } catch (const Error& e) {
       throw Error(std::string(e.what()) + where);
-    }
-    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>) {
-      if (!choices.empty() && std::find(choices.begin(), choices.end(), value) == choices.end())
-        throw Error(key + " = " + quote(value) + where + ": allowed values are " + join(choices));
     }
   });
   if (!found) throw Error("unknown key " + quote(key) + where + suggestion_for(key));
@@ -232,7 +235,7 @@ std::string extension_of(const std::string& path) {
 std::vector<std::string> config_key_names() {
   std::vector<std::string> names;
   RunConfig config;
-  visit_config_keys(config, [&](const char* name, auto&, const char*, const Choices&) { names.push_back(name); });
+  visit_config_keys(config, [&](const char* name, auto&, const char*) { names.push_back(name); });
   return names;
 }
 
@@ -259,11 +262,11 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
   // Derived values: filled once here so nothing downstream guesses them.
   if (config.run.name.empty()) config.run.name = file.empty() ? "shardtrain" : stem_of(file);
   if (config.model.vocab.empty() && !config.model.path.empty()) config.model.vocab = config.model.path + "/vocab.txt";
-  if (config.data.format == "auto" && !config.data.train_file.empty()) {
+  if (config.data.format == FileFormat::kAuto && !config.data.train_file.empty()) {
     const std::string ext = extension_of(config.data.train_file);
-    if (ext == "tsv") config.data.format = "tsv";
-    else if (ext == "csv") config.data.format = "csv";
-    else if (ext == "jsonl" || ext == "json") config.data.format = "jsonl";
+    if (ext == "tsv") config.data.format = FileFormat::kTsv;
+    else if (ext == "csv") config.data.format = FileFormat::kCsv;
+    else if (ext == "jsonl" || ext == "json") config.data.format = FileFormat::kJsonl;
     else
       throw Error("data.format: cannot tell the format of " + quote(config.data.train_file) +
                   " from its extension; set data.format to \"tsv\", \"csv\" or \"jsonl\"");
@@ -309,7 +312,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   };
 
   // model
-  if (c.model.init == "pretrained") {
+  if (c.model.init == ModelInit::kPretrained) {
     require(!c.model.path.empty(),
             "model.init = \"pretrained\" needs model.path (a HF model folder); for a random model set "
             "model.init = \"random\" and model.config");
@@ -360,8 +363,8 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   non_negative("train.eval_every_steps", static_cast<double>(c.train.eval_every_steps));
   positive("train.log_every_steps", static_cast<double>(c.train.log_every_steps));
   validate_lr_schedule_config(c.train, keys_set);
-  if (c.train.mixed_precision == "fp16")
-    require(c.run.device == "cuda",
+  if (c.train.mixed_precision == Precision::kFp16)
+    require(c.run.device == Device::kCuda,
             "train.mixed_precision = \"fp16\" needs run.device = \"cuda\" (fp16 with loss scaling is a GPU "
             "mode); on CPU use \"no\" (fp32: bf16 is not implemented yet either)");
 
@@ -382,13 +385,15 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
                  static_cast<double>(z.stage3_param_persistence_threshold));
     // As for parallel.fsdp.*: a printed config writes every key, so only a changed value counts.
     const ZeroConfig defaults;
-    const std::string& strategy = c.parallel.strategy;
-    const bool sharded = strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "hybrid";
-    const bool params_sharded = strategy == "zero3" || strategy == "hybrid";
+    const StrategyKind strategy = c.parallel.strategy;
+    const bool sharded = strategy == StrategyKind::kZero1 || strategy == StrategyKind::kZero2 ||
+                         strategy == StrategyKind::kZero3 || strategy == StrategyKind::kHybrid;
+    const bool params_sharded = strategy == StrategyKind::kZero3 || strategy == StrategyKind::kHybrid;
     auto only_for = [&](const char* key, bool same, bool applies, const char* strategies) {
       require(same || !keys_set.count(key) || applies,
-              std::string(key) + " only applies when parallel.strategy is " + strategies + " (it is \"" + strategy +
-                  "\")" + (strategy == "fsdp" ? "; for fsdp use parallel.fsdp.*" : ""));
+              std::string(key) + " only applies when parallel.strategy is " + strategies + " (it is \"" +
+                  choice_name(strategy) + "\")" +
+                  (strategy == StrategyKind::kFsdp ? "; for fsdp use parallel.fsdp.*" : ""));
     };
     const char* kSharded = "\"zero1\", \"zero2\", \"zero3\" or \"hybrid\"";
     const char* kParamsSharded = "\"zero3\" or \"hybrid\" (parameters are sharded only there)";
@@ -415,12 +420,12 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
             "parallel.zero.reduce_bucket_size and parallel.bucket_cap_mb are both set (two sizes for the gradient "
             "buckets); keep one");
   }
-  if (c.parallel.strategy != "fsdp") {
+  if (c.parallel.strategy != StrategyKind::kFsdp) {
     // Printing a resolved config writes every key, so only a changed value counts.
     const FsdpConfig defaults;
     auto unchanged = [&](const char* key, bool same) {
       require(same || !keys_set.count(key), std::string(key) + " only applies when parallel.strategy = \"fsdp\" (it is \"" +
-                                                c.parallel.strategy + "\")");
+                                                choice_name(c.parallel.strategy) + "\")");
     };
     unchanged("parallel.fsdp.sharding_strategy", c.parallel.fsdp.sharding_strategy == defaults.sharding_strategy);
     unchanged("parallel.fsdp.state_dict_type", c.parallel.fsdp.state_dict_type == defaults.state_dict_type);
@@ -438,7 +443,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
     const auto& names = known_metric_names();
     require(std::find(names.begin(), names.end(), c.checkpoint.score_attribute) != names.end(),
             "checkpoint.score_attribute = " + quote(c.checkpoint.score_attribute) + ": allowed values are " +
-                join(names));
+                quoted_list(names));
     if (c.checkpoint.score_attribute.rfind("eval_", 0) == 0)
       require(!c.data.eval_file.empty(), "checkpoint.score_attribute = " + quote(c.checkpoint.score_attribute) +
                                              " needs data.eval_file (there is nothing to evaluate)");
@@ -453,7 +458,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
                            static_cast<long long>(c.run.max_failures)));
   positive("run.collective_timeout_s", c.run.collective_timeout_s);
 #ifndef SHARDTRAIN_HAVE_NCCL
-  require(c.run.device != "cuda",
+  require(c.run.device != Device::kCuda,
           "run.device = \"cuda\": this build of shardtrain has no CUDA/NCCL support; rebuild with the CUDA "
           "toolkit and NCCL installed, or use run.device = \"cpu\"");
 #endif
@@ -462,7 +467,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
 std::string config_to_toml(const RunConfig& config) {
   std::ostringstream out;
   std::string section;
-  visit_config_keys(config, [&](const char* name, const auto& field, const char* help, const Choices& choices) {
+  visit_config_keys(config, [&](const char* name, const auto& field, const char*) {
     const std::string key = name;
     const size_t dot = key.rfind('.');
     const std::string key_section = key.substr(0, dot);

@@ -38,15 +38,15 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& command) {
   command.add_option("-c,--config", flags->file, "run config (TOML: [model] [data] [train] [parallel] [checkpoint] [run])")
       ->check(CLI::ExistingFile);
   RunConfig defaults;
-  visit_config_keys(defaults, [&](const char* name, const auto& field, const char* help,
-                                  const std::vector<std::string>& choices) {
+  visit_config_keys(defaults, [&](const char* name, const auto& field, const char* help) {
     using Field = std::decay_t<decltype(field)>;
-    std::string type = std::is_same_v<Field, std::string> ? "TEXT"
-                       : std::is_same_v<Field, bool>      ? "BOOL"
-                       : std::is_same_v<Field, int64_t>   ? "INT"
-                                                          : "FLOAT";
+    std::string type = std::is_same_v<Field, std::string> || is_choice_v<Field> ? "TEXT"
+                       : std::is_same_v<Field, bool>                            ? "BOOL"
+                       : std::is_same_v<Field, int64_t>                         ? "INT"
+                                                                                : "FLOAT";
     std::string description = help;
-    if (!choices.empty()) {
+    if constexpr (is_choice_v<Field>) {
+      const std::vector<std::string> choices = choice_names<Field>();
       description += " {";
       for (size_t i = 0; i < choices.size(); ++i) description += (i ? "," : "") + choices[i];
       description += "}";

@@ -24,6 +24,10 @@ std::string text(double value) { return shortest_text(value); }
 std::string text(int64_t value) { return std::to_string(value); }
 std::string text(bool value) { return value ? "true" : "false"; }
 std::string text(const std::string& value) { return "\"" + value + "\""; }
+template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+std::string text(E value) {
+  return text(std::string(choice_name(value)));
+}
 
 bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
 
@@ -217,7 +221,7 @@ void Resolver::run(const json& root) {
 void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::string& bf16_name) {
   // Absent or "auto": Accelerate takes it from its mixed_precision (ours: train.mixed_precision).
   // A section without "enabled" is off, as in DeepSpeed.
-  auto enabled = [&](const json* section, const std::string& name, const char* precision) -> std::optional<bool> {
+  auto enabled = [&](const json* section, const std::string& name, Precision precision) -> std::optional<bool> {
     const bool from_run = c_.train.mixed_precision == precision;
     const std::string key = name + ".enabled";
     if (!section) return from_run;
@@ -230,8 +234,8 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
     }
     return boolean(key, *value);
   };
-  const std::optional<bool> use_fp16 = enabled(fp16, "fp16", "fp16");
-  const std::optional<bool> use_bf16 = enabled(bf16, bf16_name, "bf16");
+  const std::optional<bool> use_fp16 = enabled(fp16, "fp16", Precision::kFp16);
+  const std::optional<bool> use_bf16 = enabled(bf16, bf16_name, Precision::kBf16);
   if (!use_fp16 || !use_bf16) return;
 
   if (fp16 && fp16->is_object()) {
@@ -272,7 +276,7 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
             "fp16 and " + bf16_name + " are both enabled; enable at most one");
     return;
   }
-  if (*use_fp16 && (!context_.cuda_build || c_.run.device != "cuda")) {
+  if (*use_fp16 && (!context_.cuda_build || c_.run.device != Device::kCuda)) {
     const std::string why = !context_.cuda_build ? "this build of shardtrain has no CUDA" : "run.device is \"cpu\"";
     problem("fp16.enabled", fp16 ? find(*fp16, "enabled") : nullptr,
             "fp16 with dynamic loss scaling is a GPU mode and " + why +
@@ -283,7 +287,7 @@ void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::
                 "yet and refuses it");
     return;
   }
-  const std::string precision = *use_fp16 ? "fp16" : *use_bf16 ? "bf16" : "no";
+  const Precision precision = *use_fp16 ? Precision::kFp16 : *use_bf16 ? Precision::kBf16 : Precision::kNo;
   if (assign("train.mixed_precision", c_.train.mixed_precision, precision, "fp16.enabled / " + bf16_name + ".enabled",
              fp16 ? fp16 : bf16))
     out.lines.push_back("fp16.enabled = " + text(*use_fp16) + ", " + bf16_name + ".enabled = " + text(*use_bf16) +
@@ -304,8 +308,9 @@ void Resolver::resolve_zero(const json* zero) {
       stage = *n;
     }
   }
-  static const char* kStrategies[] = {"ddp", "zero1", "zero2", "zero3"};
-  const std::string strategy = kStrategies[stage];
+  static const StrategyKind kStrategies[] = {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2,
+                                             StrategyKind::kZero3};
+  const StrategyKind strategy = kStrategies[stage];
   const json* stage_value = zero ? find(*zero, "stage") : nullptr;
   if (assign("parallel.strategy", c_.parallel.strategy, strategy, "zero_optimization.stage", stage_value, false))
     line("zero_optimization.stage", stage_value, "parallel.strategy = " + text(strategy) +
@@ -321,7 +326,7 @@ void Resolver::resolve_zero(const json* zero) {
   z.stage3_prefetch_bucket_size = 50000000;
   z.stage3_param_persistence_threshold = 100000;
   z.gather_16bit_weights_on_model_save = false;
-  std::string offload = "none";
+  OffloadDevice offload = OffloadDevice::kNone;
   std::set<std::string> given;
 
   auto not_used = [&](const std::string& key, const json& v, const char* below) {
@@ -374,7 +379,7 @@ void Resolver::resolve_zero(const json* zero) {
           if (sub.key() == "device") {
             const std::string device = sv.is_string() ? sv.get<std::string>() : "";
             if (device == "none" || (device == "cpu" && name == "offload_optimizer")) {
-              if (name == "offload_optimizer") offload = device;
+              if (name == "offload_optimizer") offload = parse_choice<OffloadDevice>(device, sub_key);
               else line(sub_key, &sv, "accepted (parameters stay in device memory)");
             } else if (name == "offload_param" && device == "cpu") {
               problem(sub_key, &sv, "parameter offload is not implemented (optimizer offload is: "
@@ -434,7 +439,7 @@ void Resolver::resolve_zero(const json* zero) {
   if (zero)
     if (const json* o = find(*zero, "offload_optimizer"); o && o->is_object()) device = find(*o, "device");
   if (stage == 0) {
-    if (offload != "none")
+    if (offload != OffloadDevice::kNone)
       problem("zero_optimization.offload_optimizer.device", device, "optimizer offload needs ZeRO stage 1, 2 or 3");
     return;
   }
@@ -678,9 +683,10 @@ void Resolver::resolve_scheduler(const json* scheduler) {
                                   {"warmup_type", "WDC"},   {"total_num_steps", "DC"}, {"warmup_min_ratio", "C"},
                                   {"cos_min_ratio", "C"},   {"last_batch_iteration", "WDC"}};
   char letter = 0;
-  if (type_name == "WarmupLR") letter = 'W';
-  else if (type_name == "WarmupDecayLR") letter = 'D';
-  else if (type_name == "WarmupCosineLR") letter = 'C';
+  LrSchedulerType kind = LrSchedulerType::kLinear;
+  if (type_name == "WarmupLR") letter = 'W', kind = LrSchedulerType::kWarmupLR;
+  else if (type_name == "WarmupDecayLR") letter = 'D', kind = LrSchedulerType::kWarmupDecayLR;
+  else if (type_name == "WarmupCosineLR") letter = 'C', kind = LrSchedulerType::kWarmupCosineLR;
   if (!letter) {
     problem("scheduler.type", type,
             type_name == "LRRangeTest" || type_name == "OneCycle"
@@ -688,8 +694,8 @@ void Resolver::resolve_scheduler(const json* scheduler) {
                 : "expected \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"");
     return;
   }
-  if (assign("train.lr_scheduler_type", c_.train.lr_scheduler_type, type_name, "scheduler.type", type, false))
-    line("scheduler.type", type, "train.lr_scheduler_type = " + text(type_name));
+  if (assign("train.lr_scheduler_type", c_.train.lr_scheduler_type, kind, "scheduler.type", type, false))
+    line("scheduler.type", type, "train.lr_scheduler_type = " + text(kind));
   const json empty = json::object();
   const json* params = find(*scheduler, "params");
   if (params && !object("scheduler.params", *params)) return;
@@ -767,17 +773,16 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   }
   {
     const json* v = find(*params, "warmup_type");
-    std::string value = "log";  // DeepSpeed's default
+    std::optional<WarmupType> value = WarmupType::kLog;  // DeepSpeed's default
+    if (v) value = v->is_string() ? find_choice<WarmupType>(v->get<std::string>()) : std::nullopt;
     bool ok = true;
-    if (v && v->is_string() && (v->get<std::string>() == "log" || v->get<std::string>() == "linear")) {
-      value = v->get<std::string>();
-    } else if (v) {
+    if (!value) {
       // DeepSpeed would warn and use "log".
       problem(key_of("warmup_type"), v, "expected \"log\" or \"linear\"");
       ok = false;
     }
-    if (ok && assign(kw + "warmup_type", k.warmup_type, value, key_of("warmup_type"), v, false))
-      line(key_of("warmup_type"), v, kw + "warmup_type = " + text(value) + (v ? "" : " (DeepSpeed's default)"));
+    if (ok && assign(kw + "warmup_type", k.warmup_type, *value, key_of("warmup_type"), v, false))
+      line(key_of("warmup_type"), v, kw + "warmup_type = " + text(*value) + (v ? "" : " (DeepSpeed's default)"));
   }
   if (reads("total_num_steps")) {
     const json* v = find(*params, "total_num_steps");
@@ -806,7 +811,7 @@ void Resolver::resolve_scheduler(const json* scheduler) {
 
 int64_t model_hidden_size(const ModelConfig& model) {
   std::string file;
-  if (!model.config.empty() && (model.init == "random" || model.path.empty())) file = model.config;
+  if (!model.config.empty() && (model.init == ModelInit::kRandom || model.path.empty())) file = model.config;
   else if (!model.path.empty()) file = model.path + "/config.json";
   if (file.empty()) throw Error("neither model.config nor model.path names a config.json with hidden_size");
   std::ifstream in(file);

@@ -245,6 +245,42 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(at::Tensor input, at
   return start("reduce_scatter", std::move(launch));
 }
 
+std::unique_ptr<Work> MpiCommunicator::reduce_scatter_v_async(at::Tensor input, at::Tensor output,
+                                                              const std::vector<int64_t>& counts, ReduceOp op) {
+  require_cpu_contiguous(input, "reduce_scatter_v");
+  require_cpu_contiguous(output, "reduce_scatter_v");
+  require_reducible(input, op, "reduce_scatter_v");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter_v: input and output dtypes differ");
+  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "reduce_scatter_v: ", counts.size(), " counts for ", size_,
+              " ranks");
+  for (int64_t c : counts) TORCH_CHECK(c >= 0, "reduce_scatter_v: negative count ", c);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  TORCH_CHECK(input.numel() == total, "reduce_scatter_v: input has ", input.numel(), " elements, counts sum to ",
+              total);
+  TORCH_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter_v: output has ", output.numel(),
+              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
+  auto receive_counts = std::make_shared<std::vector<int>>(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) (*receive_counts)[r] = to_int_count(counts[r], "reduce_scatter_v");
+  to_int_count(total, "reduce_scatter_v");
+  const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
+  const bool half = is_half(input.scalar_type());
+  at::Tensor send = half ? input.to(at::kFloat) : input;
+  at::Tensor receive = half ? at::empty({output.numel()}, output.options().dtype(at::kFloat)) : output;
+  Launch launch;
+  launch.kind = CollectiveKind::kReduceScatter;
+  launch.total_bytes = input.numel() * input.element_size();
+  MPI_Comm comm = comm_;
+  launch.call = [send, receive, receive_counts, op, comm](MPI_Request* request) {
+    return MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), receive_counts->data(),
+                               mpi_type(send.scalar_type()), mpi_op(op), comm, request);
+  };
+  launch.finish = [send, output, receive, receive_counts, divisor]() mutable {
+    if (divisor != 1.0) receive.div_(divisor);
+    if (!receive.is_same(output)) output.view({-1}).copy_(receive.view({-1}));
+  };
+  return start("reduce_scatter_v", std::move(launch));
+}
+
 std::unique_ptr<Work> MpiCommunicator::all_gather_async(at::Tensor input, at::Tensor output) {
   require_cpu_contiguous(input, "all_gather");
   require_cpu_contiguous(output, "all_gather");

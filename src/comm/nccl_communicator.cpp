@@ -327,6 +327,48 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(at::Tensor input, a
   return start("reduce_scatter", launch);
 }
 
+std::unique_ptr<Work> NcclCommunicator::reduce_scatter_v_async(at::Tensor input, at::Tensor output,
+                                                               const std::vector<int64_t>& counts, ReduceOp op) {
+  require_device_tensor(input, device_, "reduce_scatter_v");
+  require_device_tensor(output, device_, "reduce_scatter_v");
+  require_reducible(input, op, "reduce_scatter_v");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter_v: input and output dtypes differ");
+  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "reduce_scatter_v: ", counts.size(), " counts for ", size_,
+              " ranks");
+  for (int64_t c : counts) TORCH_CHECK(c >= 0, "reduce_scatter_v: negative count ", c);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  TORCH_CHECK(input.numel() == total, "reduce_scatter_v: input has ", input.numel(), " elements, counts sum to ",
+              total);
+  TORCH_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter_v: output has ", output.numel(),
+              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
+  const ncclDataType_t type = nccl_type(input.scalar_type());
+  const size_t element_size = static_cast<size_t>(input.element_size());
+  const char* send = static_cast<const char*>(input.data_ptr());
+  void* receive = output.data_ptr();
+  const ncclRedOp_t red = nccl_op(op, size_);
+  const int me = rank_;
+  Launch launch;
+  launch.kind = CollectiveKind::kReduceScatter;
+  launch.total_bytes = input.numel() * input.element_size();
+  launch.tensors = {input, output};
+  // NCCL has no reduce-scatter-v: one reduce per rank onto that rank's
+  // segment, fused into one launch by the group.
+  launch.enqueue = [=](ncclComm_t comm, cudaStream_t stream) {
+    ST_CHECK_NCCL(ncclGroupStart());
+    size_t offset = 0;
+    for (int q = 0; q < static_cast<int>(counts.size()); ++q) {
+      const size_t count = static_cast<size_t>(counts[static_cast<size_t>(q)]);
+      // Only the root's receive buffer is written.
+      if (count > 0)
+        ST_CHECK_NCCL(ncclReduce(send + offset * element_size, q == me ? receive : nullptr, count, type, red, q, comm,
+                                 stream));
+      offset += count;
+    }
+    ST_CHECK_NCCL(ncclGroupEnd());
+  };
+  return start("reduce_scatter_v", launch);
+}
+
 std::unique_ptr<Work> NcclCommunicator::all_gather_async(at::Tensor input, at::Tensor output) {
   require_device_tensor(input, device_, "all_gather");
   require_device_tensor(output, device_, "all_gather");

@@ -64,4 +64,13 @@ PaddingStats PaddingStats::sum_over_ranks(MPI_Comm comm) const {
   return result;
 }
 
+Batch to_device(Batch batch, const at::Device& device) {
+  if (device.is_cpu()) return batch;
+  batch.input_ids = batch.input_ids.to(device);
+  batch.token_type_ids = batch.token_type_ids.to(device);
+  batch.attention_mask = batch.attention_mask.to(device);
+  if (batch.labels.defined()) batch.labels = batch.labels.to(device);
+  return batch;
+}
+
 }  // namespace shardtrain

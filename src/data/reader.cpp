@@ -40,16 +40,6 @@ BadRowPolicy parse_bad_row_policy(const std::string& name) {
   throw Error("data.on_bad_row: unknown policy '" + name + "' (expected error or skip)");
 }
 
-const char* file_format_name(FileFormat format) {
-  switch (format) {
-    case FileFormat::kAuto: return "auto";
-    case FileFormat::kTsv: return "tsv";
-    case FileFormat::kCsv: return "csv";
-    case FileFormat::kJsonl: return "jsonl";
-  }
-  return "?";
-}
-
 int64_t Labels::num_classes() const {
   switch (kind) {
     case LabelKind::kNone: return 0;

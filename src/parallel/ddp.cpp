@@ -2,16 +2,15 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <cmath>
 
-#include "parallel/flat_buffers.h"
+#include "parallel/flat_model.h"
+#include "parallel/gradient_buckets.h"
+#include "parallel/shard_map.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/bert.h"
 #include "shardtrain/optim/clip.h"
-#include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
 
@@ -20,19 +19,18 @@ struct DataParallel::Impl {
   FlatModel flat;
   std::unique_ptr<AdamW> adamw;
   StrategyStats stats;
-  int64_t bytes_base = 0;  // comm.stats().bytes_sent when this strategy was built
+  BytesSent bytes;
   std::unique_ptr<GradientBuckets> buckets;
 
   explicit Impl(Communicator& c) : comm(c) {}
 };
 
-DataParallel::DataParallel(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
-                           const DdpOptions& options)
+DataParallel::DataParallel(UnitModel& model, Communicator& comm, const AdamWOptions& adamw, const DdpOptions& options)
     : impl_(std::make_unique<Impl>(comm)) {
-  impl_->bytes_base = comm.stats().bytes_sent;
   if (!(options.bucket_cap_mb > 0))
     throw Error(str_format("parallel.bucket_cap_mb must be > 0, got %g", options.bucket_cap_mb));
   Impl& s = *impl_;
+  s.bytes.track(comm);
   s.flat = flatten_model(model, comm.size(), "DataParallel");
   s.adamw = std::make_unique<AdamW>(s.flat.padded_numel, adamw, s.flat.params.options());
   s.buckets = all_reduce_buckets(s.flat, options.bucket_cap_mb, comm, s.stats);
@@ -58,18 +56,13 @@ double DataParallel::step(double lr, double max_grad_norm) {
 
 const ParamLayout& DataParallel::layout() const { return *impl_->flat.layout; }
 
-FlatPart DataParallel::checkpoint_part() {
+std::vector<FlatPart> DataParallel::checkpoint_parts() {
   Impl& s = *impl_;
-  const ElementRange shard = s.flat.layout->shard_range(s.comm.rank(), s.comm.size());
-  const int64_t numel = s.flat.layout->numel();
-  const int64_t begin = std::min(shard.begin, numel);
-  const int64_t count = std::min(shard.end, numel) - begin;
-  FlatPart part;
-  part.begin = begin;
-  part.params = s.flat.params.narrow(0, begin, count);
-  part.exp_avg = s.adamw->exp_avg().narrow(0, begin, count);
-  part.exp_avg_sq = s.adamw->exp_avg_sq().narrow(0, begin, count);
-  return part;
+  // Every rank holds everything; each writes an equal 1/W so all write in parallel.
+  const ElementRange window = s.flat.layout->shard_range(s.comm.rank(), s.comm.size());
+  const at::Tensor params = s.flat.params;
+  return shard_parts(window_segments(*s.flat.layout, window, window.begin),
+                     [&params](const ShardSegment& g) { return params.narrow(0, g.layout_begin, g.count); }, *s.adamw);
 }
 
 int64_t DataParallel::optimizer_step() const { return impl_->adamw->step_count(); }
@@ -90,11 +83,10 @@ void DataParallel::finish_load(int64_t optimizer_step) {
 }
 
 const StrategyStats& DataParallel::stats() const {
-  impl_->stats.bytes_sent = impl_->comm.stats().bytes_sent - impl_->bytes_base;
+  impl_->stats.bytes_sent = impl_->bytes.total();
   return impl_->stats;
 }
 
-std::vector<FlatPart> DataParallel::checkpoint_parts() { return {checkpoint_part()}; }
 StrategyMemory DataParallel::memory() const {
   const int64_t n = impl_->flat.padded_numel;
   StrategyMemory m;

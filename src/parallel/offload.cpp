@@ -212,4 +212,27 @@ void HostOptimizer::count(StrategyMemory& memory) const {
 }
 bool HostOptimizer::asynchronous() const { return impl_->cuda; }
 
+ShardOptimizer::ShardOptimizer(const at::Tensor& shard_params, const AdamWOptions& options, bool offload,
+                               bool force_copies) {
+  if (offload && HostOptimizer::needed(shard_params, force_copies))
+    host_ = std::make_unique<HostOptimizer>(shard_params, options, force_copies);
+  else
+    adamw_ = std::make_unique<AdamW>(shard_params.numel(), options, shard_params.options());
+}
+
+void ShardOptimizer::step(at::Tensor shard_params, at::Tensor shard_grads, double grad_scale,
+                          const std::vector<ElementRange>& decay_ranges, double lr) {
+  if (host_) {
+    host_->step(shard_params, grad_scale, decay_ranges, lr);
+    return;
+  }
+  scale_grads(shard_grads, grad_scale);
+  adamw_->step(shard_params, shard_grads, decay_ranges, lr);
+}
+
+void ShardOptimizer::count(StrategyMemory& memory) const {
+  memory.optimizer_bytes += 2 * adamw().numel() * 4;
+  if (host_) host_->count(memory);
+}
+
 }  // namespace shardtrain

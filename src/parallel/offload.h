@@ -86,4 +86,42 @@ class HostOptimizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The optimizer over a rank's shard, wherever it runs: AdamW on the shard
+// where the shard is, or, with optimizer offload on a device that needs it
+// (HostOptimizer::needed), a HostOptimizer. ZeroStrategy and ShardedStrategy
+// hold one each; the choice is made here only.
+class ShardOptimizer {
+ public:
+  // `shard_params`: the rank's parameter shard (1-D fp32). `offload`: the
+  // config asks for optimizer offload; `force_copies`: tests, see HostOptimizer.
+  ShardOptimizer(const at::Tensor& shard_params, const AdamWOptions& options, bool offload, bool force_copies);
+
+  // One step on the shard: gradients multiplied by `grad_scale` (the clip
+  // coefficient), AdamW with `lr`; with offload the gradient spans must have
+  // been offloaded (host()->offload_grads / offload_rest) and `shard_grads`
+  // is not read.
+  void step(at::Tensor shard_params, at::Tensor shard_grads, double grad_scale,
+            const std::vector<ElementRange>& decay_ranges, double lr);
+
+  AdamW& adamw() { return host_ ? host_->adamw() : *adamw_; }
+  const AdamW& adamw() const { return host_ ? host_->adamw() : *adamw_; }
+  HostOptimizer* host() { return host_.get(); }  // null without offload copies
+  const HostOptimizer* host() const { return host_.get(); }
+
+  // The shard's values changed outside step() (broadcast, checkpoint load).
+  void load_master(const at::Tensor& shard_params) {
+    if (host_) host_->load_master(shard_params);
+  }
+  // Before the device gradient shard is overwritten outside a reduction.
+  void synchronize() {
+    if (host_) host_->synchronize();
+  }
+  // Adds the AdamW state (and the host copies) to a strategy's accounting.
+  void count(StrategyMemory& memory) const;
+
+ private:
+  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<HostOptimizer> host_;
+};
+
 }  // namespace shardtrain

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/core/files.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/train/run_folder.h"
 
 #ifdef SHARDTRAIN_HAVE_RSVG
 #include <cairo.h>
@@ -70,7 +70,7 @@ CurveSeries* series_named(std::vector<CurveSeries>& list, const std::string& nam
 }
 
 void read_progress(const std::string& path, RunCurves& run) {
-  const std::vector<std::string> lines = split_lines(read_whole_file(path));
+  const std::vector<std::string> lines = split_lines(read_file(path, "curves"));
   if (lines.empty())
     throw Error(path + ":1: empty file; expected the header line step,epoch,loss,lr,grad_norm,samples_per_s,"
                        "tokens_per_s,elapsed_s");
@@ -109,7 +109,7 @@ void read_progress(const std::string& path, RunCurves& run) {
 }
 
 void read_results(const std::string& path, RunCurves& run, bool want_train_loss) {
-  const std::vector<std::string> lines = split_lines(read_whole_file(path));
+  const std::vector<std::string> lines = split_lines(read_file(path, "curves"));
   std::vector<CurveSeries> loss;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string where = path + ":" + std::to_string(i + 1);

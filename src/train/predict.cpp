@@ -1,7 +1,6 @@
 #include "shardtrain/train/predict.h"
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/InferenceMode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -17,7 +16,8 @@
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/train/train_checkpoint.h"
+#include "shardtrain/train/checkpoint_model.h"
+#include "shardtrain/train/evaluate.h"
 
 namespace shardtrain {
 namespace {
@@ -108,8 +108,8 @@ void append_float(std::string& out, float value) {
 
 PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   int rank = 0, world_size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &world_size);
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  ST_CHECK_MPI(MPI_Comm_size(comm, &world_size));
   if (options.batch_size < 1)
     throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
@@ -151,35 +151,15 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
 
   const double start = MPI_Wtime();
   const TokenizedDataset dataset = build_dataset(table, make_encoder(tokenizer, options.max_length), comm);
-  loaded.model->eval();
-  const EvalPlan plan = make_eval_plan(result.num_rows, options.batch_size, world_size);
-  const int64_t c = result.num_labels;
-  std::vector<float> local_logits;
-  std::vector<int64_t> local_rows;
-  local_logits.reserve(plan.per_rank_count() * c);
-  local_rows.reserve(plan.per_rank_count());
-  {
-    c10::InferenceMode inference;
-    for (int64_t k = 0; k < plan.num_batches; ++k) {
-      const std::vector<int64_t> indices = eval_batch(plan, rank, k);
-      const Batch batch = collate(dataset, indices, tokenizer.pad_id());
-      const at::Tensor logits =
-          loaded.model->forward(batch.input_ids, batch.token_type_ids, batch.attention_mask).to(at::kFloat).contiguous();
-      ST_ASSERT(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(indices.size()) && logits.size(1) == c,
-                "predict: unexpected logits shape");
-      const float* data = logits.data_ptr<float>();
-      local_logits.insert(local_logits.end(), data, data + logits.numel());
-      local_rows.insert(local_rows.end(), indices.begin(), indices.end());
-    }
-  }
-  result.logits = gather_for_metrics(local_logits, plan, comm, c);
-  result.rows = gather_for_metrics(local_rows, plan, comm, 1);
+  result.logits = sharded_logits(*loaded.model, dataset, options.batch_size, tokenizer.pad_id(), at::kCPU, comm,
+                                 &result.rows);
   double elapsed = MPI_Wtime() - start;
-  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm);
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm));
   result.seconds = elapsed;
   for (int64_t i = 0; i < result.num_rows; ++i)
     ST_ASSERT(result.rows[i] == i, "predict: gathered rows are not the input rows in order");
 
+  const int64_t c = result.num_labels;
   if (result.regression) {
     if (result.label_kind == LabelKind::kRegression)
       result.regression_metrics = regression_metrics(result.logits, result.label_values);

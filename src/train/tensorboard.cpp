@@ -13,8 +13,8 @@
 #include <system_error>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/core/files.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/train/run_folder.h"
 #include "tensorboard_event.pb.h"
 
 namespace shardtrain {
@@ -94,21 +94,32 @@ ParsedFile parse_event_file(const std::string& bytes) {
   return out;
 }
 
-bool is_event_file(const fs::directory_entry& entry) {
-  const std::string name = entry.path().filename().string();
-  return entry.is_regular_file() && name.rfind(kFilePrefix, 0) == 0;
+// write_file_atomic's temporary file: left behind only when a rewrite was cut
+// short, and then the original is still whole.
+bool is_leftover(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
 }
 
-// The event files of `dir` in name order (TensorBoard's); none if `dir` does not exist.
-std::vector<std::string> event_files(const std::string& dir) {
+// The event files of `dir` in name order (TensorBoard's), or the leftovers of
+// cut-short rewrites; none if `dir` does not exist.
+std::vector<std::string> event_files(const std::string& dir, bool leftovers = false) {
   std::vector<std::string> files;
   std::error_code error;
   if (!fs::is_directory(dir, error)) return files;
-  for (const auto& entry : fs::directory_iterator(dir, error))
-    if (is_event_file(entry)) files.push_back(entry.path().string());
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.rfind(kFilePrefix, 0) == 0 && is_leftover(name) == leftovers)
+      files.push_back(entry.path().string());
+  }
   if (error) throw Error("cannot list the TensorBoard folder '" + dir + "': " + error.message());
   std::sort(files.begin(), files.end());
   return files;
+}
+
+void remove_file(const std::string& file) {
+  std::error_code error;
+  if (!fs::remove(file, error) || error)
+    throw Error("cannot delete the TensorBoard file '" + file + "': " + error.message());
 }
 
 std::string host_name() {
@@ -204,9 +215,11 @@ void TensorBoardWriter::flush() {
 
 TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step) {
   TensorBoardTrim out;
+  // TensorBoard reads any name with "tfevents" in it: a leftover would repeat its original.
+  for (const std::string& leftover : event_files(dir, /*leftovers=*/true)) remove_file(leftover);
   for (const std::string& file : event_files(dir)) {
     ++out.num_files;
-    const std::string bytes = read_whole_file(file);
+    const std::string bytes = read_file(file, "TensorBoard event file");
     const ParsedFile parsed = parse_event_file(bytes);
     std::string kept;
     int64_t dropped = 0;
@@ -222,8 +235,7 @@ TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step
     const size_t damaged = bytes.size() - parsed.intact_bytes;
     out.num_damaged_bytes += static_cast<int64_t>(damaged);
     if (dropped == 0 && damaged == 0) continue;
-    // The temporary name has no "tfevents" in it: TensorBoard never reads a leftover.
-    write_file_atomic(file, kept, (fs::path(dir) / ".shardtrain_trim.tmp").string());
+    write_file_atomic(file, kept);
     ++out.num_files_rewritten;
   }
   return out;
@@ -231,17 +243,16 @@ TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step
 
 int64_t remove_tensorboard_events(const std::string& dir) {
   int64_t removed = 0;
+  for (const std::string& leftover : event_files(dir, /*leftovers=*/true)) remove_file(leftover);
   for (const std::string& file : event_files(dir)) {
-    std::error_code error;
-    if (!fs::remove(file, error) || error)
-      throw Error("cannot delete the old TensorBoard file '" + file + "': " + error.message());
+    remove_file(file);
     ++removed;
   }
   return removed;
 }
 
 std::vector<TensorBoardScalar> read_tensorboard_scalars(const std::string& file) {
-  const std::string bytes = read_whole_file(file);
+  const std::string bytes = read_file(file, "TensorBoard event file");
   const ParsedFile parsed = parse_event_file(bytes);
   if (!parsed.damage.empty())
     throw Error(str_format("%s: damaged at byte %zu: %s", file.c_str(), parsed.intact_bytes, parsed.damage.c_str()));

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "shardtrain/core/run_config.h"
+#include "shardtrain/data/collator.h"
 #include "shardtrain/model/bert.h"
+#include "shardtrain/train/train_step.h"
 #include "shardtrain/train/trainer.h"
 #include "mpi_ranks.h"
 
@@ -53,12 +55,12 @@ inline std::string head_of_shipped(const std::string& source, int rows, const st
 // lr 1e-3, seed 7, a checkpoint per epoch, run folder dir/run.
 inline shardtrain::RunConfig tiny_run_config(const std::string& dir) {
   shardtrain::RunConfig c;
-  c.model.init = "random";
+  c.model.init = shardtrain::ModelInit::kRandom;
   c.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json";
   c.model.vocab = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt";
   c.data.train_file = head_of_shipped("data/glue/MRPC/train.tsv", 96, dir, "train.tsv");
   c.data.eval_file = head_of_shipped("data/glue/MRPC/dev.tsv", 37, dir, "dev.tsv");
-  c.data.format = "tsv";
+  c.data.format = shardtrain::FileFormat::kTsv;
   c.data.max_length = 64;
   c.train.num_epochs = 2;
   c.train.lr = 1e-3;
@@ -71,6 +73,27 @@ inline shardtrain::RunConfig tiny_run_config(const std::string& dir) {
   c.run.storage_path = dir;
   c.run.name = "run";
   return c;
+}
+
+// A micro-batch of token ids, token types and labels (no padding: no mask).
+inline shardtrain::Batch batch_of(const at::Tensor& ids, const at::Tensor& types, const at::Tensor& labels) {
+  shardtrain::Batch b;
+  b.input_ids = ids;
+  b.token_type_ids = types;
+  b.labels = labels;
+  b.num_real_tokens = ids.numel();
+  b.num_total_tokens = ids.numel();
+  return b;
+}
+
+// StepOptions of the strategy-equivalence tests: accumulation over all the
+// micro-batches given, lr and clipping as given, the generator left alone.
+inline shardtrain::StepOptions step_options(double lr, double max_grad_norm, int64_t accumulation) {
+  shardtrain::StepOptions o;
+  o.lr = lr;
+  o.max_grad_norm = max_grad_norm;
+  o.accumulation_steps = accumulation;
+  return o;
 }
 
 // TrainOptions for tests: no live progress line.

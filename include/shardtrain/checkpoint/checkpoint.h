@@ -15,20 +15,21 @@
 // selection. A reader may use any world size and any partition.
 //
 //   {
-//     CheckpointWriter writer(checkpoint_path(run_dir, 3), world.comm());
+//     CheckpointWriter writer(run_dir + "/checkpoint_000003.h5", world.comm());
 //     writer.write_group("model", model_slices);           // collective
 //     writer.write_group("optim/exp_avg", exp_avg_slices);
 //     writer.set_attribute("step", step);
 //     writer.commit();  // only now does checkpoint_000003.h5 appear
 //   }
-//   CheckpointReader reader(latest_checkpoint(run_dir), world.comm());
+//   CheckpointReader reader(run_dir + "/checkpoint_000003.h5", world.comm());
 //   reader.read("model", my_slices);                       // collective, any sharding
 //   int64_t step = reader.int_attribute("step");
 //
 // Atomicity: the writer creates "<final>.tmp-<job id>" and renames it to the
 // final name on rank 0 after every rank has closed it (then fsyncs the
 // directory). A job that dies mid-write leaves at most a .tmp file, which
-// latest_checkpoint() ignores; an earlier checkpoint is never touched.
+// never has a checkpoint's name; an earlier checkpoint is never touched.
+// Naming, scanning and keeping checkpoints is train/checkpoint_manager.h's.
 //
 // Errors a user can fix (missing file, not a shardtrain checkpoint, missing
 // dataset or attribute, shape / dtype mismatch, slices that do not tile a
@@ -115,6 +116,7 @@ class CheckpointWriter {
 
   const std::string& final_path() const;
   const std::string& temporary_path() const;
+  MPI_Comm comm() const;
 
  private:
   struct Impl;
@@ -161,13 +163,5 @@ class CheckpointReader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// "<run_dir>/checkpoint_000003.h5" for index 3.
-std::string checkpoint_path(const std::string& run_dir, int64_t index);
-
-// The complete checkpoint of `run_dir` with the highest index (the files
-// named checkpoint_<digits>.h5; temporary files never match), or "" when there
-// is none or run_dir does not exist. Local, no MPI.
-std::string latest_checkpoint(const std::string& run_dir);
 
 }  // namespace shardtrain

@@ -58,6 +58,11 @@ class Communicator {
   // input has size() * output.numel() elements; rank r receives op over all
   // ranks of input's r-th chunk in `output`.
   virtual std::unique_ptr<Work> reduce_scatter_async(at::Tensor input, at::Tensor output, ReduceOp op) = 0;
+  // Uneven reduce-scatter: input has sum(counts) elements; rank r receives op
+  // over all ranks of input's r-th segment (counts[r] elements, segments in
+  // rank order; a count may be 0) in `output` (counts[rank()] elements).
+  virtual std::unique_ptr<Work> reduce_scatter_v_async(at::Tensor input, at::Tensor output,
+                                                       const std::vector<int64_t>& counts, ReduceOp op) = 0;
   // output has size() * input.numel() elements: rank r's input lands in chunk r.
   virtual std::unique_ptr<Work> all_gather_async(at::Tensor input, at::Tensor output) = 0;
   // Uneven all-gather: rank r contributes counts[r] elements (input.numel() ==
@@ -76,6 +81,9 @@ class Communicator {
   void all_reduce(at::Tensor tensor, ReduceOp op) { all_reduce_async(tensor, op)->wait(); }
   void reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op) {
     reduce_scatter_async(input, output, op)->wait();
+  }
+  void reduce_scatter_v(at::Tensor input, at::Tensor output, const std::vector<int64_t>& counts, ReduceOp op) {
+    reduce_scatter_v_async(input, output, counts, op)->wait();
   }
   void all_gather(at::Tensor input, at::Tensor output) { all_gather_async(input, output)->wait(); }
   void all_gather_v(at::Tensor input, at::Tensor output, const std::vector<int64_t>& counts) {

@@ -64,6 +64,8 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(at::Tensor tensor, ReduceOp op) override;
   std::unique_ptr<Work> reduce_scatter_async(at::Tensor input, at::Tensor output, ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter_v_async(at::Tensor input, at::Tensor output, const std::vector<int64_t>& counts,
+                                               ReduceOp op) override;
   std::unique_ptr<Work> all_gather_async(at::Tensor input, at::Tensor output) override;
   std::unique_ptr<Work> all_gather_v_async(at::Tensor input, at::Tensor output,
                                            const std::vector<int64_t>& counts) override;

@@ -40,6 +40,9 @@ struct Batch {
 // allowed). Throws Error for an empty index list or an index out of range.
 Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indices, int32_t pad_id);
 
+// The batch's tensors on `device` (the batch itself when it is the CPU).
+Batch to_device(Batch batch, const at::Device& device);
+
 // Padding accounting over many batches (e.g. one epoch on one rank; sum the two
 // counters over ranks for the job-wide figure).
 struct PaddingStats {

@@ -46,10 +46,10 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/core/choices.h"  // FileFormat, BadRowPolicy
+
 namespace shardtrain {
 
-enum class FileFormat { kAuto, kTsv, kCsv, kJsonl };
-enum class BadRowPolicy { kError, kSkip };
 enum class LabelMode { kAuto, kNamed, kRegression };
 // What a table's labels are: none (prediction file), class ids, or floats.
 enum class LabelKind { kNone, kClass, kRegression };
@@ -61,7 +61,6 @@ FileFormat parse_file_format(const std::string& name);
 FileFormat format_from_extension(const std::string& path);
 // "error" / "skip"; anything else throws Error.
 BadRowPolicy parse_bad_row_policy(const std::string& name);
-const char* file_format_name(FileFormat format);
 
 struct ReaderOptions {
   FileFormat format = FileFormat::kAuto;

@@ -10,9 +10,8 @@
 // named_parameters() yields exactly HF's state-dict keys, in HF's order
 // ("bert.embeddings.word_embeddings.weight", ..., "classifier.bias"), so weights
 // move to and from HF checkpoints by name (hf_folder.h). The model knows nothing
-// about ranks: parallel strategies reach the pieces one by one through
-// embeddings(), layers(), pooler() and classifier() and gather/free their
-// parameters from outside.
+// about ranks: it is a UnitModel (unit_model.h), and parallel strategies gather
+// and free each unit's parameters from outside through the unit hooks.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +25,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "shardtrain/model/unit_model.h"
 
 namespace shardtrain {
 
@@ -133,21 +134,10 @@ class BertPooler : public torch::nn::Module {
   torch::nn::Linear dense{nullptr};
 };
 
-// Called around each unit's forward, the way PyTorch's module forward
-// pre-/post-hooks are: strategies that shard parameters gather a unit's
-// parameters just before it runs and free them after (parallel/fsdp.h). The
-// units, in forward order: 0 the embeddings, 1..num_hidden_layers the encoder
-// layers, num_hidden_layers + 1 the head (pooler + classifier).
-class UnitHooks {
- public:
-  virtual ~UnitHooks() = default;
-  virtual void before_forward(int64_t unit) = 0;
-  // `output` is the unit's output (the logits for the head); returns it, or a
-  // tensor equal to it (e.g. with a gradient hook registered).
-  virtual at::Tensor after_forward(int64_t unit, at::Tensor output) = 0;
-};
-
-class BertForSequenceClassification : public torch::nn::Module {
+// The forward units (UnitModel), in order: 0 the embeddings,
+// 1..num_hidden_layers the encoder layers, num_hidden_layers + 1 the head
+// (pooler + classifier).
+class BertForSequenceClassification : public torch::nn::Module, public UnitModel {
  public:
   // Builds the module tree with LibTorch's default init; call init_weights()
   // (or load weights) before use. Validates `config`.
@@ -182,17 +172,11 @@ class BertForSequenceClassification : public torch::nn::Module {
   // HF name prefixes of the pieces: "bert.embeddings.", "bert.encoder.layer.<i>.",
   // "bert.pooler.", "classifier.".
   static std::string layer_prefix(int64_t i);
-  // Forward units (see UnitHooks): num_hidden_layers + 2.
-  int64_t num_units() const { return static_cast<int64_t>(layers_.size()) + 2; }
-  // The unit that owns the parameter with HF name `name`; Error for a name
-  // that is not a parameter of this model.
-  int64_t unit_of(const std::string& name) const;
-  // Installs hooks around every unit's forward (nullptr removes them). The
-  // hooks must outlive the model or be removed first.
-  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
-
-  // (HF name, parameter) in HF order; the tensors alias the parameters.
-  std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
+  // UnitModel: num_hidden_layers + 2 units; parameters under HF names, in HF order.
+  int64_t num_units() const override { return static_cast<int64_t>(layers_.size()) + 2; }
+  int64_t unit_of(const std::string& name) const override;
+  void set_unit_hooks(UnitHooks* hooks) override { hooks_ = hooks; }
+  std::vector<std::pair<std::string, at::Tensor>> state_dict() const override;
 
  private:
   BertConfig config_;

@@ -95,7 +95,7 @@ class AdamW {
   int64_t numel() const { return numel_; }
   const AdamWOptions& options() const { return options_; }
 
-  // State for checkpoints (DESIGN.md: /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>,
+  // State for checkpoints (docs/DESIGN.md, "Checkpoints": /optim/exp_avg/<name>, /optim/exp_avg_sq/<name>,
   // step). The tensors are the live buffers: read them, do not resize them.
   const at::Tensor& exp_avg() const { return exp_avg_; }
   const at::Tensor& exp_avg_sq() const { return exp_avg_sq_; }

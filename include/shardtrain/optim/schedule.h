@@ -97,7 +97,7 @@ class LrSchedule {
   //   "cosine (transformers): warmup 10 steps to 0.0003, then cosine with num_cycles 0.5 to 0 at step 345"
   std::string describe() const;
 
-  const std::string& type() const { return type_; }
+  LrSchedulerType type() const { return type_; }
   double base_lr() const { return base_lr_; }
   int64_t num_warmup_steps() const { return num_warmup_steps_; }
   int64_t num_training_steps() const { return num_training_steps_; }
@@ -107,7 +107,7 @@ class LrSchedule {
   double deepspeed_lr(int64_t iteration) const;
   double deepspeed_warmup_gamma(int64_t iteration) const;
 
-  std::string type_;
+  LrSchedulerType type_;
   double base_lr_;
   int64_t num_warmup_steps_;
   int64_t num_training_steps_;

@@ -1,5 +1,5 @@
 // DDP: data parallelism with overlapped, bucketed gradient all-reduce over
-// flat buffers — the reference strategy (DESIGN.md decision 2).
+// flat buffers — the reference strategy (docs/DESIGN.md, "DDP is the reference").
 //
 // Buffers (param_layout.h order, padded to a multiple of the world size):
 //   params  [P]   every parameter of the model; the module's parameters are
@@ -43,7 +43,7 @@ class DataParallel : public Strategy {
  public:
   // The model's parameters move into the flat buffers (their values are kept).
   // `comm` must outlive this object. Throws Error for bucket_cap_mb <= 0.
-  DataParallel(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
+  DataParallel(UnitModel& model, Communicator& comm, const AdamWOptions& adamw,
                const DdpOptions& options = {});
   ~DataParallel() override;  // removes the hooks (the model may live on)
 
@@ -54,9 +54,8 @@ class DataParallel : public Strategy {
   void finish_backward() override;
   double step(double lr, double max_grad_norm) override;
   const ParamLayout& layout() const override;
-  std::vector<FlatPart> checkpoint_parts() override;  // {checkpoint_part()}
-  // The one contiguous part this rank checkpoints.
-  FlatPart checkpoint_part();
+  // One contiguous part: shard_range(rank, world size) of the layout.
+  std::vector<FlatPart> checkpoint_parts() override;
   int64_t optimizer_step() const override;
   void finish_load(int64_t optimizer_step) override;
   const StrategyStats& stats() const override;

@@ -1,9 +1,11 @@
 // Strategy: how parameters, gradients and optimizer state are spread over the
 // ranks, and how gradients are combined. The model knows nothing about ranks
-// (DESIGN.md decision 1): a strategy wraps it from outside, after the model is
-// built and before training starts.
+// (docs/DESIGN.md, "Strategies wrap the model"): a strategy wraps a UnitModel
+// (model/unit_model.h) from outside, after the model is built and before
+// training starts.
 //
-// One training step with any strategy (the Trainer does exactly this):
+// One training step with any strategy (train/train_step.h does exactly this;
+// docs/DESIGN.md, "One optimizer step"):
 //
 //   strategy->zero_grad();
 //   for (int m = 0; m < accumulation_steps; ++m) {
@@ -15,9 +17,10 @@
 //   double norm = strategy->step(lr, max_grad_norm);  // clip by global norm + AdamW
 //
 // DDP (parallel/ddp.h) is the reference every other strategy is tested against
-// (DESIGN.md decision 2). ZeRO stage 1 is parallel/zero.h; stage 2 and 3, FSDP
-// and hybrid sharding are parallel/fsdp.h; make_strategy()
-// (parallel/make_strategy.h) builds one from the [parallel] config.
+// (docs/DESIGN.md, "DDP is the reference"). ZeRO stage 1 is parallel/zero1.h;
+// stage 2 and 3, FSDP and hybrid sharding are parallel/sharded.h;
+// make_strategy() (parallel/make_strategy.h) builds one from the [parallel]
+// config.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -25,15 +28,14 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/checkpoint/flat_state.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/optim/param_layout.h"
 
 namespace shardtrain {
 
-class BertForSequenceClassification;
 class Communicator;
-struct FlatPart;
+class UnitModel;
 
 // Counters for logs and benchmarks.
 struct StrategyStats {

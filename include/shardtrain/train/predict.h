@@ -37,7 +37,7 @@ namespace shardtrain {
 
 struct PredictOptions {
   // HF folder (config.json, model.safetensors, vocab.txt, tokenizer_config.json),
-  // or a training checkpoint file (train_checkpoint.h: its model, config and
+  // or a training checkpoint file (train/checkpoint_model.h: its model, config and
   // vocabulary), told apart by is_checkpoint_file().
   std::string model_dir;
   std::string data_path;

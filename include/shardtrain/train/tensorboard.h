@@ -20,8 +20,10 @@
 // Resume: TensorBoard reads every event file in the folder, in name order, so a
 // resumed run that logged steps again would show them twice. Before a resumed
 // run creates its writer, trim_tensorboard_events(dir, S) rewrites each event
-// file that has events after step S, atomically, keeping only those with
-// step <= S (and a damaged tail, from a job killed mid-write, is cut off); the
+// file that has events after step S, atomically (a temporary file and a
+// rename), keeping only those with step <= S (and a damaged tail, from a job
+// killed mid-write, is cut off; a temporary file left by a cut-short rewrite is
+// deleted, as TensorBoard would read it too); the
 // new writer's file then continues at S + 1. A run that starts afresh calls
 // remove_tensorboard_events(dir) instead, as it removes an old result.jsonl.
 #pragma once

@@ -1,30 +1,23 @@
-// The training job: what `shardtrain train` runs on every rank.
+// The training job: what `shardtrain train` runs on every rank
+// (docs/DESIGN.md, "The training job"). train() reads as the job:
 //
-//   build      tokenizer, train / eval tables tokenized across ranks, the model
-//              (HF folder or random init from train.seed), the strategy
-//              (parallel.strategy) that wraps it; rank 0's weights broadcast
-//   resume     from TrainOptions::resume_from, else from the newest complete
-//              checkpoint of the run folder, if any: weights, AdamW state,
-//              optimizer step, epoch and sampler position
-//   train      global batches from the DistributedSampler (seed + epoch), one
-//              optimizer step per gradient_accumulation_steps micro-batches,
-//              clipping, AdamW, linear warmup/decay (optim/); dropout reseeded
-//              per micro-step from (seed, step, micro-step, rank)
+//   build      train/job.h: topology, device, communicator, tokenizer and data
+//              (tokenized across ranks), the model (HF folder or random init
+//              from train.seed; rank 0's weights broadcast), the strategy, the
+//              sampler, the step plan and the learning-rate schedule
+//   resume     train/checkpoint_manager.h: from TrainOptions::resume_from, else
+//              the newest checkpoint of the run folder, if any: weights, AdamW
+//              state, optimizer step, epoch and sampler position
+//   loop       train/train_step.h: one optimizer step per
+//              gradient_accumulation_steps micro-batches (clipping, AdamW,
+//              dropout reseeded per micro-step from (seed, step, micro-step, rank));
+//              train/progress.h: the progress line and progress.csv
 //   report     after every epoch (and every train.eval_every_steps): sharded
-//              eval gathered exactly (each example once), metrics, a line in
-//              result.jsonl, a checkpoint (checkpoint.every_epochs /
-//              every_steps), keep-best-N pruning
+//              eval gathered exactly (train/evaluate.h), a line in result.jsonl
+//              (train/run_folder.h), a checkpoint when the manager says one is
+//              due (checkpoint.every_epochs / every_steps, keep-best-N)
 //
-// Run folder <run.storage_path>/<run.name>/:
-//   config.toml          the resolved config (TrainOptions::config_toml)
-//   train.log            everything rank 0 logged (and warnings of all ranks)
-//   progress.csv         step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s
-//   result.jsonl         one JSON object per report: epoch, step, metrics, timing, checkpoint
-//   checkpoint_000001.h5 ...
-//
-// Resuming rewrites result.jsonl and progress.csv without the lines past the
-// checkpoint's step, so an interrupted and resumed run leaves the same files
-// (up to timing columns) as one that was never interrupted.
+// Run folder <run.storage_path>/<run.name>/: see train/run_folder.h.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <mpi.h>
@@ -41,7 +34,6 @@ namespace shardtrain {
 struct TrainOptions {
   std::string config_toml;   // saved as <run dir>/config.toml and in checkpoints
   std::string resume_from;   // a checkpoint file; "" = the run folder's newest, if any
-  bool no_resume = false;    // start from scratch even if the run folder has checkpoints
   // Tests: return right after this many optimizer steps (counted from the
   // start of training, not of this invocation), writing nothing more — what a
   // job killed at that point leaves behind. 0 = off.

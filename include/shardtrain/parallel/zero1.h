@@ -1,6 +1,6 @@
 // ZeRO stage 1 (DeepSpeed semantics): the AdamW state is sharded over the
 // ranks; parameters and gradients stay replicated. (Stage 2 and 3 are
-// ShardedStrategy, parallel/fsdp.h.)
+// ShardedStrategy, parallel/sharded.h.)
 //
 // Buffers (param_layout.h order, padded to a multiple of the world size W;
 // rank r owns shard S_r = layout().shard_range(r, W), |S_r| = padded / W):
@@ -9,8 +9,11 @@
 //   grads       [padded]  every parameter's .grad is a view into it
 //   AdamW       [|S_r|]   exp_avg, exp_avg_sq for S_r only — the 1/W memory saving
 //
-// Gradients are all-reduced in DDP's buckets (same cut, same hooks, same
-// all-reduce while backward runs); each rank then reads its S_r slice.
+// Gradients: DDP's buckets and hooks (parallel/gradient_buckets.h), but each
+// complete bucket is reduce-scattered instead of all-reduced: the bucket's
+// elements inside S_r are averaged onto rank r while backward runs (the
+// paper's P_os: reduce-scatter the gradients into the shards, then all-gather
+// the parameters).
 //
 // step(lr, max_grad_norm): global gradient norm over the shards
 // (clip_grad_norm with the communicator), AdamW on params[S_r] with the S_r
@@ -24,15 +27,17 @@
 // CPU run everything is in host memory already and nothing is copied).
 //
 // Bytes on the wire per step (S = padded buffer bytes, ring accounting):
-// 3 S (W-1)/W (all-reduce + parameter all-gather). Memory: params and grads 4
-// bytes per element each, AdamW 8/W.
+// 2 S (W-1)/W (reduce-scatter + parameter all-gather), as DDP's all-reduce.
+// Memory: params and grads 4 bytes per element each, AdamW 8/W.
 //
-// Checkpoints: checkpoint_part() is S_r clipped to the layout (params, and this
-// rank's AdamW state), the same file format as every strategy writes.
+// Checkpoints: S_r clipped to the layout (params, and this rank's AdamW state),
+// the same file format as every strategy writes.
 //
-// Compared with DDP on the same batches: the same buckets and all-reduce, and
-// AdamW is elementwise (adamw.h), so the parameters match DDP's up to the
-// float64 rounding of the sharded norm (tests/test_zero_mpi.cpp).
+// Compared with DDP on the same batches: the same buckets, the average summed
+// over the same ranks (in the MPI library's reduction order), and AdamW is
+// elementwise (adamw.h), so the parameters match DDP's up to the float32
+// rounding of that order and the float64 rounding of the sharded norm
+// (tests/test_zero_mpi.cpp).
 //
 //   ZeroStrategy zero(*model, comm, adamw_options, ZeroOptions{});
 //   zero.broadcast_parameters(0);
@@ -46,7 +51,7 @@
 namespace shardtrain {
 
 struct ZeroOptions {
-  double bucket_cap_mb = 25.0;        // > 0; the all-reduce buckets, as DdpOptions::bucket_cap_mb
+  double bucket_cap_mb = 25.0;        // > 0; the reduce-scatter buckets, as DdpOptions::bucket_cap_mb
   int64_t allgather_bucket_size = 0;  // parameter elements per rank per all-gather after the step; 0 = one
   bool offload_optimizer = false;     // AdamW state and master shard in host memory
   // Tests: with offload_optimizer, keep the host copies and run the offload
@@ -58,8 +63,7 @@ class ZeroStrategy : public Strategy {
  public:
   // The model's parameters move into the flat buffers (their values are kept).
   // `comm` must outlive this object. Throws Error for bucket_cap_mb <= 0.
-  ZeroStrategy(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
-               const ZeroOptions& options = {});
+  ZeroStrategy(UnitModel& model, Communicator& comm, const AdamWOptions& adamw, const ZeroOptions& options = {});
   ~ZeroStrategy() override;  // removes the hooks (the model may live on)
 
   std::string name() const override;  // "zero1"
@@ -70,9 +74,8 @@ class ZeroStrategy : public Strategy {
   double step(double lr, double max_grad_norm) override;
   const ParamLayout& layout() const override;
   at::Tensor flat_params() const override;
-  std::vector<FlatPart> checkpoint_parts() override;  // {checkpoint_part()}
-  // The one contiguous part this rank checkpoints.
-  FlatPart checkpoint_part();
+  // One contiguous part: S_r clipped to the layout.
+  std::vector<FlatPart> checkpoint_parts() override;
   int64_t optimizer_step() const override;
   void finish_load(int64_t optimizer_step) override;
   const StrategyStats& stats() const override;

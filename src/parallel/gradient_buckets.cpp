@@ -1,74 +1,47 @@
-#include "parallel/flat_buffers.h"
+#include "parallel/gradient_buckets.h"
 
 #include <ATen/ATen.h>
 #include <mpi.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/bert.h"
 
 namespace shardtrain {
-
-FlatModel flatten_model(BertForSequenceClassification& model, int world_size, const std::string& who) {
-  FlatModel flat;
-  auto named = model.state_dict();
-  flat.layout = std::make_unique<ParamLayout>(named);
-  flat.padded_numel = flat.layout->padded_numel(world_size);
-  std::vector<at::Tensor> tensors;
-  for (auto& entry : named) {
-    ST_ASSERT(entry.second.requires_grad(), who + ": parameter " + entry.first + " does not require grad");
-    tensors.push_back(entry.second.detach());
-  }
-  const at::Device device = tensors.front().device();
-  flat.params = flat.layout->flatten(tensors, flat.padded_numel).to(device);
-  flat.grads = at::zeros_like(flat.params);
-  at::NoGradGuard no_grad;
-  const auto& slots = flat.layout->slots();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    at::Tensor p = named[i].second;
-    p.set_data(flat.params.narrow(0, slots[i].offset, slots[i].numel).view(slots[i].shape));
-    p.mutable_grad() = flat.grads.narrow(0, slots[i].offset, slots[i].numel).view(slots[i].shape);
-    flat.parameters.push_back(p);
-  }
-  return flat;
-}
-
 namespace {
 
-class GradientReadyHook : public torch::autograd::FunctionPostHook {
+// A collective followed by a step that needs its result (copy a received
+// chunk into place), run once when the collective is seen complete.
+class WorkThen final : public Work {
  public:
-  explicit GradientReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    ready_();
-    return outputs;
+  WorkThen(std::unique_ptr<Work> inner, std::function<void()> then)
+      : inner_(std::move(inner)), then_(std::move(then)) {}
+  ~WorkThen() override {
+    if (then_) inner_->wait();  // the buffers must outlive the collective; the result is not needed any more
+  }
+  bool test() override {
+    if (!then_) return true;
+    if (!inner_->test()) return false;
+    finish();
+    return true;
+  }
+  void wait() override {
+    if (!then_) return;
+    inner_->wait();
+    finish();
   }
 
  private:
-  std::function<void()> ready_;
+  void finish() {
+    auto then = std::move(then_);
+    then_ = nullptr;
+    then();
+  }
+  std::unique_ptr<Work> inner_;
+  std::function<void()> then_;
 };
 
 }  // namespace
-
-GradientReadyHooks::GradientReadyHooks(const std::vector<at::Tensor>& parameters, std::function<void(size_t)> ready,
-                                       const std::string& who) {
-  auto shared_ready = std::make_shared<std::function<void(size_t)>>(std::move(ready));
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(parameters[i]);
-    ST_ASSERT(accumulator != nullptr, who + ": parameter " + std::to_string(i) + " has no gradient accumulator");
-    const uintptr_t key =
-        accumulator->add_post_hook(std::make_unique<GradientReadyHook>([shared_ready, i] { (*shared_ready)(i); }));
-    hooks_.emplace_back(std::move(accumulator), key);
-  }
-}
-
-GradientReadyHooks::~GradientReadyHooks() {
-  for (auto& hook : hooks_) hook.first->del_post_hook(hook.second);
-}
 
 GradientBuckets::GradientBuckets(const FlatModel& model, double bucket_cap_mb, LaunchFn launch, StrategyStats& stats)
     : launch_(std::move(launch)), stats_(stats) {
@@ -104,6 +77,35 @@ std::unique_ptr<GradientBuckets> all_reduce_buckets(const FlatModel& model, doub
       model, bucket_cap_mb,
       [&comm, grads](ElementRange r) {
         return comm.all_reduce_async(grads.narrow(0, r.begin, r.size()), ReduceOp::kAvg);
+      },
+      stats);
+}
+
+std::unique_ptr<GradientBuckets> reduce_scatter_buckets(const FlatModel& model, double bucket_cap_mb,
+                                                        Communicator& comm, StrategyStats& stats) {
+  at::Tensor grads = model.grads;
+  const ParamLayout& layout = *model.layout;
+  return std::make_unique<GradientBuckets>(
+      model, bucket_cap_mb,
+      [&comm, &layout, grads](ElementRange bucket) -> std::unique_ptr<Work> {
+        // Shards are contiguous and in rank order, so the bucket's elements
+        // fall into the ranks' shards in rank order: one segment per rank.
+        const int world = comm.size();
+        std::vector<int64_t> counts(static_cast<size_t>(world));
+        for (int r = 0; r < world; ++r) {
+          const ElementRange shard = layout.shard_range(r, world);
+          counts[static_cast<size_t>(r)] =
+              std::max<int64_t>(0, std::min(bucket.end, shard.end) - std::max(bucket.begin, shard.begin));
+        }
+        const ElementRange mine = layout.shard_range(comm.rank(), world);
+        const int64_t begin = std::max(bucket.begin, mine.begin);
+        const int64_t count = counts[static_cast<size_t>(comm.rank())];
+        at::Tensor received = at::empty({count}, grads.options());
+        auto work = comm.reduce_scatter_v_async(grads.narrow(0, bucket.begin, bucket.size()), received, counts,
+                                                ReduceOp::kAvg);
+        return std::make_unique<WorkThen>(std::move(work), [grads, received, begin, count]() mutable {
+          if (count > 0) grads.narrow(0, begin, count).copy_(received);
+        });
       },
       stats);
 }

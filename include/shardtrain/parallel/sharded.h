@@ -1,8 +1,8 @@
 // ShardedStrategy: ZeRO stage 2 and 3 / FSDP SHARD_GRAD_OP, FULL_SHARD and
 // HYBRID_SHARD, unit by unit.
 //
-// Units are the model's forward units (bert.h UnitHooks: the embeddings, each
-// encoder layer, the head) — FSDP's wrapping units. Each unit u has its own
+// Units are the model's forward units (model/unit_model.h: for BERT the
+// embeddings, each encoder layer, the head) — FSDP's wrapping units. Each unit u has its own
 // flat buffers, padded to a multiple of the shard group size G, and rank g of
 // the group owns chunk g of every unit (FSDP's FlatParameter sharding):
 //
@@ -75,6 +75,16 @@
 // their shard so each element is written once, and finish_load() gathers it
 // back across the nodes.
 //
+// The step's phases and each unit's states are explicit (src/parallel/
+// shard_units.h draws them; docs/DESIGN.md, "Sharded units"):
+//   kUnsettled  built: every unit holds this rank's own full initial values
+//   kIdle       between steps: the shard holds the state, stage-3 units freed
+//   kBackward   a backward round is open (prepare_backward() to the next one
+//               or to finish_backward())
+//   kReduced    finish_backward() done: the shard's gradients are the average
+// How DeepSpeed's and FSDP's knobs become ShardOptions is
+// parallel/shard_policy.h.
+//
 //   ShardOptions options;  // stage 3, no prefetch
 //   options.forward_prefetch_elements = options.backward_prefetch_elements = 1;  // FSDP: one unit ahead
 //   ShardedStrategy fsdp(*model, comm, adamw_options, options);
@@ -116,7 +126,7 @@ class ShardedStrategy : public Strategy {
   // strategy installs itself as the model's UnitHooks; `model` and `comm`
   // must outlive this object. Throws Error for a stage other than 2 or 3 and
   // for a ranks_per_node that does not divide the world size.
-  ShardedStrategy(BertForSequenceClassification& model, Communicator& comm, const AdamWOptions& adamw,
+  ShardedStrategy(UnitModel& model, Communicator& comm, const AdamWOptions& adamw,
                   const ShardOptions& options = {});
   // Removes the hooks. Units that are gathered stay usable in the model; freed
   // (stage 3) units stay without memory: read the parameters through

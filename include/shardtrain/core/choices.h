@@ -1,0 +1,123 @@
+// Choices: the config keys whose value is one of a fixed set of names
+// (parallel.strategy = "zero3", run.device = "cuda", ...) are enums in the
+// program, and each enum has one table of the names users write. The config
+// parser turns a name into the enum once (cli/config.h); everything after it
+// compares enums, never strings. Printing a config writes the same names back.
+//
+//   StrategyKind kind = parse_choice<StrategyKind>("zero3", "parallel.strategy");  // Error naming the key otherwise
+//   const char* name = choice_name(kind);                                            // "zero3"
+//   std::vector<std::string> all = choice_names<StrategyKind>();                     // for --help and messages
+//
+// Adding a choice: add the enumerator and its name in the table below (the
+// table order is the order --help lists them in).
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace shardtrain {
+
+enum class ModelInit { kPretrained, kRandom };
+enum class FileFormat { kAuto, kTsv, kCsv, kJsonl };
+enum class BadRowPolicy { kError, kSkip };
+enum class Precision { kNo, kBf16, kFp16 };
+enum class StrategyKind { kDdp, kZero1, kZero2, kZero3, kFsdp, kHybrid };
+enum class OffloadDevice { kNone, kCpu };
+enum class FsdpShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+enum class FsdpStateDictType { kFullStateDict, kShardedStateDict };
+enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
+enum class ScoreOrder { kMax, kMin };
+enum class Device { kCpu, kCuda };
+// transformers' lr_scheduler_type names, then DeepSpeed's scheduler types (optim/schedule.h).
+enum class LrSchedulerType {
+  kLinear, kCosine, kCosineWithRestarts, kPolynomial, kConstant, kConstantWithWarmup,
+  kWarmupLR, kWarmupDecayLR, kWarmupCosineLR
+};
+enum class WarmupType { kLog, kLinear };  // DeepSpeed's warmup_type
+
+// ChoiceTable<E>::entries: every enumerator with the name users write, in
+// --help order. Only the enums above have one.
+template <class E>
+struct ChoiceTable;
+
+#define ST_CHOICES(Enum, ...)                                                            \
+  template <>                                                                           \
+  struct ChoiceTable<Enum> {                                                            \
+    static constexpr std::pair<Enum, const char*> entries[] = {__VA_ARGS__};            \
+  }
+
+ST_CHOICES(ModelInit, {ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"});
+ST_CHOICES(FileFormat, {FileFormat::kAuto, "auto"}, {FileFormat::kTsv, "tsv"}, {FileFormat::kCsv, "csv"},
+           {FileFormat::kJsonl, "jsonl"});
+ST_CHOICES(BadRowPolicy, {BadRowPolicy::kError, "error"}, {BadRowPolicy::kSkip, "skip"});
+ST_CHOICES(Precision, {Precision::kNo, "no"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"});
+ST_CHOICES(StrategyKind, {StrategyKind::kDdp, "ddp"}, {StrategyKind::kZero1, "zero1"},
+           {StrategyKind::kZero2, "zero2"}, {StrategyKind::kZero3, "zero3"}, {StrategyKind::kFsdp, "fsdp"},
+           {StrategyKind::kHybrid, "hybrid"});
+ST_CHOICES(OffloadDevice, {OffloadDevice::kNone, "none"}, {OffloadDevice::kCpu, "cpu"});
+ST_CHOICES(FsdpShardingStrategy, {FsdpShardingStrategy::kFullShard, "FULL_SHARD"},
+           {FsdpShardingStrategy::kShardGradOp, "SHARD_GRAD_OP"}, {FsdpShardingStrategy::kNoShard, "NO_SHARD"},
+           {FsdpShardingStrategy::kHybridShard, "HYBRID_SHARD"});
+ST_CHOICES(FsdpStateDictType, {FsdpStateDictType::kFullStateDict, "FULL_STATE_DICT"},
+           {FsdpStateDictType::kShardedStateDict, "SHARDED_STATE_DICT"});
+ST_CHOICES(BackwardPrefetch, {BackwardPrefetch::kBackwardPre, "BACKWARD_PRE"},
+           {BackwardPrefetch::kBackwardPost, "BACKWARD_POST"}, {BackwardPrefetch::kNoPrefetch, "NO_PREFETCH"});
+ST_CHOICES(ScoreOrder, {ScoreOrder::kMax, "max"}, {ScoreOrder::kMin, "min"});
+ST_CHOICES(Device, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"});
+ST_CHOICES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedulerType::kCosine, "cosine"},
+           {LrSchedulerType::kCosineWithRestarts, "cosine_with_restarts"},
+           {LrSchedulerType::kPolynomial, "polynomial"}, {LrSchedulerType::kConstant, "constant"},
+           {LrSchedulerType::kConstantWithWarmup, "constant_with_warmup"}, {LrSchedulerType::kWarmupLR, "WarmupLR"},
+           {LrSchedulerType::kWarmupDecayLR, "WarmupDecayLR"}, {LrSchedulerType::kWarmupCosineLR, "WarmupCosineLR"});
+ST_CHOICES(WarmupType, {WarmupType::kLog, "log"}, {WarmupType::kLinear, "linear"});
+
+#undef ST_CHOICES
+
+// True for the enums above (the config code treats them as choice fields).
+template <class T, class = void>
+struct is_choice : std::false_type {};
+template <class T>
+struct is_choice<T, std::void_t<decltype(ChoiceTable<T>::entries)>> : std::true_type {};
+template <class T>
+inline constexpr bool is_choice_v = is_choice<T>::value;
+
+template <class E>
+const char* choice_name(E value) {
+  for (const auto& entry : ChoiceTable<E>::entries)
+    if (entry.first == value) return entry.second;
+  return "?";  // unreachable for a valid enumerator
+}
+
+template <class E>
+std::vector<std::string> choice_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : ChoiceTable<E>::entries) names.emplace_back(entry.second);
+  return names;
+}
+
+// The enumerator named `name`, or nullopt.
+template <class E>
+std::optional<E> find_choice(const std::string& name) {
+  for (const auto& entry : ChoiceTable<E>::entries)
+    if (name == entry.second) return entry.first;
+  return std::nullopt;
+}
+
+// `"a", "b", "c"` for messages.
+std::string quoted_list(const std::vector<std::string>& names);
+
+// The enumerator named `name`; throws shardtrain::Error naming `key` and the
+// allowed names otherwise.
+[[noreturn]] void throw_bad_choice(const std::string& key, const std::string& name,
+                                   const std::vector<std::string>& allowed);
+template <class E>
+E parse_choice(const std::string& name, const std::string& key) {
+  if (const std::optional<E> value = find_choice<E>(name)) return *value;
+  throw_bad_choice(key, name, choice_names<E>());
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,58 @@
+// Training progress: the live line on a terminal (rank 0), plain log lines and
+// progress.csv rows every train.log_every_steps steps (docs/DESIGN.md, "The
+// run folder"). Throughput is measured over the window since the last logged
+// step.
+//
+//   ProgressMeter meter(config.train, plan_total_steps, num_epochs, first_step, trained_before, live, &folder);
+//   meter.record({step, epoch_float, loss, lr, grad_norm, samples, tokens});   // after every step, every rank
+//   meter.end_line();                                                       // before other output
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "shardtrain/core/run_config.h"
+
+namespace shardtrain {
+
+class RunFolder;
+
+// One optimizer step as the job saw it (every rank alike).
+struct StepRecord {
+  int64_t step = 0;        // steps done, this one included
+  double epoch = 0;        // fractional epoch
+  double loss = 0;         // mean over ranks and micro-batches
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t samples = 0;     // examples in the step, all ranks
+  double tokens = 0;       // real tokens in the step, all ranks
+};
+
+class ProgressMeter {
+ public:
+  // `trained_before`: seconds trained by earlier invocations (resume);
+  // `live`: a live line on stderr (rank 0 and a terminal only);
+  // `folder`: where progress.csv is (rank 0 writes it).
+  ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
+                double trained_before, bool live, RunFolder& folder);
+
+  void record(const StepRecord& step);
+  // Ends the live line (before other output goes to the terminal).
+  void end_line();
+  // Training time so far, earlier invocations included.
+  double elapsed_total() const;
+
+ private:
+  int64_t log_every_steps_;
+  int64_t total_steps_, num_epochs_, first_step_;
+  double trained_before_, start_;
+  bool live_;
+  int rank_ = 0;
+  RunFolder& folder_;
+  double window_start_, window_loss_ = 0, window_norm_ = 0, window_tokens_ = 0, last_live_ = 0;
+  int64_t window_steps_ = 0, window_samples_ = 0;
+};
+
+// "1m05s", "2h03m", "7s"; "?" for a negative or non-finite duration.
+std::string format_duration(double seconds);
+
+}  // namespace shardtrain

@@ -1,0 +1,63 @@
+// The run folder <run.storage_path>/<run.name>/ and its small files
+// (docs/DESIGN.md, "The run folder"):
+//
+//   config.toml    the resolved config, rewritten at every start
+//   train.log      everything rank 0 logs (and warnings of all ranks)
+//   progress.csv   step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s
+//   result.jsonl   one JSON object per report
+//   checkpoint_*.h5                          (train/checkpoint_manager.h)
+//
+// A resumed run cuts result.jsonl and progress.csv back to the checkpoint's
+// step, so an interrupted and resumed run leaves the same files (up to timing
+// columns) as one never interrupted.
+//
+//   RunFolder folder(config.run, comm);            // collective: rank 0 creates it
+//   folder.start(config_toml, resumed_step);       // collective
+//   if (rank == 0) folder.append_result(line);     // rank 0 only
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shardtrain/core/run_config.h"
+
+namespace shardtrain {
+
+class RunFolder {
+ public:
+  // Collective: rank 0 creates the folder (Error naming run.storage_path when
+  // it cannot), and rank 0's log goes to its train.log from now on.
+  RunFolder(const JobConfig& run, MPI_Comm comm);
+  ~RunFolder();  // rank 0's log stops going to train.log
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  int rank() const { return rank_; }  // in the job's communicator
+  std::string file(const std::string& name) const;
+
+  // Collective (rank 0 writes): config.toml, and result.jsonl / progress.csv
+  // emptied for a fresh run (resumed_step unset) or cut after resumed_step.
+  void start(const std::string& config_toml, std::optional<int64_t> resumed_step);
+
+  // Rank 0 only.
+  int64_t num_reports() const { return num_reports_; }
+  void append_result(const std::string& json_line);
+  void append_progress(const std::string& csv_row);
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  std::string dir_;
+  int64_t num_reports_ = 0;
+};
+
+// Text files written whole through a temporary file and rename, appended, or
+// read; Error naming the path (and `what`, for reads) on failure.
+void write_file_atomic(const std::string& path, const std::string& content);
+void append_line(const std::string& path, const std::string& line);
+std::string read_file(const std::string& path, const std::string& what);
+
+}  // namespace shardtrain

@@ -1,0 +1,226 @@
+#include "shardtrain/train/job.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/data/reader.h"
+#include "shardtrain/model/hf_folder.h"
+#include "shardtrain/parallel/make_strategy.h"
+#include "shardtrain/train/run_folder.h"
+#if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
+#include "shardtrain/comm/nccl_communicator.h"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace shardtrain {
+namespace {
+
+ReaderOptions reader_options(const DataConfig& d, LabelMode mode) {
+  ReaderOptions r;
+  r.format = d.format;
+  r.text_a = d.text_a;
+  r.text_b = d.text_b;
+  r.label = d.label;
+  r.on_bad_row = d.on_bad_row;
+  r.label_mode = mode;
+  return r;
+}
+
+void check_labels(const RawTable& table, int64_t num_labels) {
+  if (table.labels.kind != LabelKind::kClass) return;
+  for (size_t i = 0; i < table.labels.class_ids.size(); ++i) {
+    const int64_t id = table.labels.class_ids[i];
+    if (id < 0 || id >= num_labels)
+      throw Error(str_format("%s:%lld: label %lld is outside the model's %lld classes (model.num_labels; set "
+                             "model.num_labels)",
+                             table.path.c_str(), static_cast<long long>(table.line_numbers[i]),
+                             static_cast<long long>(id), static_cast<long long>(num_labels)));
+  }
+}
+
+void set_device_and_communicator(TrainJob& job) {
+  const RunConfig& config = *job.config;
+  job.host_comm = std::make_unique<MpiCommunicator>(job.comm, config.run.collective_timeout_s);
+  if (config.run.device == Device::kCuda) {
+#if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
+    const int gpu = NcclCommunicator::device_for_local_rank(job.topology.local_rank);
+    job.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+    job.communicator = std::make_unique<NcclCommunicator>(job.comm, gpu, config.run.collective_timeout_s);
+    return;
+#else
+    throw Error("run.device = \"cuda\": this shardtrain was built without CUDA LibTorch and NCCL; use \"cpu\"");
+#endif
+  }
+  job.communicator = std::make_unique<MpiCommunicator>(job.comm, config.run.collective_timeout_s);
+}
+
+// The tokenizer and its vocabulary text: model.path's vocab.txt and
+// tokenizer_config.json, or model.vocab.
+void load_tokenizer(TrainJob& job) {
+  const ModelConfig& m = job.config->model;
+  const std::string default_vocab = m.path.empty() ? "" : (fs::path(m.path) / "vocab.txt").string();
+  const bool from_folder = !m.path.empty() && (m.vocab.empty() || m.vocab == default_vocab);
+  const std::string vocab_path = from_folder ? default_vocab : m.vocab;
+  if (vocab_path.empty()) throw Error("model.vocab is not set (a vocab.txt, or model.path with one)");
+  TokenizerOptions options;
+  options.lowercase = m.lowercase;
+  job.tokenizer.emplace(from_folder ? Tokenizer::from_model_dir(m.path) : Tokenizer::from_vocab_file(vocab_path, options));
+  job.vocab_text = read_file(vocab_path, "model.vocab");
+}
+
+struct Tables {
+  RawTable train;
+  std::optional<RawTable> eval;
+};
+
+// Reads the data files and settles the number of labels.
+Tables read_tables(TrainJob& job) {
+  const RunConfig& config = *job.config;
+  const bool regression = config.model.num_labels == 1;
+  const LabelMode label_mode = regression ? LabelMode::kRegression : LabelMode::kAuto;
+  Tables t{read_table(config.data.train_file, reader_options(config.data, label_mode)), std::nullopt};
+  if (t.train.labels.kind == LabelKind::kNone) throw Error("data.label: the training data needs a label column");
+  if (t.train.num_bad_rows > 0)
+    log_warn("%s: skipped %lld bad rows (data.on_bad_row = skip)", config.data.train_file.c_str(),
+             static_cast<long long>(t.train.num_bad_rows));
+  if (!config.data.eval_file.empty()) {
+    ReaderOptions r = reader_options(config.data, label_mode);
+    r.label_names = t.train.labels.names;
+    t.eval = read_table(config.data.eval_file, r);
+    if (t.eval->size() == 0) throw Error(config.data.eval_file + ": no rows to evaluate");
+  }
+  job.num_labels = config.model.num_labels > 0
+                       ? config.model.num_labels
+                       : std::max<int64_t>({t.train.labels.num_classes(), t.eval ? t.eval->labels.num_classes() : 0, 2});
+  check_labels(t.train, job.num_labels);
+  if (t.eval) check_labels(*t.eval, job.num_labels);
+  return t;
+}
+
+void build_model(TrainJob& job, const Tables& tables) {
+  const RunConfig& config = *job.config;
+  if (config.model.init == ModelInit::kPretrained) {
+    HfLoadOptions load;
+    load.num_labels = job.num_labels;
+    load.hidden_dropout_prob = config.model.hidden_dropout_prob;
+    load.attention_probs_dropout_prob = config.model.attention_probs_dropout_prob;
+    load.init_seed = static_cast<uint64_t>(config.train.seed);
+    HfModel hf = load_hf_folder(config.model.path, load);
+    const std::string message = hf.report.message();
+    if (!message.empty()) log_info("%s", message.c_str());
+    job.model = hf.model;
+  } else {
+    const std::string config_path =
+        !config.model.config.empty() ? config.model.config : (fs::path(config.model.path) / "config.json").string();
+    BertConfig bc = BertConfig::from_file(config_path);
+    bc.set_num_labels(job.num_labels);
+    if (config.model.hidden_dropout_prob) bc.hidden_dropout_prob = *config.model.hidden_dropout_prob;
+    if (config.model.attention_probs_dropout_prob)
+      bc.attention_probs_dropout_prob = *config.model.attention_probs_dropout_prob;
+    job.model = std::make_shared<BertForSequenceClassification>(bc);
+    job.model->init_weights(static_cast<uint64_t>(config.train.seed));
+  }
+  job.saved_config = job.model->config();
+  if (!tables.train.labels.names.empty()) job.saved_config.id2label = tables.train.labels.names;
+  if (job.tokenizer->vocab_size() > job.saved_config.vocab_size)
+    throw Error(str_format("model.vocab: %lld tokens, but the model's vocab_size is %lld",
+                           static_cast<long long>(job.tokenizer->vocab_size()),
+                           static_cast<long long>(job.saved_config.vocab_size)));
+  if (config.data.max_length > job.saved_config.max_position_embeddings)
+    throw Error(str_format("data.max_length = %lld exceeds the model's max_position_embeddings (%lld)",
+                           static_cast<long long>(config.data.max_length),
+                           static_cast<long long>(job.saved_config.max_position_embeddings)));
+  if (!job.device.is_cpu()) job.model->to(job.device);
+  job.model->train();
+}
+
+void build_strategy(TrainJob& job) {
+  const RunConfig& config = *job.config;
+  const TrainConfig& t = config.train;
+  AdamWOptions adamw;
+  adamw.lr = t.lr;
+  adamw.beta1 = t.adam_beta1;
+  adamw.beta2 = t.adam_beta2;
+  adamw.eps = t.adam_epsilon;
+  adamw.weight_decay = t.weight_decay;
+  job.strategy = make_strategy(config.parallel, job.topology, *job.model, *job.communicator, adamw);
+  log_info("strategy %s (parallel.strategy = %s)", job.strategy->name().c_str(),
+           choice_name(config.parallel.strategy));
+  for (const std::string& note : strategy_notes(config.parallel, job.topology)) log_info("  %s", note.c_str());
+  const StrategyMemory m = job.strategy->memory();
+  log_info("  per rank: parameters %.1f MB, gradients %.1f MB, optimizer state %.1f MB%s", m.param_bytes / 1e6,
+           m.grad_bytes / 1e6, m.optimizer_bytes / 1e6,
+           m.host_bytes > 0 ? str_format(" (%.1f MB of it in host memory: optimizer offload)", m.host_bytes / 1e6).c_str()
+                            : "");
+  job.strategy->broadcast_parameters(0);
+  job.flat_layout = flat_tensors(job.strategy->layout());
+}
+
+void plan_steps(TrainJob& job) {
+  const RunConfig& config = *job.config;
+  const TrainConfig& t = config.train;
+  SamplerOptions options;
+  options.num_examples = job.train_data.size();
+  options.batch_size = t.batch_size;
+  options.world_size = job.topology.world_size;
+  options.rank = job.topology.rank;
+  options.seed = static_cast<uint64_t>(t.seed);
+  options.drop_last = config.data.drop_last;
+  job.sampler.emplace(options);
+  TrainPlan& p = job.plan;
+  p.world_size = job.topology.world_size;
+  p.batch_size = t.batch_size;
+  p.accumulation = t.gradient_accumulation_steps;
+  p.global_batch = t.batch_size * job.topology.world_size;
+  p.batches_per_epoch = job.sampler->num_batches();
+  if (p.batches_per_epoch == 0)
+    throw Error(str_format("data.train_file: %lld examples are fewer than one global batch (%lld = train.batch_size x "
+                           "%d ranks) and data.drop_last is on",
+                           static_cast<long long>(job.train_data.size()), static_cast<long long>(p.global_batch),
+                           job.topology.world_size));
+  p.steps_per_epoch = (p.batches_per_epoch + p.accumulation - 1) / p.accumulation;
+  p.total_steps = t.max_steps > 0 ? t.max_steps : t.num_epochs * p.steps_per_epoch;
+  p.num_epochs = t.max_steps > 0 ? (p.total_steps + p.steps_per_epoch - 1) / p.steps_per_epoch : t.num_epochs;
+  p.warmup_steps = warmup_steps_for(p.total_steps, t.warmup_steps, t.warmup_ratio);
+  job.schedule.emplace(t.lr, p.warmup_steps, p.total_steps);
+}
+
+}  // namespace
+
+std::vector<Batch> TrainJob::next_micro_batches() {
+  std::vector<Batch> micro;
+  const int32_t pad_id = tokenizer->pad_id();
+  std::vector<int64_t> indices;
+  for (int64_t a = 0; a < plan.accumulation && sampler->next(&indices); ++a)
+    micro.push_back(to_device(collate(train_data, indices, pad_id), device));
+  return micro;
+}
+
+double TrainJob::epoch_position() const {
+  return static_cast<double>(sampler->epoch()) +
+         static_cast<double>(sampler->state().batches_consumed) / static_cast<double>(plan.batches_per_epoch);
+}
+
+TrainJob build_job(const RunConfig& config, MPI_Comm comm) {
+  TrainJob job;
+  job.config = &config;
+  job.comm = comm;
+  job.topology = Topology::detect(comm, config.parallel);
+  set_device_and_communicator(job);
+  load_tokenizer(job);
+  const Tables tables = read_tables(job);
+  build_model(job, tables);
+  // Tokenize across ranks.
+  const EncodeFn encode = make_encoder(*job.tokenizer, static_cast<int>(config.data.max_length));
+  job.train_data = build_dataset(tables.train, encode, comm, BuildOptions{});
+  if (tables.eval) job.eval_data = build_dataset(*tables.eval, encode, comm, BuildOptions{});
+  build_strategy(job);
+  plan_steps(job);
+  return job;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,91 @@
+#include "shardtrain/train/progress.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/train/run_folder.h"
+
+namespace shardtrain {
+namespace {
+
+std::string format_count(double v) {
+  if (v >= 1e6) return str_format("%.2fM", v / 1e6);
+  if (v >= 1e4) return str_format("%.1fk", v / 1e3);
+  return str_format("%.1f", v);
+}
+
+}  // namespace
+
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
+  const long long s = static_cast<long long>(seconds + 0.5);
+  if (s >= 3600) return str_format("%lldh%02lldm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return str_format("%lldm%02llds", s / 60, s % 60);
+  return str_format("%llds", s);
+}
+
+ProgressMeter::ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
+                             double trained_before, bool live, RunFolder& folder)
+    : log_every_steps_(train.log_every_steps),
+      total_steps_(total_steps),
+      num_epochs_(num_epochs),
+      first_step_(first_step),
+      trained_before_(trained_before),
+      start_(MPI_Wtime()),
+      folder_(folder),
+      window_start_(start_) {
+  rank_ = folder.rank();
+  live_ = live && rank_ == 0 && isatty(STDERR_FILENO);
+}
+
+double ProgressMeter::elapsed_total() const { return trained_before_ + (MPI_Wtime() - start_); }
+
+void ProgressMeter::record(const StepRecord& s) {
+  window_loss_ += s.loss;
+  window_norm_ += s.grad_norm;
+  window_tokens_ += s.tokens;
+  window_samples_ += s.samples;
+  ++window_steps_;
+  const double now = MPI_Wtime();
+  const double steps_done_here = static_cast<double>(s.step - first_step_);
+  const double eta = steps_done_here > 0 ? (now - start_) / steps_done_here * (total_steps_ - s.step) : NAN;
+  const double dt = std::max(now - window_start_, 1e-9);
+  const bool log_now = log_every_steps_ > 0 && s.step % log_every_steps_ == 0;
+  const double loss = window_loss_ / std::max<int64_t>(window_steps_, 1);
+  if (rank_ == 0 && (log_now || live_)) {
+    const std::string line =
+        str_format("step %lld/%lld | epoch %.2f/%lld | loss %.4f | lr %.3g | %s samples/s | %s tokens/s | ETA %s",
+                   static_cast<long long>(s.step), static_cast<long long>(total_steps_), s.epoch,
+                   static_cast<long long>(num_epochs_), loss, s.lr, format_count(window_samples_ / dt).c_str(),
+                   format_count(window_tokens_ / dt).c_str(), format_duration(eta).c_str());
+    if (live_) {
+      if (now - last_live_ > 0.2 || s.step == total_steps_) {
+        std::fprintf(stderr, "\r%s\033[K", line.c_str());
+        std::fflush(stderr);
+        last_live_ = now;
+      }
+    } else {
+      log_info("%s", line.c_str());
+    }
+  }
+  if (!log_now) return;
+  if (rank_ == 0)
+    folder_.append_progress(str_format("%lld,%.6f,%.8g,%.8g,%.8g,%.6g,%.6g,%.3f", static_cast<long long>(s.step),
+                                       s.epoch, loss, s.lr, window_norm_ / std::max<int64_t>(window_steps_, 1),
+                                       window_samples_ / dt, window_tokens_ / dt, elapsed_total()));
+  window_start_ = now;
+  window_loss_ = window_norm_ = window_tokens_ = 0;
+  window_steps_ = window_samples_ = 0;
+}
+
+void ProgressMeter::end_line() {
+  if (live_) std::fprintf(stderr, "\n");
+}
+
+}  // namespace shardtrain

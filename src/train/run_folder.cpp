@@ -1,0 +1,125 @@
+#include "shardtrain/train/run_folder.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shardtrain/comm/rank0.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain {
+namespace {
+
+constexpr const char* kProgressHeader = "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s";
+
+// Keeps the lines of a report file that belong to steps <= max_step: JSON
+// lines by their "step", CSV rows by their first column (the header stays).
+void truncate_after_step(const std::string& path, int64_t max_step, bool jsonl) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::string out, line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    bool keep = false;
+    if (jsonl) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      keep = !j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
+             j["step"].get<int64_t>() <= max_step;
+    } else if (first) {
+      keep = true;  // CSV header
+    } else {
+      keep = std::strtoll(line.c_str(), nullptr, 10) <= max_step;
+    }
+    first = false;
+    if (keep) out += line + "\n";
+  }
+  in.close();
+  write_file_atomic(path, out);
+}
+
+int64_t count_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line))
+    if (!line.empty()) ++n;
+  return n;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write '" + tmp + "'");
+    out << content;
+    if (!out.flush()) throw Error("cannot write '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename '" + tmp + "' to '" + path + "'");
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  if (!out) throw Error("cannot append to '" + path + "'");
+  out << line << '\n';
+}
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(what + ": cannot read '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+RunFolder::RunFolder(const JobConfig& run, MPI_Comm comm) : comm_(comm) {
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
+  dir_ = (fs::path(run.storage_path) / run.name).string();
+  run_on_rank0(comm_, [&] {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_))
+      throw Error("run.storage_path: cannot create the run folder '" + dir_ + "': " + ec.message());
+  });
+  if (rank_ == 0) set_log_file(file("train.log"));
+}
+
+RunFolder::~RunFolder() {
+  if (rank_ == 0) set_log_file("");
+}
+
+std::string RunFolder::file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+void RunFolder::start(const std::string& config_toml, std::optional<int64_t> resumed_step) {
+  run_on_rank0(comm_, [&] {
+    const std::string result = file("result.jsonl"), progress = file("progress.csv");
+    write_file_atomic(file("config.toml"), config_toml);
+    if (!resumed_step) {
+      std::remove(result.c_str());
+      std::remove(progress.c_str());
+    } else {
+      truncate_after_step(result, *resumed_step, true);
+      truncate_after_step(progress, *resumed_step, false);
+    }
+    if (!fs::exists(progress)) append_line(progress, kProgressHeader);
+    num_reports_ = count_lines(result);
+  });
+}
+
+void RunFolder::append_result(const std::string& json_line) {
+  append_line(file("result.jsonl"), json_line);
+  ++num_reports_;
+}
+
+void RunFolder::append_progress(const std::string& csv_row) { append_line(file("progress.csv"), csv_row); }
+
+}  // namespace shardtrain
