@@ -125,7 +125,7 @@ TEST_CASE("a bad value names the key and what is allowed") {
             .find("train.mixed_precision = 'fp8' in ") == 0);
   CHECK(error_of(s.config("[train]\nmixed_precision = \"fp8\"\n"))
             .find("allowed values are \"no\", \"bf16\", \"fp16\"") != std::string::npos);
-  CHECK(error_of(s.config("[train]\nbatch_size = 0\n")) == "train.batch_size = 0.0: must be > 0");
+  CHECK(error_of(s.config("[train]\nbatch_size = 0\n")) == "train.batch_size = 0: must be > 0");
   CHECK(error_of(s.config("[train]\nlr = -1e-5\n")) == "train.lr = -1e-05: must be > 0");
   CHECK(error_of(s.config(""), {{"data.max_length", "2"}}).find("data.max_length = 2: must be in [3, 65536]") == 0);
   CHECK(error_of(s.config(""), {{"checkpoint.score_attribute", "f1"}})

@@ -55,9 +55,7 @@ std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
   return model;
 }
 
-struct Inputs {
-  at::Tensor ids, types, labels;
-};
+using Inputs = shardtrain_test::TinyInputs;
 
 // The global batch of step s, micro-step m (kRowsPerWorldRank x world rows),
 // and the rows that rank `r` of a job of `size` ranks trains on.
@@ -75,12 +73,8 @@ Inputs slice_of_global(int s, int m, int r, int size) {
 // One optimizer step of two micro-steps (the first without sync) as rank r of
 // a job of `size` ranks. Returns the gradient norm.
 double step_as(Strategy& strategy, BertForSequenceClassification& model, int s, int r, int size) {
-  std::vector<Batch> micro;
-  for (int m = 0; m < 2; ++m) {
-    const Inputs in = slice_of_global(s, m, r, size);
-    micro.push_back(shardtrain_test::batch_of(in.ids, in.types, in.labels));
-  }
-  return train_step(strategy, model, micro, shardtrain_test::step_options(kLr, kMaxGradNorm, 2)).grad_norm;
+  return shardtrain_test::step_over(strategy, model, {slice_of_global(s, 0, r, size), slice_of_global(s, 1, r, size)},
+                                    kLr, kMaxGradNorm);
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }

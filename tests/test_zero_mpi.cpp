@@ -58,9 +58,7 @@ constexpr double kMaxGradNorm = 0.1;  // the norms here are 0.05-0.23: most step
 
 BertConfig tiny() { return shardtrain_test::tiny_bert_config(); }
 
-struct Inputs {
-  at::Tensor ids, types, labels;
-};
+using Inputs = shardtrain_test::TinyInputs;
 
 // Data-rank r's micro-batch m of optimizer step s: deterministic, different for every (r, s, m).
 Inputs inputs_for(int r, int s, int m) {
@@ -94,12 +92,8 @@ std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
 // One optimizer step of two accumulated micro-steps (the first without sync),
 // this rank standing for data-ranks [first, first + count). Returns the norm.
 double step_as(Strategy& strategy, BertForSequenceClassification& model, int first, int count, int s) {
-  std::vector<Batch> micro;
-  for (int m = 0; m < 2; ++m) {
-    const Inputs in = concatenated(first, count, s, m);
-    micro.push_back(shardtrain_test::batch_of(in.ids, in.types, in.labels));
-  }
-  return train_step(strategy, model, micro, shardtrain_test::step_options(kLr, kMaxGradNorm, 2)).grad_norm;
+  return shardtrain_test::step_over(strategy, model, {concatenated(first, count, s, 0), concatenated(first, count, s, 1)},
+                                    kLr, kMaxGradNorm);
 }
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }

@@ -297,171 +297,183 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
   return config;
 }
 
-void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
-  auto require = [](bool ok, const std::string& message) {
-    if (!ok) throw Error(message);
-  };
-  auto positive = [&](const char* key, double value) {
-    require(value > 0, std::string(key) + " = " + format_double(value) + ": must be > 0");
-  };
-  auto non_negative = [&](const char* key, double value) {
-    require(value >= 0, std::string(key) + " = " + format_double(value) + ": must be >= 0");
-  };
-  auto probability = [&](const char* key, double value) {
-    require(value >= 0 && value < 1, std::string(key) + " = " + format_double(value) + ": must be in [0, 1)");
-  };
+namespace {
 
-  // model
-  if (c.model.init == ModelInit::kPretrained) {
-    require(!c.model.path.empty(),
+// The checks validate_run_config() makes, each throwing an Error that names
+// the key and prints its value as the user wrote it (integers as integers).
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(message);
+}
+void positive(const char* key, double value) {
+  require(value > 0, std::string(key) + " = " + format_double(value) + ": must be > 0");
+}
+void positive(const char* key, int64_t value) {
+  require(value > 0, std::string(key) + " = " + std::to_string(value) + ": must be > 0");
+}
+void non_negative(const char* key, double value) {
+  require(value >= 0, std::string(key) + " = " + format_double(value) + ": must be >= 0");
+}
+void non_negative(const char* key, int64_t value) {
+  require(value >= 0, std::string(key) + " = " + std::to_string(value) + ": must be >= 0");
+}
+void probability(const char* key, double value) {
+  require(value >= 0 && value < 1, std::string(key) + " = " + format_double(value) + ": must be in [0, 1)");
+}
+
+void validate_model(const ModelConfig& m) {
+  if (m.init == ModelInit::kPretrained) {
+    require(!m.path.empty(),
             "model.init = \"pretrained\" needs model.path (a HF model folder); for a random model set "
             "model.init = \"random\" and model.config");
   } else {
-    require(!c.model.config.empty() || !c.model.path.empty(),
+    require(!m.config.empty() || !m.path.empty(),
             "model.init = \"random\" needs model.config (a HF config.json) or model.path");
   }
-  if (!c.model.path.empty())
-    require(is_dir(c.model.path), "model.path = " + quote(c.model.path) + ": no such directory");
-  if (!c.model.config.empty())
-    require(is_file(c.model.config), "model.config = " + quote(c.model.config) + ": no such file");
-  require(!c.model.vocab.empty(), "model.vocab: needed when model.path is not set (a vocab.txt)");
-  require(is_file(c.model.vocab), "model.vocab = " + quote(c.model.vocab) + ": no such file");
-  non_negative("model.num_labels", static_cast<double>(c.model.num_labels));
-  if (c.model.hidden_dropout_prob) probability("model.hidden_dropout_prob", *c.model.hidden_dropout_prob);
-  if (c.model.attention_probs_dropout_prob)
-    probability("model.attention_probs_dropout_prob", *c.model.attention_probs_dropout_prob);
+  if (!m.path.empty()) require(is_dir(m.path), "model.path = " + quote(m.path) + ": no such directory");
+  if (!m.config.empty()) require(is_file(m.config), "model.config = " + quote(m.config) + ": no such file");
+  require(!m.vocab.empty(), "model.vocab: needed when model.path is not set (a vocab.txt)");
+  require(is_file(m.vocab), "model.vocab = " + quote(m.vocab) + ": no such file");
+  non_negative("model.num_labels", m.num_labels);
+  if (m.hidden_dropout_prob) probability("model.hidden_dropout_prob", *m.hidden_dropout_prob);
+  if (m.attention_probs_dropout_prob) probability("model.attention_probs_dropout_prob", *m.attention_probs_dropout_prob);
+}
 
-  // data
-  require(!c.data.train_file.empty(), "data.train_file: not set (the training data file)");
-  require(is_file(c.data.train_file), "data.train_file = " + quote(c.data.train_file) + ": no such file");
-  if (!c.data.eval_file.empty())
-    require(is_file(c.data.eval_file), "data.eval_file = " + quote(c.data.eval_file) + ": no such file");
-  require(!c.data.text_a.empty(), "data.text_a: not set (the first text column)");
-  require(c.data.max_length >= 3 && c.data.max_length <= 65536,
-          "data.max_length = " + std::to_string(c.data.max_length) +
+void validate_data(const DataConfig& d) {
+  require(!d.train_file.empty(), "data.train_file: not set (the training data file)");
+  require(is_file(d.train_file), "data.train_file = " + quote(d.train_file) + ": no such file");
+  if (!d.eval_file.empty()) require(is_file(d.eval_file), "data.eval_file = " + quote(d.eval_file) + ": no such file");
+  require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
+  require(d.max_length >= 3 && d.max_length <= 65536,
+          "data.max_length = " + std::to_string(d.max_length) +
               ": must be in [3, 65536] ([CLS] and two [SEP] need 3 tokens)");
+}
 
-  // train
-  require(c.train.num_epochs >= 1 || c.train.max_steps > 0,
-          "train.num_epochs = " + std::to_string(c.train.num_epochs) + ": must be >= 1 (or set train.max_steps)");
-  non_negative("train.max_steps", static_cast<double>(c.train.max_steps));
-  positive("train.lr", c.train.lr);
-  non_negative("train.weight_decay", c.train.weight_decay);
-  probability("train.adam_beta1", c.train.adam_beta1);
-  probability("train.adam_beta2", c.train.adam_beta2);
-  positive("train.adam_epsilon", c.train.adam_epsilon);
-  non_negative("train.warmup_steps", static_cast<double>(c.train.warmup_steps));
-  require(c.train.warmup_ratio >= 0 && c.train.warmup_ratio <= 1,
-          "train.warmup_ratio = " + format_double(c.train.warmup_ratio) + ": must be in [0, 1]");
-  require(!(c.train.warmup_steps > 0 && c.train.warmup_ratio > 0),
+void validate_train(const TrainConfig& t, const JobConfig& run) {
+  require(t.num_epochs >= 1 || t.max_steps > 0,
+          "train.num_epochs = " + std::to_string(t.num_epochs) + ": must be >= 1 (or set train.max_steps)");
+  non_negative("train.max_steps", t.max_steps);
+  positive("train.lr", t.lr);
+  non_negative("train.weight_decay", t.weight_decay);
+  probability("train.adam_beta1", t.adam_beta1);
+  probability("train.adam_beta2", t.adam_beta2);
+  positive("train.adam_epsilon", t.adam_epsilon);
+  non_negative("train.warmup_steps", t.warmup_steps);
+  require(t.warmup_ratio >= 0 && t.warmup_ratio <= 1,
+          "train.warmup_ratio = " + format_double(t.warmup_ratio) + ": must be in [0, 1]");
+  require(!(t.warmup_steps > 0 && t.warmup_ratio > 0),
           "train.warmup_steps and train.warmup_ratio are both set; set only one");
-  positive("train.batch_size", static_cast<double>(c.train.batch_size));
-  positive("train.eval_batch_size", static_cast<double>(c.train.eval_batch_size));
-  positive("train.gradient_accumulation_steps", static_cast<double>(c.train.gradient_accumulation_steps));
-  non_negative("train.max_grad_norm", c.train.max_grad_norm);
-  non_negative("train.seed", static_cast<double>(c.train.seed));
-  non_negative("train.eval_every_steps", static_cast<double>(c.train.eval_every_steps));
-  positive("train.log_every_steps", static_cast<double>(c.train.log_every_steps));
-  validate_lr_schedule_config(c.train, keys_set);
-  if (c.train.mixed_precision == Precision::kFp16)
-    require(c.run.device == Device::kCuda,
+  positive("train.batch_size", t.batch_size);
+  positive("train.eval_batch_size", t.eval_batch_size);
+  positive("train.gradient_accumulation_steps", t.gradient_accumulation_steps);
+  non_negative("train.max_grad_norm", t.max_grad_norm);
+  non_negative("train.seed", t.seed);
+  non_negative("train.eval_every_steps", t.eval_every_steps);
+  positive("train.log_every_steps", t.log_every_steps);
+  if (t.mixed_precision == Precision::kFp16)
+    require(run.device == Device::kCuda,
             "train.mixed_precision = \"fp16\" needs run.device = \"cuda\" (fp16 with loss scaling is a GPU "
             "mode); on CPU use \"no\" (fp32: bf16 is not implemented yet either)");
+}
 
-  // parallel
-  non_negative("parallel.ranks_per_node", static_cast<double>(c.parallel.ranks_per_node));
-  positive("parallel.bucket_cap_mb", c.parallel.bucket_cap_mb);
+// A printed config writes every key, so for the keys below only a changed
+// value counts as set.
+void validate_parallel(const ParallelConfig& p, const std::set<std::string>& keys_set) {
+  non_negative("parallel.ranks_per_node", p.ranks_per_node);
+  positive("parallel.bucket_cap_mb", p.bucket_cap_mb);
   // A DeepSpeed JSON's values were checked against the keys set here when it
   // was applied (cli/deepspeed_config.h): a contradiction names both.
-  if (!c.parallel.deepspeed_config.empty())
-    require(is_file(c.parallel.deepspeed_config),
-            "parallel.deepspeed_config = " + quote(c.parallel.deepspeed_config) + ": no such file");
-  {
-    const ZeroConfig& z = c.parallel.zero;
-    non_negative("parallel.zero.reduce_bucket_size", static_cast<double>(z.reduce_bucket_size));
-    non_negative("parallel.zero.allgather_bucket_size", static_cast<double>(z.allgather_bucket_size));
-    non_negative("parallel.zero.stage3_prefetch_bucket_size", static_cast<double>(z.stage3_prefetch_bucket_size));
-    non_negative("parallel.zero.stage3_param_persistence_threshold",
-                 static_cast<double>(z.stage3_param_persistence_threshold));
-    // As for parallel.fsdp.*: a printed config writes every key, so only a changed value counts.
-    const ZeroConfig defaults;
-    const StrategyKind strategy = c.parallel.strategy;
-    const bool sharded = strategy == StrategyKind::kZero1 || strategy == StrategyKind::kZero2 ||
-                         strategy == StrategyKind::kZero3 || strategy == StrategyKind::kHybrid;
-    const bool params_sharded = strategy == StrategyKind::kZero3 || strategy == StrategyKind::kHybrid;
-    auto only_for = [&](const char* key, bool same, bool applies, const char* strategies) {
-      require(same || !keys_set.count(key) || applies,
-              std::string(key) + " only applies when parallel.strategy is " + strategies + " (it is \"" +
-                  choice_name(strategy) + "\")" +
-                  (strategy == StrategyKind::kFsdp ? "; for fsdp use parallel.fsdp.*" : ""));
-    };
-    const char* kSharded = "\"zero1\", \"zero2\", \"zero3\" or \"hybrid\"";
-    const char* kParamsSharded = "\"zero3\" or \"hybrid\" (parameters are sharded only there)";
-    only_for("parallel.zero.overlap_comm", z.overlap_comm == defaults.overlap_comm, sharded, kSharded);
-    only_for("parallel.zero.reduce_bucket_size", z.reduce_bucket_size == defaults.reduce_bucket_size, sharded,
-             kSharded);
-    only_for("parallel.zero.allgather_bucket_size", z.allgather_bucket_size == defaults.allgather_bucket_size,
-             sharded, kSharded);
-    only_for("parallel.zero.contiguous_gradients", z.contiguous_gradients == defaults.contiguous_gradients, sharded,
-             kSharded);
-    only_for("parallel.zero.round_robin_gradients", z.round_robin_gradients == defaults.round_robin_gradients,
-             sharded, kSharded);
-    only_for("parallel.zero.stage3_prefetch_bucket_size",
-             z.stage3_prefetch_bucket_size == defaults.stage3_prefetch_bucket_size, params_sharded, kParamsSharded);
-    only_for("parallel.zero.stage3_param_persistence_threshold",
-             z.stage3_param_persistence_threshold == defaults.stage3_param_persistence_threshold, params_sharded,
-             kParamsSharded);
-    only_for("parallel.zero.gather_16bit_weights_on_model_save",
-             z.gather_16bit_weights_on_model_save == defaults.gather_16bit_weights_on_model_save, params_sharded,
-             kParamsSharded);
-    // Two names for one bucket size: refuse a changed bucket_cap_mb next to reduce_bucket_size.
-    require(z.reduce_bucket_size == 0 || !keys_set.count("parallel.bucket_cap_mb") ||
-                c.parallel.bucket_cap_mb == ParallelConfig().bucket_cap_mb,
-            "parallel.zero.reduce_bucket_size and parallel.bucket_cap_mb are both set (two sizes for the gradient "
-            "buckets); keep one");
-  }
-  if (c.parallel.strategy != StrategyKind::kFsdp) {
-    // Printing a resolved config writes every key, so only a changed value counts.
-    const FsdpConfig defaults;
-    auto unchanged = [&](const char* key, bool same) {
-      require(same || !keys_set.count(key), std::string(key) + " only applies when parallel.strategy = \"fsdp\" (it is \"" +
-                                                choice_name(c.parallel.strategy) + "\")");
-    };
-    unchanged("parallel.fsdp.sharding_strategy", c.parallel.fsdp.sharding_strategy == defaults.sharding_strategy);
-    unchanged("parallel.fsdp.state_dict_type", c.parallel.fsdp.state_dict_type == defaults.state_dict_type);
-    unchanged("parallel.fsdp.offload_to_cpu", c.parallel.fsdp.offload_to_cpu == defaults.offload_to_cpu);
-    unchanged("parallel.fsdp.rank0_only", c.parallel.fsdp.rank0_only == defaults.rank0_only);
-    unchanged("parallel.fsdp.backward_prefetch", c.parallel.fsdp.backward_prefetch == defaults.backward_prefetch);
-    unchanged("parallel.fsdp.forward_prefetch", c.parallel.fsdp.forward_prefetch == defaults.forward_prefetch);
-  }
+  if (!p.deepspeed_config.empty())
+    require(is_file(p.deepspeed_config), "parallel.deepspeed_config = " + quote(p.deepspeed_config) + ": no such file");
+  const ZeroConfig& z = p.zero;
+  non_negative("parallel.zero.reduce_bucket_size", z.reduce_bucket_size);
+  non_negative("parallel.zero.allgather_bucket_size", z.allgather_bucket_size);
+  non_negative("parallel.zero.stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size);
+  non_negative("parallel.zero.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold);
+  const ZeroConfig zero_defaults;
+  const StrategyKind strategy = p.strategy;
+  const bool sharded = strategy == StrategyKind::kZero1 || strategy == StrategyKind::kZero2 ||
+                       strategy == StrategyKind::kZero3 || strategy == StrategyKind::kHybrid;
+  const bool params_sharded = strategy == StrategyKind::kZero3 || strategy == StrategyKind::kHybrid;
+  auto only_for = [&](const char* key, bool same, bool applies, const char* strategies) {
+    require(same || !keys_set.count(key) || applies,
+            std::string(key) + " only applies when parallel.strategy is " + strategies + " (it is \"" +
+                choice_name(strategy) + "\")" + (strategy == StrategyKind::kFsdp ? "; for fsdp use parallel.fsdp.*" : ""));
+  };
+  const char* kSharded = "\"zero1\", \"zero2\", \"zero3\" or \"hybrid\"";
+  const char* kParamsSharded = "\"zero3\" or \"hybrid\" (parameters are sharded only there)";
+  only_for("parallel.zero.overlap_comm", z.overlap_comm == zero_defaults.overlap_comm, sharded, kSharded);
+  only_for("parallel.zero.reduce_bucket_size", z.reduce_bucket_size == zero_defaults.reduce_bucket_size, sharded,
+           kSharded);
+  only_for("parallel.zero.allgather_bucket_size", z.allgather_bucket_size == zero_defaults.allgather_bucket_size,
+           sharded, kSharded);
+  only_for("parallel.zero.contiguous_gradients", z.contiguous_gradients == zero_defaults.contiguous_gradients, sharded,
+           kSharded);
+  only_for("parallel.zero.round_robin_gradients", z.round_robin_gradients == zero_defaults.round_robin_gradients,
+           sharded, kSharded);
+  only_for("parallel.zero.stage3_prefetch_bucket_size",
+           z.stage3_prefetch_bucket_size == zero_defaults.stage3_prefetch_bucket_size, params_sharded, kParamsSharded);
+  only_for("parallel.zero.stage3_param_persistence_threshold",
+           z.stage3_param_persistence_threshold == zero_defaults.stage3_param_persistence_threshold, params_sharded,
+           kParamsSharded);
+  only_for("parallel.zero.gather_16bit_weights_on_model_save",
+           z.gather_16bit_weights_on_model_save == zero_defaults.gather_16bit_weights_on_model_save, params_sharded,
+           kParamsSharded);
+  // Two names for one bucket size: refuse a changed bucket_cap_mb next to reduce_bucket_size.
+  require(z.reduce_bucket_size == 0 || !keys_set.count("parallel.bucket_cap_mb") ||
+              p.bucket_cap_mb == ParallelConfig().bucket_cap_mb,
+          "parallel.zero.reduce_bucket_size and parallel.bucket_cap_mb are both set (two sizes for the gradient "
+          "buckets); keep one");
+  if (strategy == StrategyKind::kFsdp) return;
+  const FsdpConfig fsdp_defaults;
+  auto unchanged = [&](const char* key, bool same) {
+    require(same || !keys_set.count(key), std::string(key) + " only applies when parallel.strategy = \"fsdp\" (it is \"" +
+                                              choice_name(strategy) + "\")");
+  };
+  unchanged("parallel.fsdp.sharding_strategy", p.fsdp.sharding_strategy == fsdp_defaults.sharding_strategy);
+  unchanged("parallel.fsdp.state_dict_type", p.fsdp.state_dict_type == fsdp_defaults.state_dict_type);
+  unchanged("parallel.fsdp.offload_to_cpu", p.fsdp.offload_to_cpu == fsdp_defaults.offload_to_cpu);
+  unchanged("parallel.fsdp.rank0_only", p.fsdp.rank0_only == fsdp_defaults.rank0_only);
+  unchanged("parallel.fsdp.backward_prefetch", p.fsdp.backward_prefetch == fsdp_defaults.backward_prefetch);
+  unchanged("parallel.fsdp.forward_prefetch", p.fsdp.forward_prefetch == fsdp_defaults.forward_prefetch);
+}
 
-  // checkpoint
-  non_negative("checkpoint.every_steps", static_cast<double>(c.checkpoint.every_steps));
-  non_negative("checkpoint.every_epochs", static_cast<double>(c.checkpoint.every_epochs));
-  non_negative("checkpoint.num_to_keep", static_cast<double>(c.checkpoint.num_to_keep));
-  if (!c.checkpoint.score_attribute.empty()) {
-    const auto& names = known_metric_names();
-    require(std::find(names.begin(), names.end(), c.checkpoint.score_attribute) != names.end(),
-            "checkpoint.score_attribute = " + quote(c.checkpoint.score_attribute) + ": allowed values are " +
-                quoted_list(names));
-    if (c.checkpoint.score_attribute.rfind("eval_", 0) == 0)
-      require(!c.data.eval_file.empty(), "checkpoint.score_attribute = " + quote(c.checkpoint.score_attribute) +
-                                             " needs data.eval_file (there is nothing to evaluate)");
-  }
+void validate_checkpoint(const CheckpointConfig& k, const DataConfig& d) {
+  non_negative("checkpoint.every_steps", k.every_steps);
+  non_negative("checkpoint.every_epochs", k.every_epochs);
+  non_negative("checkpoint.num_to_keep", k.num_to_keep);
+  if (k.score_attribute.empty()) return;
+  const auto& names = known_metric_names();
+  require(std::find(names.begin(), names.end(), k.score_attribute) != names.end(),
+          "checkpoint.score_attribute = " + quote(k.score_attribute) + ": allowed values are " + quoted_list(names));
+  if (k.score_attribute.rfind("eval_", 0) == 0)
+    require(!d.eval_file.empty(), "checkpoint.score_attribute = " + quote(k.score_attribute) +
+                                      " needs data.eval_file (there is nothing to evaluate)");
+}
 
-  // run
-  require(!c.run.storage_path.empty(), "run.storage_path: must not be empty");
-  require(c.run.name.find('/') == std::string::npos && c.run.name != "." && c.run.name != "..",
-          "run.name = " + quote(c.run.name) + ": must be a plain folder name (no '/')");
-  if (c.run.max_failures < -1)
-    throw Error(str_format("run.max_failures must be -1 (no limit) or >= 0, got %lld",
-                           static_cast<long long>(c.run.max_failures)));
-  positive("run.collective_timeout_s", c.run.collective_timeout_s);
+void validate_run(const JobConfig& r) {
+  require(!r.storage_path.empty(), "run.storage_path: must not be empty");
+  require(r.name.find('/') == std::string::npos && r.name != "." && r.name != "..",
+          "run.name = " + quote(r.name) + ": must be a plain folder name (no '/')");
+  require(r.max_failures >= -1,
+          str_format("run.max_failures must be -1 (no limit) or >= 0, got %lld", static_cast<long long>(r.max_failures)));
+  positive("run.collective_timeout_s", r.collective_timeout_s);
 #ifndef SHARDTRAIN_HAVE_NCCL
-  require(c.run.device != Device::kCuda,
+  require(r.device != Device::kCuda,
           "run.device = \"cuda\": this build of shardtrain has no CUDA/NCCL support; rebuild with the CUDA "
           "toolkit and NCCL installed, or use run.device = \"cpu\"");
 #endif
+}
+
+}  // namespace
+
+void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
+  validate_model(c.model);
+  validate_data(c.data);
+  validate_train(c.train, c.run);
+  validate_lr_schedule_config(c.train, keys_set);
+  validate_parallel(c.parallel, keys_set);
+  validate_checkpoint(c.checkpoint, c.data);
+  validate_run(c.run);
 }
 
 std::string config_to_toml(const RunConfig& config) {

@@ -1,3 +1,10 @@
+// About 800 lines, one file on purpose: one walk over a DeepSpeed JSON, one
+// Resolver per section (precision, zero_optimization, batch sizes, clipping,
+// optimizer, scheduler), all of them writing into the run config through the
+// same assign() rule (a JSON value that contradicts a key the user set is an
+// error naming both) and collecting every problem into one message. The
+// sections are independent functions of the same class; the file is long
+// because DeepSpeed has many keys, each with its meaning and default here.
 #include "shardtrain/cli/deepspeed_config.h"
 
 #include <nlohmann/json.hpp>

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/arrival_board.h"
+#include "comm/collective_args.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -85,11 +86,6 @@ void require_cpu_contiguous(const at::Tensor& t, const char* operation) {
   TORCH_CHECK(t.is_contiguous(), operation, ": tensor must be contiguous");
 }
 
-void require_reducible(const at::Tensor& t, ReduceOp op, const char* operation) {
-  TORCH_CHECK(op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), operation,
-              ": ReduceOp::kAvg needs a floating dtype, got ", t.scalar_type());
-  TORCH_CHECK(t.scalar_type() != at::kBool || op != ReduceOp::kAvg, operation, ": cannot average bool");
-}
 
 class MpiWork final : public Work {
  public:
@@ -196,7 +192,7 @@ std::unique_ptr<Work> MpiCommunicator::start(const char* operation, Launch&& lau
 
 std::unique_ptr<Work> MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   require_cpu_contiguous(tensor, "all_reduce");
-  require_reducible(tensor, op, "all_reduce");
+  check_reducible(tensor, op, "all_reduce");
   const int count = to_int_count(tensor.numel(), "all_reduce");
   const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
   // 16-bit floats reduce in a float32 copy.
@@ -219,12 +215,23 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_async(at::Tensor tensor, Reduc
 std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(at::Tensor input, at::Tensor output, ReduceOp op) {
   require_cpu_contiguous(input, "reduce_scatter");
   require_cpu_contiguous(output, "reduce_scatter");
-  require_reducible(input, op, "reduce_scatter");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter: input and output dtypes differ");
-  TORCH_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
-              " elements, expected size() * output.numel() = ", output.numel() * size_);
+  check_reducible(input, op, "reduce_scatter");
+  check_even_split(input, output, size_, /*input_is_big=*/true, "reduce_scatter");
   const int count = to_int_count(output.numel(), "reduce_scatter");
   to_int_count(input.numel(), "reduce_scatter");
+  MPI_Comm comm = comm_;
+  return start_reduce_scatter("reduce_scatter", input, output, op,
+                              [count, op, comm](const at::Tensor& send, const at::Tensor& receive, MPI_Request* request) {
+                                return MPI_Ireduce_scatter_block(send.data_ptr(), receive.data_ptr(), count,
+                                                                 mpi_type(send.scalar_type()), mpi_op(op), comm, request);
+                              });
+}
+
+// 16-bit floats reduce in float32 copies (MPI has no 16-bit float type), and
+// the average divides after the sum.
+std::unique_ptr<Work> MpiCommunicator::start_reduce_scatter(
+    const char* operation, const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+    std::function<int(const at::Tensor&, const at::Tensor&, MPI_Request*)> call) {
   const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
   const bool half = is_half(input.scalar_type());
   at::Tensor send = half ? input.to(at::kFloat) : input;
@@ -232,61 +239,36 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(at::Tensor input, at
   Launch launch;
   launch.kind = CollectiveKind::kReduceScatter;
   launch.total_bytes = input.numel() * input.element_size();
-  MPI_Comm comm = comm_;
-  launch.call = [send, receive, count, op, comm](MPI_Request* request) {
-    return MPI_Ireduce_scatter_block(send.data_ptr(), receive.data_ptr(), count, mpi_type(send.scalar_type()),
-                                     mpi_op(op), comm, request);
-  };
+  launch.call = [send, receive, call](MPI_Request* request) { return call(send, receive, request); };
   // `send` is captured so it outlives the collective (MPI reads it until completion).
   launch.finish = [send, output, receive, divisor]() mutable {
     if (divisor != 1.0) receive.div_(divisor);
     if (!receive.is_same(output)) output.view({-1}).copy_(receive.view({-1}));
   };
-  return start("reduce_scatter", std::move(launch));
+  return start(operation, std::move(launch));
 }
 
 std::unique_ptr<Work> MpiCommunicator::reduce_scatter_v_async(at::Tensor input, at::Tensor output,
                                                               const std::vector<int64_t>& counts, ReduceOp op) {
   require_cpu_contiguous(input, "reduce_scatter_v");
   require_cpu_contiguous(output, "reduce_scatter_v");
-  require_reducible(input, op, "reduce_scatter_v");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter_v: input and output dtypes differ");
-  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "reduce_scatter_v: ", counts.size(), " counts for ", size_,
-              " ranks");
-  for (int64_t c : counts) TORCH_CHECK(c >= 0, "reduce_scatter_v: negative count ", c);
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  TORCH_CHECK(input.numel() == total, "reduce_scatter_v: input has ", input.numel(), " elements, counts sum to ",
-              total);
-  TORCH_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter_v: output has ", output.numel(),
-              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
+  check_reducible(input, op, "reduce_scatter_v");
+  to_int_count(check_uneven_split(output, input, counts, rank_, size_, "reduce_scatter_v"), "reduce_scatter_v");
   auto receive_counts = std::make_shared<std::vector<int>>(counts.size());
   for (size_t r = 0; r < counts.size(); ++r) (*receive_counts)[r] = to_int_count(counts[r], "reduce_scatter_v");
-  to_int_count(total, "reduce_scatter_v");
-  const double divisor = op == ReduceOp::kAvg ? static_cast<double>(size_) : 1.0;
-  const bool half = is_half(input.scalar_type());
-  at::Tensor send = half ? input.to(at::kFloat) : input;
-  at::Tensor receive = half ? at::empty({output.numel()}, output.options().dtype(at::kFloat)) : output;
-  Launch launch;
-  launch.kind = CollectiveKind::kReduceScatter;
-  launch.total_bytes = input.numel() * input.element_size();
   MPI_Comm comm = comm_;
-  launch.call = [send, receive, receive_counts, op, comm](MPI_Request* request) {
-    return MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), receive_counts->data(),
-                               mpi_type(send.scalar_type()), mpi_op(op), comm, request);
-  };
-  launch.finish = [send, output, receive, receive_counts, divisor]() mutable {
-    if (divisor != 1.0) receive.div_(divisor);
-    if (!receive.is_same(output)) output.view({-1}).copy_(receive.view({-1}));
-  };
-  return start("reduce_scatter_v", std::move(launch));
+  return start_reduce_scatter(
+      "reduce_scatter_v", input, output, op,
+      [receive_counts, op, comm](const at::Tensor& send, const at::Tensor& receive, MPI_Request* request) {
+        return MPI_Ireduce_scatter(send.data_ptr(), receive.data_ptr(), receive_counts->data(),
+                                   mpi_type(send.scalar_type()), mpi_op(op), comm, request);
+      });
 }
 
 std::unique_ptr<Work> MpiCommunicator::all_gather_async(at::Tensor input, at::Tensor output) {
   require_cpu_contiguous(input, "all_gather");
   require_cpu_contiguous(output, "all_gather");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather: input and output dtypes differ");
-  TORCH_CHECK(output.numel() == input.numel() * size_, "all_gather: output has ", output.numel(),
-              " elements, expected size() * input.numel() = ", input.numel() * size_);
+  check_even_split(input, output, size_, /*input_is_big=*/false, "all_gather");
   const int count = to_int_count(input.numel(), "all_gather");
   to_int_count(output.numel(), "all_gather");
   Launch launch;
@@ -305,14 +287,7 @@ std::unique_ptr<Work> MpiCommunicator::all_gather_v_async(at::Tensor input, at::
                                                           const std::vector<int64_t>& counts) {
   require_cpu_contiguous(input, "all_gather_v");
   require_cpu_contiguous(output, "all_gather_v");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather_v: input and output dtypes differ");
-  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for ", size_,
-              " ranks");
-  TORCH_CHECK(input.numel() == counts[static_cast<size_t>(rank_)], "all_gather_v: input has ", input.numel(),
-              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  TORCH_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
-              total);
+  const int64_t total = check_uneven_split(input, output, counts, rank_, size_, "all_gather_v");
   auto receive_counts = std::make_shared<std::vector<int>>(counts.size());
   auto displacements = std::make_shared<std::vector<int>>(counts.size());
   int64_t offset = 0;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "comm/arrival_board.h"
+#include "comm/collective_args.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/cuda_check.h"
 #include "shardtrain/core/log.h"
@@ -98,10 +99,6 @@ void require_device_tensor(const at::Tensor& t, int device, const char* operatio
   TORCH_CHECK(t.is_contiguous(), operation, ": tensor must be contiguous");
 }
 
-void require_reducible(const at::Tensor& t, ReduceOp op, const char* operation) {
-  TORCH_CHECK(op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), operation,
-              ": ReduceOp::kAvg needs a floating dtype, got ", t.scalar_type());
-}
 
 }  // namespace
 
@@ -290,7 +287,7 @@ std::unique_ptr<Work> NcclCommunicator::start(const char* operation, const Launc
 
 std::unique_ptr<Work> NcclCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
   require_device_tensor(tensor, device_, "all_reduce");
-  require_reducible(tensor, op, "all_reduce");
+  check_reducible(tensor, op, "all_reduce");
   const ncclDataType_t type = nccl_type(tensor.scalar_type());
   const size_t count = static_cast<size_t>(tensor.numel());
   void* data = tensor.data_ptr();
@@ -308,10 +305,8 @@ std::unique_ptr<Work> NcclCommunicator::all_reduce_async(at::Tensor tensor, Redu
 std::unique_ptr<Work> NcclCommunicator::reduce_scatter_async(at::Tensor input, at::Tensor output, ReduceOp op) {
   require_device_tensor(input, device_, "reduce_scatter");
   require_device_tensor(output, device_, "reduce_scatter");
-  require_reducible(input, op, "reduce_scatter");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter: input and output dtypes differ");
-  TORCH_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input has ", input.numel(),
-              " elements, expected size() * output.numel() = ", output.numel() * size_);
+  check_reducible(input, op, "reduce_scatter");
+  check_even_split(input, output, size_, /*input_is_big=*/true, "reduce_scatter");
   const ncclDataType_t type = nccl_type(input.scalar_type());
   const size_t count = static_cast<size_t>(output.numel());  // per rank
   const void* send = input.data_ptr();
@@ -331,16 +326,8 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter_v_async(at::Tensor input,
                                                                const std::vector<int64_t>& counts, ReduceOp op) {
   require_device_tensor(input, device_, "reduce_scatter_v");
   require_device_tensor(output, device_, "reduce_scatter_v");
-  require_reducible(input, op, "reduce_scatter_v");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter_v: input and output dtypes differ");
-  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "reduce_scatter_v: ", counts.size(), " counts for ", size_,
-              " ranks");
-  for (int64_t c : counts) TORCH_CHECK(c >= 0, "reduce_scatter_v: negative count ", c);
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  TORCH_CHECK(input.numel() == total, "reduce_scatter_v: input has ", input.numel(), " elements, counts sum to ",
-              total);
-  TORCH_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter_v: output has ", output.numel(),
-              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
+  check_reducible(input, op, "reduce_scatter_v");
+  check_uneven_split(output, input, counts, rank_, size_, "reduce_scatter_v");
   const ncclDataType_t type = nccl_type(input.scalar_type());
   const size_t element_size = static_cast<size_t>(input.element_size());
   const char* send = static_cast<const char*>(input.data_ptr());
@@ -372,9 +359,7 @@ std::unique_ptr<Work> NcclCommunicator::reduce_scatter_v_async(at::Tensor input,
 std::unique_ptr<Work> NcclCommunicator::all_gather_async(at::Tensor input, at::Tensor output) {
   require_device_tensor(input, device_, "all_gather");
   require_device_tensor(output, device_, "all_gather");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather: input and output dtypes differ");
-  TORCH_CHECK(output.numel() == input.numel() * size_, "all_gather: output has ", output.numel(),
-              " elements, expected size() * input.numel() = ", input.numel() * size_);
+  check_even_split(input, output, size_, /*input_is_big=*/false, "all_gather");
   const ncclDataType_t type = nccl_type(input.scalar_type());
   const size_t count = static_cast<size_t>(input.numel());  // per rank
   const void* send = input.data_ptr();
@@ -393,15 +378,7 @@ std::unique_ptr<Work> NcclCommunicator::all_gather_v_async(at::Tensor input, at:
                                                            const std::vector<int64_t>& counts) {
   require_device_tensor(input, device_, "all_gather_v");
   require_device_tensor(output, device_, "all_gather_v");
-  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather_v: input and output dtypes differ");
-  TORCH_CHECK(static_cast<int>(counts.size()) == size_, "all_gather_v: ", counts.size(), " counts for ", size_,
-              " ranks");
-  for (int64_t c : counts) TORCH_CHECK(c >= 0, "all_gather_v: negative count ", c);
-  TORCH_CHECK(input.numel() == counts[static_cast<size_t>(rank_)], "all_gather_v: input has ", input.numel(),
-              " elements but counts[", rank_, "] = ", counts[static_cast<size_t>(rank_)]);
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  TORCH_CHECK(output.numel() == total, "all_gather_v: output has ", output.numel(), " elements, counts sum to ",
-              total);
+  const int64_t total = check_uneven_split(input, output, counts, rank_, size_, "all_gather_v");
   const ncclDataType_t type = nccl_type(input.scalar_type());
   const size_t element_size = static_cast<size_t>(output.element_size());
   const void* send = input.data_ptr();

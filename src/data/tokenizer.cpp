@@ -1,3 +1,8 @@
+// About 600 lines, one file on purpose: HF's BertTokenizerFast pipeline
+// (clean, CJK spacing, accents, basic split, WordPiece, pair truncation,
+// special tokens) reads top to bottom in the order HF applies it, and each
+// step is checked against HF's ids for every MRPC dev pair
+// (tests/test_tokenizer.cpp); the Unicode tables are in unicode_text.cpp.
 #include "shardtrain/data/tokenizer.h"
 
 #include <algorithm>

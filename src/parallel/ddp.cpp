@@ -16,21 +16,20 @@ namespace shardtrain {
 
 struct DataParallel::Impl {
   Communicator& comm;
+  StrategyStats& stats;
   FlatModel flat;
   std::unique_ptr<AdamW> adamw;
-  StrategyStats stats;
-  BytesSent bytes;
   std::unique_ptr<GradientBuckets> buckets;
 
-  explicit Impl(Communicator& c) : comm(c) {}
+  Impl(Communicator& c, StrategyStats& counters) : comm(c), stats(counters) {}
 };
 
 DataParallel::DataParallel(UnitModel& model, Communicator& comm, const AdamWOptions& adamw, const DdpOptions& options)
-    : impl_(std::make_unique<Impl>(comm)) {
+    : impl_(std::make_unique<Impl>(comm, counters())) {
   if (!(options.bucket_cap_mb > 0))
     throw Error(str_format("parallel.bucket_cap_mb must be > 0, got %g", options.bucket_cap_mb));
   Impl& s = *impl_;
-  s.bytes.track(comm);
+  count_bytes_of(comm);
   s.flat = flatten_model(model, comm.size(), "DataParallel");
   s.adamw = std::make_unique<AdamW>(s.flat.padded_numel, adamw, s.flat.params.options());
   s.buckets = all_reduce_buckets(s.flat, options.bucket_cap_mb, comm, s.stats);
@@ -80,11 +79,6 @@ void DataParallel::finish_load(int64_t optimizer_step) {
   gather(exp_avg);
   gather(exp_avg_sq);
   s.adamw->load_state(exp_avg, exp_avg_sq, optimizer_step);
-}
-
-const StrategyStats& DataParallel::stats() const {
-  impl_->stats.bytes_sent = impl_->bytes.total();
-  return impl_->stats;
 }
 
 StrategyMemory DataParallel::memory() const {

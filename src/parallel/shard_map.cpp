@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "shardtrain/comm/communicator.h"
 
 namespace shardtrain {
 
@@ -59,14 +58,6 @@ std::vector<FlatPart> shard_parts(const std::vector<ShardSegment>& segments,
     parts.push_back(empty);
   }
   return parts;
-}
-
-void BytesSent::track(const Communicator& comm) { tracked_.emplace_back(&comm, comm.stats().bytes_sent); }
-
-int64_t BytesSent::total() const {
-  int64_t bytes = 0;
-  for (const auto& [comm, base] : tracked_) bytes += comm->stats().bytes_sent - base;
-  return bytes;
 }
 
 }  // namespace shardtrain

@@ -4,15 +4,13 @@
 //
 // A rank's optimizer state is one buffer (its shard). A ShardSegment says that
 // `count` elements of the layout starting at `layout_begin` sit at
-// `shard_begin` of that buffer:
-//   ddp      the whole layout; shard_begin = layout_begin
-//   zero1    shard_range(rank, W) of the padded layout, clipped to numel();
-//            shard_begin = layout_begin - shard.begin
-//   zero2/3  this rank's chunk of every unit, cut at parameter boundaries
-//            (the units' padding is in no segment)
-// Everything that maps between the layout and a shard derives from the
-// segments: the weight-decay ranges AdamW gets, and the checkpoint parts a
-// rank writes and reads.
+// `shard_begin` of that buffer. Under DDP the shard is the whole layout
+// (shard_begin = layout_begin); under ZeRO-1 it is shard_range(rank, W) of the
+// padded layout clipped to numel() (shard_begin = layout_begin - shard.begin);
+// under ZeRO-2/3 it is this rank's chunk of every unit, cut at parameter
+// boundaries, the units' padding in no segment. Everything that maps between
+// the layout and a shard derives from the segments: the weight-decay ranges
+// AdamW gets, and the checkpoint parts a rank writes and reads.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -50,16 +48,5 @@ std::vector<ElementRange> shard_decay_ranges(const ParamLayout& layout, const st
 std::vector<FlatPart> shard_parts(const std::vector<ShardSegment>& segments,
                                   const std::function<at::Tensor(const ShardSegment&)>& params_of,
                                   const AdamW& adamw);
-
-// Bytes one rank sent in a set of communicators since this object was made
-// (StrategyStats::bytes_sent).
-class BytesSent {
- public:
-  void track(const class Communicator& comm);
-  int64_t total() const;
-
- private:
-  std::vector<std::pair<const class Communicator*, int64_t>> tracked_;  // communicator, bytes at track()
-};
 
 }  // namespace shardtrain

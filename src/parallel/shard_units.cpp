@@ -33,24 +33,13 @@ bool allowed(GradState from, GradState to) {
 }  // namespace
 
 const char* param_state_name(ParamState state) {
-  switch (state) {
-    case ParamState::kFreed: return "freed";
-    case ParamState::kGathering: return "gathering";
-    case ParamState::kGathered: return "gathered";
-  }
-  return "?";
+  static const char* const kNames[] = {"freed", "gathering", "gathered"};
+  return kNames[static_cast<int>(state)];
 }
 
 const char* grad_state_name(GradState state) {
-  switch (state) {
-    case GradState::kNone: return "none";
-    case GradState::kAccumulating: return "accumulating";
-    case GradState::kReady: return "ready";
-    case GradState::kReducing: return "reducing";
-    case GradState::kReduced: return "reduced";
-    case GradState::kAveraging: return "averaging";
-  }
-  return "?";
+  static const char* const kNames[] = {"none", "accumulating", "ready", "reducing", "reduced", "averaging"};
+  return kNames[static_cast<int>(state)];
 }
 
 void ShardUnit::set(ParamState to) {

@@ -1,6 +1,10 @@
-// ShardedStrategy: the step's phases and the unit hooks. The units' states
-// and their transitions are in shard_units.h; which elements of the layout
-// this rank's shard holds, in shard_map.h.
+// About 700 lines, one file on purpose: the step's phases and the unit hooks
+// act on the same units from both sides (parameters gathered and freed,
+// gradients reduced and averaged) and share one round state; split, one
+// state machine would be spread over several files. What stands alone is
+// elsewhere: the units' states and transitions (shard_units.h), which
+// elements a shard holds (shard_map.h), the DeepSpeed / FSDP knobs
+// (shard_policy.h) and optimizer offload (offload.h).
 #include "shardtrain/parallel/sharded.h"
 
 #include <ATen/ATen.h>
@@ -82,12 +86,12 @@ struct ShardedStrategy::Impl : public UnitHooks {
   std::vector<ShardSegment> segments;  // the layout elements of the shard
   std::vector<ElementRange> shard_decay;
 
-  StrategyStats stats;
-  BytesSent bytes;
+  StrategyStats& stats;
   int64_t transient_bytes = 0, peak_transient_bytes = 0;
   std::unique_ptr<GradientReadyHooks> hooks;
 
-  Impl(Communicator& c, UnitModel& m, const ShardOptions& o) : comm(c), model(m), options(o) {}
+  Impl(Communicator& c, UnitModel& m, const ShardOptions& o, StrategyStats& counters)
+      : comm(c), model(m), options(o), stats(counters) {}
 
   void advance(Phase to) {
     ST_ASSERT(allowed(phase, to), std::string("ShardedStrategy: ") + phase_name(phase) + " -> " + phase_name(to));
@@ -247,8 +251,8 @@ struct ShardedStrategy::Impl : public UnitHooks {
     u.reduced = at::empty({u.chunk}, u.grads.options());
     u.set(GradState::kReducing);
     u.reduce_work = reduce_comm->reduce_scatter_async(u.grads, u.reduced, ReduceOp::kAvg);
-    ++stats.buckets_total;
-    if (from_hook) ++stats.buckets_during_backward;
+    stats.buckets_total += 1;
+    stats.buckets_during_backward += from_hook ? 1 : 0;
     if (!options.overlap_comm) complete_reduce(u);
   }
 
@@ -453,11 +457,11 @@ void ShardedStrategy::Impl::build_units(const std::vector<std::pair<std::string,
 
 ShardedStrategy::ShardedStrategy(UnitModel& model, Communicator& comm, const AdamWOptions& adamw,
                                  const ShardOptions& options)
-    : impl_(std::make_unique<Impl>(comm, model, options)) {
+    : impl_(std::make_unique<Impl>(comm, model, options, counters())) {
   if (options.stage != 2 && options.stage != 3)
     throw Error(str_format("sharded strategy: stage must be 2 or 3, got %d", options.stage));
   Impl& s = *impl_;
-  s.bytes.track(comm);
+  count_bytes_of(comm);
   const bool hybrid = options.ranks_per_node > 0 && options.ranks_per_node < comm.size();
   if (hybrid) {
     NodeGroups groups = split_into_nodes(comm, options.ranks_per_node);  // Error when it does not divide
@@ -468,7 +472,7 @@ ShardedStrategy::ShardedStrategy(UnitModel& model, Communicator& comm, const Ada
   }
   s.reduce_comm = s.gather_comm->split(0, s.gather_comm->rank());
   for (const Communicator* c : {s.gather_comm.get(), s.reduce_comm.get(), s.inter.get()})
-    if (c) s.bytes.track(*c);
+    if (c) count_bytes_of(*c);
   s.group_rank = s.gather_comm->rank();
   s.group_size = s.gather_comm->size();
 
@@ -667,11 +671,6 @@ void ShardedStrategy::finish_load(int64_t optimizer_step) {
     if (!u.resident) s.free_unit(u);
   s.gather_resident();
   s.release_shard();
-}
-
-const StrategyStats& ShardedStrategy::stats() const {
-  impl_->stats.bytes_sent = impl_->bytes.total();
-  return impl_->stats;
 }
 
 StrategyMemory ShardedStrategy::memory() const {

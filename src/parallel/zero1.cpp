@@ -24,11 +24,10 @@ struct ZeroStrategy::Impl {
   at::Tensor shard_grads;              // view of flat.grads
   std::unique_ptr<ShardOptimizer> optimizer;
   std::vector<ElementRange> shard_decay;  // decay ranges relative to shard.begin
-  StrategyStats stats;
-  BytesSent bytes;
+  StrategyStats& stats;
   std::unique_ptr<GradientBuckets> buckets;
 
-  explicit Impl(Communicator& c) : comm(c) {}
+  Impl(Communicator& c, StrategyStats& counters) : comm(c), stats(counters) {}
 
   at::Tensor shard_params() const { return flat.params.narrow(0, shard.begin, shard.size()); }
 
@@ -56,12 +55,12 @@ struct ZeroStrategy::Impl {
 };
 
 ZeroStrategy::ZeroStrategy(UnitModel& model, Communicator& comm, const AdamWOptions& adamw, const ZeroOptions& options)
-    : impl_(std::make_unique<Impl>(comm)) {
+    : impl_(std::make_unique<Impl>(comm, counters())) {
   if (!(options.bucket_cap_mb > 0))
     throw Error(str_format("parallel.bucket_cap_mb must be > 0, got %g", options.bucket_cap_mb));
   if (options.allgather_bucket_size < 0) throw Error("parallel.zero.allgather_bucket_size must be >= 0");
   Impl& s = *impl_;
-  s.bytes.track(comm);
+  count_bytes_of(comm);
   s.options = options;
   s.flat = flatten_model(model, comm.size(), "ZeroStrategy");
   s.shard = s.flat.layout->shard_range(comm.rank(), comm.size());
@@ -126,11 +125,6 @@ void ZeroStrategy::finish_load(int64_t optimizer_step) {
   // only sets the step count (load_state copies, so pass copies).
   AdamW& adamw = s.optimizer->adamw();
   adamw.load_state(adamw.exp_avg().clone(), adamw.exp_avg_sq().clone(), optimizer_step);
-}
-
-const StrategyStats& ZeroStrategy::stats() const {
-  impl_->stats.bytes_sent = impl_->bytes.total();
-  return impl_->stats;
 }
 
 StrategyMemory ZeroStrategy::memory() const {

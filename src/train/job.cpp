@@ -20,14 +20,7 @@ namespace shardtrain {
 namespace {
 
 ReaderOptions reader_options(const DataConfig& d, LabelMode mode) {
-  ReaderOptions r;
-  r.format = d.format;
-  r.text_a = d.text_a;
-  r.text_b = d.text_b;
-  r.label = d.label;
-  r.on_bad_row = d.on_bad_row;
-  r.label_mode = mode;
-  return r;
+  return ReaderOptions{d.format, d.text_a, d.text_b, d.label, mode, d.on_bad_row, {}};
 }
 
 void check_labels(const RawTable& table, int64_t num_labels) {
@@ -141,12 +134,7 @@ void build_model(TrainJob& job, const Tables& tables) {
 void build_strategy(TrainJob& job) {
   const RunConfig& config = *job.config;
   const TrainConfig& t = config.train;
-  AdamWOptions adamw;
-  adamw.lr = t.lr;
-  adamw.beta1 = t.adam_beta1;
-  adamw.beta2 = t.adam_beta2;
-  adamw.eps = t.adam_epsilon;
-  adamw.weight_decay = t.weight_decay;
+  const AdamWOptions adamw{t.lr, t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay};
   job.strategy = make_strategy(config.parallel, job.topology, *job.model, *job.communicator, adamw);
   log_info("strategy %s (parallel.strategy = %s)", job.strategy->name().c_str(),
            choice_name(config.parallel.strategy));

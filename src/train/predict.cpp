@@ -135,13 +135,13 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   result.load_report = loaded.report;
   if (!result.regression && has_custom_label_names(config)) result.label_names = config.id2label;
 
-  ReaderOptions reader;
-  reader.format = options.format;
-  reader.text_a = options.text_a;
-  reader.text_b = options.text_b;
-  reader.label = options.label;
-  reader.on_bad_row = options.on_bad_row;
-  reader.label_mode = result.regression ? LabelMode::kRegression : LabelMode::kAuto;
+  const ReaderOptions reader{options.format,
+                             options.text_a,
+                             options.text_b,
+                             options.label,
+                             result.regression ? LabelMode::kRegression : LabelMode::kAuto,
+                             options.on_bad_row,
+                             {}};
   const RawTable table = read_table(options.data_path, reader);
   if (table.size() == 0) throw Error(options.data_path + ": no rows to predict");
   result.num_rows = table.size();

@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/bert.h"
+#include "shardtrain/parallel/strategy.h"
 #include "shardtrain/train/train_step.h"
 #include "shardtrain/train/trainer.h"
 #include "mpi_ranks.h"
@@ -75,25 +77,30 @@ inline shardtrain::RunConfig tiny_run_config(const std::string& dir) {
   return c;
 }
 
-// A micro-batch of token ids, token types and labels (no padding: no mask).
-inline shardtrain::Batch batch_of(const at::Tensor& ids, const at::Tensor& types, const at::Tensor& labels) {
-  shardtrain::Batch b;
-  b.input_ids = ids;
-  b.token_type_ids = types;
-  b.labels = labels;
-  b.num_real_tokens = ids.numel();
-  b.num_total_tokens = ids.numel();
-  return b;
-}
+// Token ids, token types and labels of one micro-batch (no padding: no mask).
+struct TinyInputs {
+  at::Tensor ids, types, labels;
+};
 
-// StepOptions of the strategy-equivalence tests: accumulation over all the
-// micro-batches given, lr and clipping as given, the generator left alone.
-inline shardtrain::StepOptions step_options(double lr, double max_grad_norm, int64_t accumulation) {
-  shardtrain::StepOptions o;
-  o.lr = lr;
-  o.max_grad_norm = max_grad_norm;
-  o.accumulation_steps = accumulation;
-  return o;
+// One optimizer step (shardtrain::train_step) over `micro`, accumulated, with
+// lr and clipping as given and the generator left alone. Returns the
+// gradient norm.
+inline double step_over(shardtrain::Strategy& strategy, shardtrain::BertForSequenceClassification& model,
+                        const std::vector<TinyInputs>& micro, double lr, double max_grad_norm) {
+  std::vector<shardtrain::Batch> batches;
+  for (const TinyInputs& in : micro) {
+    shardtrain::Batch b;
+    b.input_ids = in.ids;
+    b.token_type_ids = in.types;
+    b.labels = in.labels;
+    b.num_real_tokens = b.num_total_tokens = in.ids.numel();
+    batches.push_back(b);
+  }
+  shardtrain::StepOptions options;
+  options.lr = lr;
+  options.max_grad_norm = max_grad_norm;
+  options.accumulation_steps = static_cast<int64_t>(micro.size());
+  return shardtrain::train_step(strategy, model, batches, options).grad_norm;
 }
 
 // TrainOptions for tests: no live progress line.

@@ -19,6 +19,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 
 #include "shardtrain/comm/communicator.h"
@@ -54,6 +55,10 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Launch;
   std::unique_ptr<Work> start(const char* operation, Launch&& launch);
+  // Both reduce-scatters: `call` launches the MPI collective from `send` into `receive`.
+  std::unique_ptr<Work> start_reduce_scatter(const char* operation, const at::Tensor& input, const at::Tensor& output,
+                                             ReduceOp op,
+                                             std::function<int(const at::Tensor&, const at::Tensor&, MPI_Request*)> call);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

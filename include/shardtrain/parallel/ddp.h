@@ -58,7 +58,6 @@ class DataParallel : public Strategy {
   std::vector<FlatPart> checkpoint_parts() override;
   int64_t optimizer_step() const override;
   void finish_load(int64_t optimizer_step) override;
-  const StrategyStats& stats() const override;
   StrategyMemory memory() const override;
 
   at::Tensor flat_params() const override;

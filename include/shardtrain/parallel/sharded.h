@@ -146,7 +146,6 @@ class ShardedStrategy : public Strategy {
   std::vector<FlatPart> checkpoint_parts() override;
   int64_t optimizer_step() const override;
   void finish_load(int64_t optimizer_step) override;
-  const StrategyStats& stats() const override;
   StrategyMemory memory() const override;
 
   // Units after the persistent parameters were taken out: the forward units

@@ -26,6 +26,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/checkpoint/flat_state.h"
@@ -98,8 +99,20 @@ class Strategy {
   // set the AdamW step count.
   virtual void finish_load(int64_t optimizer_step) = 0;
 
-  virtual const StrategyStats& stats() const = 0;
+  // The strategy's counters, bytes_sent over every communicator it uses
+  // since it was built.
+  const StrategyStats& stats() const;
   virtual StrategyMemory memory() const = 0;
+
+ protected:
+  // The counters a strategy updates (its Impl keeps a reference).
+  StrategyStats& counters() { return stats_; }
+  // Counts the bytes `comm` sends from now on in stats().bytes_sent.
+  void count_bytes_of(const Communicator& comm);
+
+ private:
+  mutable StrategyStats stats_;
+  std::vector<std::pair<const Communicator*, int64_t>> byte_counters_;  // communicator, bytes at count_bytes_of()
 };
 
 }  // namespace shardtrain

@@ -78,7 +78,6 @@ class ZeroStrategy : public Strategy {
   std::vector<FlatPart> checkpoint_parts() override;
   int64_t optimizer_step() const override;
   void finish_load(int64_t optimizer_step) override;
-  const StrategyStats& stats() const override;
   StrategyMemory memory() const override;
 
   // This rank's shard S_r of the padded buffers.
