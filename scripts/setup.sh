@@ -11,7 +11,10 @@ packages=(
   libopenmpi-dev openmpi-bin                # MPI
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5 (MPI-IO); h5dump for the checkpoint tests
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev doctest-dev
-  python3                                   # test helpers (no extra modules)
+  libprotobuf-dev protobuf-compiler         # TensorBoard event files (protobuf lite runtime, protoc)
+  librsvg2-dev                              # `shardtrain plot --output X.png` (optional at build time)
+  python3 python3-protobuf                  # test helpers; protobuf: the TensorBoard test's own decoder
+  librsvg2-bin fonts-dejavu-core            # rsvg-convert and a font: the curves rendering test
   clang libclang-rt-14-dev                  # the brief libFuzzer run in the test suite
 )
 missing=()

@@ -13,6 +13,7 @@
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/optim/schedule.h"
 
 namespace shardtrain {
 namespace {
@@ -469,6 +470,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   validate_model(c.model);
   validate_data(c.data);
   validate_train(c.train, c.run);
+  validate_lr_schedule_config(c.train, keys_set);
   validate_parallel(c.parallel, keys_set);
   validate_checkpoint(c.checkpoint, c.data);
   validate_run(c.run);
@@ -491,7 +493,7 @@ std::string config_to_toml(const RunConfig& config) {
       if (field)
         out << leaf << " = " << toml_value(*field) << "\n";
       else
-        out << "# " << leaf << " = (the model config's value)\n";
+        out << "# " << leaf << " = " << (key_section == "model" ? "(the model config's value)" : "(unset)") << "\n";
     } else {
       out << leaf << " = " << toml_value(field) << "\n";
     }

@@ -14,25 +14,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace {
 
 using json = nlohmann::json;
 
-std::string text(double value) {
-  char buffer[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  return buffer;
-}
+std::string text(double value) { return shortest_text(value); }
 std::string text(int64_t value) { return std::to_string(value); }
 std::string text(bool value) { return value ? "true" : "false"; }
 std::string text(const std::string& value) { return "\"" + value + "\""; }
@@ -676,26 +671,38 @@ void Resolver::resolve_optimizer(const json* optimizer) {
   }
 }
 
+// DeepSpeed's scheduler section -> train.lr_scheduler_type (the DeepSpeed type
+// name) and train.lr_scheduler_kwargs.*, warmup_max_lr -> train.lr,
+// warmup_num_steps -> train.warmup_steps. Absent params take DeepSpeed's
+// defaults (lr_schedules.py); "auto" is filled as transformers'
+// HfTrainerDeepSpeedConfig fills it. optim/schedule.h computes the schedule.
 void Resolver::resolve_scheduler(const json* scheduler) {
   if (!scheduler) {
-    line("scheduler", nullptr, "linear warmup (train.warmup_steps or train.warmup_ratio) then linear decay to 0, "
-                               "from the run config (transformers' get_linear_schedule_with_warmup)");
+    line("scheduler", nullptr, "train.lr_scheduler_type = " + text(c_.train.lr_scheduler_type) +
+                                   " from the run config, as with a transformers scheduler under Accelerate");
     return;
   }
   if (!object("scheduler", *scheduler)) return;
   const json* type = find(*scheduler, "type");
   const std::string type_name = type && type->is_string() ? type->get<std::string>() : "";
-  if (type_name == "WarmupLR") {
+  struct Param { const char* name; const char* types; };  // W: WarmupLR, D: WarmupDecayLR, C: WarmupCosineLR
+  static const Param kParams[] = {{"warmup_min_lr", "WD"},  {"warmup_max_lr", "WD"},   {"warmup_num_steps", "WDC"},
+                                  {"warmup_type", "WDC"},   {"total_num_steps", "DC"}, {"warmup_min_ratio", "C"},
+                                  {"cos_min_ratio", "C"},   {"last_batch_iteration", "WDC"}};
+  char letter = 0;
+  LrSchedulerType kind = LrSchedulerType::kLinear;
+  if (type_name == "WarmupLR") letter = 'W', kind = LrSchedulerType::kWarmupLR;
+  else if (type_name == "WarmupDecayLR") letter = 'D', kind = LrSchedulerType::kWarmupDecayLR;
+  else if (type_name == "WarmupCosineLR") letter = 'C', kind = LrSchedulerType::kWarmupCosineLR;
+  if (!letter) {
     problem("scheduler.type", type,
-            "warmup then a constant learning rate is not implemented; shardtrain's schedule is linear warmup then "
-            "linear decay to 0, which is \"WarmupDecayLR\" with warmup_type \"linear\" and total_num_steps \"auto\"");
+            type_name == "LRRangeTest" || type_name == "OneCycle"
+                ? "not implemented (shardtrain implements \"WarmupLR\", \"WarmupDecayLR\" and \"WarmupCosineLR\")"
+                : "expected \"WarmupLR\", \"WarmupDecayLR\" or \"WarmupCosineLR\"");
     return;
   }
-  if (type_name != "WarmupDecayLR") {
-    problem("scheduler.type", type,
-            "only \"WarmupDecayLR\" (linear warmup, then linear decay to 0) is implemented");
-    return;
-  }
+  if (assign("train.lr_scheduler_type", c_.train.lr_scheduler_type, kind, "scheduler.type", type, false))
+    line("scheduler.type", type, "train.lr_scheduler_type = " + text(kind));
   const json empty = json::object();
   const json* params = find(*scheduler, "params");
   if (params && !object("scheduler.params", *params)) return;
@@ -703,58 +710,108 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   for (const auto& item : scheduler->items())
     if (item.key() != "type" && item.key() != "params")
       problem("scheduler." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
-
+  std::string names;
+  for (const Param& p : kParams)
+    if (std::strchr(p.types, letter)) names += std::string(names.empty() ? "" : ", ") + p.name;
   for (const auto& item : params->items()) {
-    const std::string& name = item.key();
-    const std::string key = "scheduler.params." + name;
-    const json& v = item.value();
-    if (name == "warmup_min_lr") {
-      if (is_auto(v)) line(key, &v, "0 (as transformers fills it)");
-      else if (v.is_number() && v.get<double>() == 0) line(key, &v, "accepted (warmup starts at 0)");
-      else problem(key, &v, "only 0 is implemented (warmup starts from a learning rate of 0)");
-    } else if (name == "warmup_max_lr") {
-      if (is_auto(v)) {
-        line(key, &v, text(c_.train.lr) + " (train.lr)");
-      } else if (auto n = number(key, v, 0, true)) {
-        if (optimizer_lr_ && *optimizer_lr_ != *n) {
-          problem(key, &v, "differs from optimizer.params.lr = " + text(*optimizer_lr_) +
-                               " (DeepSpeed would silently train with warmup_max_lr); make them equal");
-        } else if (assign("train.lr", c_.train.lr, *n, key, &v)) {
-          line(key, &v, "train.lr = " + text(*n));
-        }
-      }
-    } else if (name == "warmup_num_steps") {
-      if (is_auto(v)) {
-        line(key, &v, c_.train.warmup_steps > 0 || c_.train.warmup_ratio == 0
-                          ? text(c_.train.warmup_steps) + " (train.warmup_steps)"
-                          : "ceil(" + text(c_.train.warmup_ratio) + " x total steps) (train.warmup_ratio)");
-      } else if (auto n = integer(key, v, 0, true)) {
-        if (assign("train.warmup_steps", c_.train.warmup_steps, *n, key, &v) &&
-            assign("train.warmup_ratio", c_.train.warmup_ratio, 0.0, key, &v))
-          line(key, &v, "train.warmup_steps = " + text(*n));
-      }
-    } else if (name == "warmup_type") {
-      if (v.is_string() && v.get<std::string>() == "linear") line(key, &v, "accepted");
-      else problem(key, &v, "only \"linear\" is implemented");
-    } else if (name == "total_num_steps") {
-      if (is_auto(v))
-        line(key, &v, "the run's total optimizer steps (the decay reaches 0 at the last step)");
-      else
-        problem(key, &v, "a fixed decay length is not implemented: the decay reaches 0 at the run's last step; "
-                         "write \"auto\" (and set train.max_steps or train.num_epochs for the run's length)");
-    } else if (name == "last_batch_iteration") {
-      if (v.is_number() && v.get<double>() == -1) line(key, &v, "accepted (a fresh schedule; resume restores it)");
-      else problem(key, &v, "only -1 is implemented (a resumed run restores the schedule from its checkpoint)");
-    } else {
-      problem(key, &v, "not implemented (shardtrain reads warmup_min_lr, warmup_max_lr, warmup_num_steps, "
-                       "warmup_type, total_num_steps, last_batch_iteration)");
+    const Param* known = nullptr;
+    for (const Param& p : kParams)
+      if (item.key() == p.name && std::strchr(p.types, letter)) known = &p;
+    if (!known)
+      problem("scheduler.params." + item.key(), &item.value(),
+              "not a " + type_name + " parameter (it has " + names + ")");
+  }
+
+  LrSchedulerKwargs& k = c_.train.lr_scheduler_kwargs;
+  const std::string kw = "train.lr_scheduler_kwargs.";
+  auto key_of = [](const char* name) { return std::string("scheduler.params.") + name; };
+  auto reads = [&](const char* name) {
+    for (const Param& p : kParams)
+      if (std::string(name) == p.name) return std::strchr(p.types, letter) != nullptr;
+    return false;
+  };
+  // A number param: absent -> DeepSpeed's default; "auto" only where transformers fills it.
+  auto number_param = [&](const char* name, double& field, const std::string& run_key, double absent,
+                          std::optional<double> auto_value, const std::string& auto_note) {
+    if (!reads(name)) return;
+    const json* v = find(*params, name);
+    double value = absent;
+    std::string note = " (DeepSpeed's default)";
+    if (v && is_auto(*v) && auto_value) {
+      value = *auto_value;
+      note = " " + auto_note;
+    } else if (v) {
+      auto n = number(key_of(name), *v, 0, auto_value.has_value());
+      if (!n) return;
+      value = *n;
+      note.clear();
+    }
+    if (std::string(name) == "warmup_max_lr" && optimizer_lr_ && *optimizer_lr_ != value) {
+      problem(key_of(name), v,
+              "means train.lr = " + text(value) + note + ", which differs from optimizer.params.lr = " +
+                  text(*optimizer_lr_) + " (DeepSpeed would silently train with warmup_max_lr); make them equal");
+      return;
+    }
+    if (assign(run_key, field, value, key_of(name), v, auto_value.has_value()))
+      line(key_of(name), v, run_key + " = " + text(value) + note);
+  };
+  number_param("warmup_min_lr", k.warmup_min_lr, kw + "warmup_min_lr", 0.0, 0.0, "(as transformers fills it)");
+  number_param("warmup_max_lr", c_.train.lr, "train.lr", 0.001, c_.train.lr, "(train.lr, as transformers fills it)");
+  number_param("warmup_min_ratio", k.warmup_min_ratio, kw + "warmup_min_ratio", 0.0, std::nullopt, "");
+  number_param("cos_min_ratio", k.cos_min_ratio, kw + "cos_min_ratio", 0.0001, std::nullopt, "");
+
+  if (const json* v = find(*params, "warmup_num_steps"); v && is_auto(*v)) {
+    line(key_of("warmup_num_steps"), v,
+         (c_.train.warmup_steps > 0 || c_.train.warmup_ratio == 0
+              ? text(c_.train.warmup_steps) + " (train.warmup_steps"
+              : "ceil(" + text(c_.train.warmup_ratio) + " x total steps) (train.warmup_ratio") +
+             ", as transformers fills it; DeepSpeed warms up over at least 2 steps)");
+  } else {
+    int64_t steps = 1000;  // DeepSpeed's default
+    std::optional<int64_t> n = steps;
+    if (v) n = integer(key_of("warmup_num_steps"), *v, 0, true);
+    if (n) {
+      steps = *n;
+      if (assign("train.warmup_steps", c_.train.warmup_steps, steps, key_of("warmup_num_steps"), v) &&
+          assign("train.warmup_ratio", c_.train.warmup_ratio, 0.0, key_of("warmup_num_steps"), v))
+        line(key_of("warmup_num_steps"), v,
+             "train.warmup_steps = " + text(steps) + (v ? "" : " (DeepSpeed's default)"));
     }
   }
-  if (!find(*params, "warmup_type"))
-    problem("scheduler.params.warmup_type", nullptr,
-            "absent means \"log\" (DeepSpeed's default), which is not implemented; write \"linear\"");
-  if (!find(*params, "total_num_steps"))
-    problem("scheduler.params.total_num_steps", nullptr, "WarmupDecayLR needs it; write \"auto\"");
+  {
+    const json* v = find(*params, "warmup_type");
+    std::optional<WarmupType> value = WarmupType::kLog;  // DeepSpeed's default
+    if (v) value = v->is_string() ? find_choice<WarmupType>(v->get<std::string>()) : std::nullopt;
+    bool ok = true;
+    if (!value) {
+      // DeepSpeed would warn and use "log".
+      problem(key_of("warmup_type"), v, "expected \"log\" or \"linear\"");
+      ok = false;
+    }
+    if (ok && assign(kw + "warmup_type", k.warmup_type, *value, key_of("warmup_type"), v, false))
+      line(key_of("warmup_type"), v, kw + "warmup_type = " + text(*value) + (v ? "" : " (DeepSpeed's default)"));
+  }
+  if (reads("total_num_steps")) {
+    const json* v = find(*params, "total_num_steps");
+    if (!v) {
+      problem(key_of("total_num_steps"), nullptr,
+              type_name + " needs it (DeepSpeed has no default); write \"auto\" for the run's number of steps");
+    } else if (is_auto(*v)) {
+      if (assign(kw + "total_num_steps", k.total_num_steps, int64_t{0}, key_of("total_num_steps"), v))
+        line(key_of("total_num_steps"), v, "the run's total optimizer steps, as transformers fills it (" + kw +
+                                               "total_num_steps = 0)");
+    } else if (auto n = integer(key_of("total_num_steps"), *v, 1, true)) {
+      if (assign(kw + "total_num_steps", k.total_num_steps, *n, key_of("total_num_steps"), v))
+        line(key_of("total_num_steps"), v, kw + "total_num_steps = " + text(*n));
+    }
+  }
+  if (const json* v = find(*params, "last_batch_iteration")) {
+    if (v->is_number() && v->get<double>() == -1)
+      line(key_of("last_batch_iteration"), v, "accepted (a fresh schedule; resume restores it)");
+    else
+      problem(key_of("last_batch_iteration"), v,
+              "only -1 is implemented (a resumed run restores the schedule from its checkpoint)");
+  }
 }
 
 }  // namespace

@@ -45,10 +45,20 @@
 //                                                 auto: the run's; absent: DeepSpeed's optimizer defaults
 //                                                 (lr 1e-3, betas [0.9, 0.999], eps 1e-8, weight_decay 0,
 //                                                 or 0.01 with torch_adam); no section: the run's AdamW
-//   scheduler WarmupDecayLR (warmup_type "linear", warmup_min_lr 0 or auto, total_num_steps "auto")
-//                                              -> train.warmup_steps (warmup_num_steps; auto: the run's
-//                                                 warmup_steps / warmup_ratio), train.lr (warmup_max_lr)
-//                                                 no section: the run's linear warmup + decay
+//   scheduler.type WarmupLR, WarmupDecayLR, WarmupCosineLR
+//                                              -> train.lr_scheduler_type (the same name; optim/schedule.h
+//                                                 has DeepSpeed's formulas); no section: the run config's
+//     params (absent: DeepSpeed's default; "auto" as transformers fills it):
+//       warmup_min_lr                          -> train.lr_scheduler_kwargs.warmup_min_lr   absent 0, auto 0
+//       warmup_max_lr                          -> train.lr                     absent 0.001, auto train.lr
+//       warmup_num_steps                       -> train.warmup_steps           absent 1000, auto the run's
+//                                                 warmup (train.warmup_steps or ceil(warmup_ratio x steps))
+//       warmup_type "log" | "linear"           -> train.lr_scheduler_kwargs.warmup_type     absent "log"
+//       total_num_steps (WarmupDecayLR, WarmupCosineLR; required)
+//                                              -> train.lr_scheduler_kwargs.total_num_steps auto 0 (the run's)
+//       warmup_min_ratio, cos_min_ratio (WarmupCosineLR)
+//                                              -> train.lr_scheduler_kwargs.*  absent 0, 0.0001
+//       last_batch_iteration                   only -1 (resume restores the step)
 //   steps_per_print                            -> train.log_every_steps
 //   wall_clock_breakdown false, prescale_gradients false, gradient_predivide_factor 1.0,
 //   zero_allow_untested_optimizer, zero_force_ds_cpu_optimizer, allgather_partitions true,
@@ -60,8 +70,8 @@
 // Errors (shardtrain::Error), all found problems in ONE message that lists
 // each key with its value and the reason: keys or values shardtrain does not
 // implement (offload_param to cpu, stage3_max_live_parameters, sub_group_size,
-// an optimizer other than AdamW, WarmupLR's constant tail, a fixed
-// total_num_steps, ...), unknown keys, a train_batch_size that is not
+// an optimizer other than AdamW, the OneCycle and LRRangeTest schedulers,
+// a parameter the scheduler type does not have, ...), unknown keys, a train_batch_size that is not
 // micro * accumulation * world_size, fp16 on a CPU-only build or with
 // run.device = "cpu" (a hint says: bf16 or fp32), and a JSON value that
 // contradicts a key the user set in the run config (`keys_set`), as

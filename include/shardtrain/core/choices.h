@@ -32,6 +32,12 @@ enum class FsdpStateDictType { kFullStateDict, kShardedStateDict };
 enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
 enum class ScoreOrder { kMax, kMin };
 enum class Device { kCpu, kCuda };
+// transformers' lr_scheduler_type names, then DeepSpeed's scheduler types (optim/schedule.h).
+enum class LrSchedulerType {
+  kLinear, kCosine, kCosineWithRestarts, kPolynomial, kConstant, kConstantWithWarmup,
+  kWarmupLR, kWarmupDecayLR, kWarmupCosineLR
+};
+enum class WarmupType { kLog, kLinear };  // DeepSpeed's warmup_type
 
 // ChoiceTable<E>::entries: every enumerator with the name users write, in
 // --help order. Only the enums above have one.
@@ -62,6 +68,12 @@ ST_CHOICES(BackwardPrefetch, {BackwardPrefetch::kBackwardPre, "BACKWARD_PRE"},
            {BackwardPrefetch::kBackwardPost, "BACKWARD_POST"}, {BackwardPrefetch::kNoPrefetch, "NO_PREFETCH"});
 ST_CHOICES(ScoreOrder, {ScoreOrder::kMax, "max"}, {ScoreOrder::kMin, "min"});
 ST_CHOICES(Device, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"});
+ST_CHOICES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedulerType::kCosine, "cosine"},
+           {LrSchedulerType::kCosineWithRestarts, "cosine_with_restarts"},
+           {LrSchedulerType::kPolynomial, "polynomial"}, {LrSchedulerType::kConstant, "constant"},
+           {LrSchedulerType::kConstantWithWarmup, "constant_with_warmup"}, {LrSchedulerType::kWarmupLR, "WarmupLR"},
+           {LrSchedulerType::kWarmupDecayLR, "WarmupDecayLR"}, {LrSchedulerType::kWarmupCosineLR, "WarmupCosineLR"});
+ST_CHOICES(WarmupType, {WarmupType::kLog, "log"}, {WarmupType::kLinear, "linear"});
 
 #undef ST_CHOICES
 

@@ -43,6 +43,20 @@ struct DataConfig {
   bool drop_last = false;        // train: drop the incomplete last global batch instead of padding it
 };
 
+// train.lr_scheduler_kwargs.*: the parameters of train.lr_scheduler_type, under
+// the names of the library the type comes from (transformers' lr_scheduler_kwargs,
+// DeepSpeed's scheduler.params). optim/schedule.h has the formulas.
+struct LrSchedulerKwargs {
+  std::optional<double> num_cycles;  // cosine (unset = 0.5), cosine_with_restarts (unset = 1)
+  double lr_end = 1e-7;              // polynomial
+  double power = 1.0;                // polynomial
+  double warmup_min_lr = 0.0;        // WarmupLR, WarmupDecayLR
+  WarmupType warmup_type = WarmupType::kLog;  // WarmupLR, WarmupDecayLR, WarmupCosineLR (DeepSpeed's default)
+  int64_t total_num_steps = 0;       // WarmupDecayLR, WarmupCosineLR; 0 = the run's optimizer steps
+  double warmup_min_ratio = 0.0;     // WarmupCosineLR
+  double cos_min_ratio = 0.0001;     // WarmupCosineLR
+};
+
 struct TrainConfig {
   int64_t num_epochs = 3;
   int64_t max_steps = 0;         // optimizer steps; 0 = run all epochs
@@ -53,6 +67,8 @@ struct TrainConfig {
   double adam_epsilon = 1e-8;
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;
+  LrSchedulerType lr_scheduler_type = LrSchedulerType::kLinear;
+  LrSchedulerKwargs lr_scheduler_kwargs;
   int64_t batch_size = 16;       // per rank, per micro-step
   int64_t eval_batch_size = 32;  // per rank
   int64_t gradient_accumulation_steps = 1;
@@ -161,8 +177,10 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("train.adam_beta1", c.train.adam_beta1, "AdamW beta1");
   visit("train.adam_beta2", c.train.adam_beta2, "AdamW beta2");
   visit("train.adam_epsilon", c.train.adam_epsilon, "AdamW epsilon");
-  visit("train.warmup_steps", c.train.warmup_steps, "linear warmup steps (then linear decay to 0)");
+  visit("train.warmup_steps", c.train.warmup_steps, "learning-rate warmup steps");
   visit("train.warmup_ratio", c.train.warmup_ratio, "warmup as a fraction of all steps (instead of steps)");
+  visit("train.lr_scheduler_type", c.train.lr_scheduler_type,
+        "learning-rate schedule (transformers' lr_scheduler_type, or a DeepSpeed scheduler type)");
   visit("train.batch_size", c.train.batch_size, "examples per rank per micro-step");
   visit("train.eval_batch_size", c.train.eval_batch_size, "examples per rank per eval step");
   visit("train.gradient_accumulation_steps", c.train.gradient_accumulation_steps,
@@ -172,6 +190,22 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("train.mixed_precision", c.train.mixed_precision, "compute precision");
   visit("train.eval_every_steps", c.train.eval_every_steps, "also evaluate every N steps; 0 = per epoch only");
   visit("train.log_every_steps", c.train.log_every_steps, "progress line every N steps");
+  // Sub-tables come after their section's plain keys (TOML cannot reopen [train]).
+  visit("train.lr_scheduler_kwargs.num_cycles", c.train.lr_scheduler_kwargs.num_cycles,
+        "cosine: waves (unset = 0.5, a half cosine); cosine_with_restarts: hard restarts (unset = 1)");
+  visit("train.lr_scheduler_kwargs.lr_end", c.train.lr_scheduler_kwargs.lr_end,
+        "polynomial: the learning rate at the last step");
+  visit("train.lr_scheduler_kwargs.power", c.train.lr_scheduler_kwargs.power, "polynomial: the decay's power");
+  visit("train.lr_scheduler_kwargs.warmup_min_lr", c.train.lr_scheduler_kwargs.warmup_min_lr,
+        "WarmupLR, WarmupDecayLR: the learning rate the warmup starts from (it rises to train.lr)");
+  visit("train.lr_scheduler_kwargs.warmup_type", c.train.lr_scheduler_kwargs.warmup_type,
+        "DeepSpeed schedulers: the warmup's curve");
+  visit("train.lr_scheduler_kwargs.total_num_steps", c.train.lr_scheduler_kwargs.total_num_steps,
+        "WarmupDecayLR, WarmupCosineLR: the step the decay ends at; 0 = the run's last step");
+  visit("train.lr_scheduler_kwargs.warmup_min_ratio", c.train.lr_scheduler_kwargs.warmup_min_ratio,
+        "WarmupCosineLR: the warmup starts at this fraction of train.lr");
+  visit("train.lr_scheduler_kwargs.cos_min_ratio", c.train.lr_scheduler_kwargs.cos_min_ratio,
+        "WarmupCosineLR: the cosine ends at this fraction of train.lr");
 
   visit("parallel.strategy", c.parallel.strategy, "how parameters, gradients and optimizer state are spread");
   visit("parallel.deepspeed_config", c.parallel.deepspeed_config, "a DeepSpeed JSON config, read as is");

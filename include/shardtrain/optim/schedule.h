@@ -1,25 +1,61 @@
-// Learning-rate schedule: linear warmup then linear decay to zero, equal to
-// transformers' get_linear_schedule_with_warmup (the reference workflow's).
+// Learning-rate schedules: transformers' lr_scheduler_type names and DeepSpeed's
+// scheduler types, each computing in float64 the value its library puts in
+// param_groups[i]["lr"].
 //
-//   lr(s) = base * s / max(1, warmup)                             s <  warmup
-//   lr(s) = base * max(0, (total - s) / max(1, total - warmup))   s >= warmup
+//   const int64_t warmup = warmup_steps_for(total, t.warmup_steps, t.warmup_ratio);
+//   const LrSchedule schedule = make_lr_schedule(config.train, total, warmup);
+//   log_info("%s", schedule.describe().c_str());
+//   ... optimizer update k (0-based) runs with schedule.lr(k) ...
 //
-// computed in float64 in exactly that order, so the value is the double HF's
-// LambdaLR puts in param_groups[i]["lr"].
+// Which step for which optimizer update: pass the number of optimizer updates
+// done so far (not micro-batches: with gradient accumulation one update covers
+// several). HF/Accelerate call scheduler.step() after optimizer.step(), so
+// update k runs with the lr LambdaLR has after k scheduler steps; the DeepSpeed
+// engine also steps its scheduler after each update, but its schedulers start at
+// last_batch_iteration = -1, so update k runs with DeepSpeed's value at
+// iteration k - 1 (update 0 at warmup_min_lr, or 0 for WarmupCosineLR). lr(k)
+// accounts for both.
 //
-// Which s for which optimizer step: HF/Accelerate call scheduler.step() after
-// optimizer.step(), so optimizer step k (0-based: the first update is k = 0)
-// runs with lr(k). In particular the first update runs with lr(0) = 0 when
-// warmup > 0 (it still advances Adam's moments and step count). Pass the
-// number of optimizer updates done so far (not micro-batches: with gradient
-// accumulation one update covers several).
+// transformers (optimization.py, get_*_schedule_with_warmup; base = train.lr,
+// W = warmup steps, T = training steps, s = step; every schedule is
+// base * lambda(s), LambdaLR's product):
+//   warmup (all but constant)   lambda = s / max(1, W)                       s < W
+//   linear                      lambda = max(0, (T - s) / max(1, T - W))
+//   cosine                      p = (s - W) / max(1, T - W)
+//                               lambda = max(0, 0.5 (1 + cos(pi * num_cycles * 2 * p)))     num_cycles 0.5
+//   cosine_with_restarts        lambda = 0 if p >= 1, else
+//                               max(0, 0.5 (1 + cos(pi * ((num_cycles * p) mod 1))))       num_cycles 1
+//   polynomial                  lambda = (lr_end / base) if s > T, else
+//                               ((base - lr_end) (1 - (s - W) / (T - W))^power + lr_end) / base
+//                                                                            lr_end 1e-7, power 1
+//   constant                    lambda = 1 (no warmup: train.warmup_* must be 0)
+//   constant_with_warmup        lambda = 1 after the warmup
+//
+// DeepSpeed (deepspeed/runtime/lr_schedules.py; i = k - 1 the scheduler's
+// last_batch_iteration, Wd = max(2, W), Td = total_num_steps or T):
+//   warmup gamma (i < Wd)       log: ln(i + 1) / ln(Wd)       linear: i / Wd
+//   WarmupLR                    lr = min + (base - min) * gamma, gamma = 1 after the warmup
+//                               (min = warmup_min_lr, base = warmup_max_lr = train.lr)
+//   WarmupDecayLR               as WarmupLR, then gamma = max(0, (Td - i) / max(1, Td - Wd))
+//   WarmupCosineLR              warmup: ratio = warmup_min_ratio + gamma (1 - warmup_min_ratio)
+//                               after:  ratio = max(0, cos_min_ratio + (1 - cos_min_ratio) *
+//                                               (1 + cos(pi (i - Wd + 1) / (Td - Wd))) / 2)
+//                               lr = base * ratio; lr = 0 at i = -1
 //
 // Warmup from a ratio: transformers' TrainingArguments.get_warmup_steps uses
 //   warmup_steps > 0 ? warmup_steps : ceil(total * warmup_ratio)
-// and so does warmup_steps_for().
+// and so does warmup_steps_for(); for DeepSpeed types that is warmup_num_steps
+// ("auto" in a DeepSpeed JSON is filled with it, as transformers fills it).
+//
+// LinearWarmupDecay is `linear` on its own (the float64 expression order of
+// transformers' lr_lambda); LrSchedule uses it for `linear`.
 #pragma once
 
 #include <cstdint>
+#include <set>
+#include <string>
+
+#include "shardtrain/core/run_config.h"
 
 namespace shardtrain {
 
@@ -48,5 +84,49 @@ class LinearWarmupDecay {
   int64_t num_warmup_steps_;
   int64_t num_training_steps_;
 };
+
+// The schedule train.lr_scheduler_type names, with its train.lr_scheduler_kwargs.
+class LrSchedule {
+ public:
+  // See make_lr_schedule().
+  LrSchedule(const TrainConfig& train, int64_t num_training_steps, int64_t num_warmup_steps);
+
+  // lr of optimizer update `step` (0-based), see the file comment.
+  double lr(int64_t step) const;
+  // One line for the log, e.g.
+  //   "cosine (transformers): warmup 10 steps to 0.0003, then cosine with num_cycles 0.5 to 0 at step 345"
+  std::string describe() const;
+
+  LrSchedulerType type() const { return type_; }
+  double base_lr() const { return base_lr_; }
+  int64_t num_warmup_steps() const { return num_warmup_steps_; }
+  int64_t num_training_steps() const { return num_training_steps_; }
+
+ private:
+  double transformers_lr(int64_t step) const;
+  double deepspeed_lr(int64_t iteration) const;
+  double deepspeed_warmup_gamma(int64_t iteration) const;
+
+  LrSchedulerType type_;
+  double base_lr_;
+  int64_t num_warmup_steps_;
+  int64_t num_training_steps_;
+  LrSchedulerKwargs kwargs_;
+  LinearWarmupDecay linear_;
+  double num_cycles_ = 0;              // cosine, cosine_with_restarts (the default filled in)
+  int64_t deepspeed_warmup_steps_ = 0;  // max(2, warmup)
+  int64_t deepspeed_total_steps_ = 0;   // total_num_steps, or the run's
+};
+
+// Builds the schedule of `train` (train.lr, train.lr_scheduler_type,
+// train.lr_scheduler_kwargs) for a run of `num_training_steps` optimizer
+// updates with `num_warmup_steps` warmup steps (warmup_steps_for()). Throws
+// shardtrain::Error naming the key for values the schedule cannot use.
+LrSchedule make_lr_schedule(const TrainConfig& train, int64_t num_training_steps, int64_t num_warmup_steps);
+
+// Checks train.lr_scheduler_type and train.lr_scheduler_kwargs.* without a
+// run length: ranges, and that no kwarg is set (in `keys_set`, the keys given
+// explicitly) for a type that does not read it. Throws shardtrain::Error.
+void validate_lr_schedule_config(const TrainConfig& train, const std::set<std::string>& keys_set);
 
 }  // namespace shardtrain

@@ -1,0 +1,66 @@
+// `shardtrain plot RUN_DIR [RUN_DIR ...] --output FILE.svg|.png`: the training
+// curves of one or more run folders in one chart (train/curves.h), one colour
+// per run. Rank 0 reads and writes alone; every rank reports the same error.
+#include <cctype>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/train/curves.h"
+#include "shardtrain/train/run_folder.h"
+
+namespace shardtrain {
+namespace {
+
+struct PlotFlags {
+  std::vector<std::string> run_dirs;
+  std::string output;
+  std::string title;
+};
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+void plot(const PlotFlags& flags) {
+  const std::string ext = lower_extension(flags.output);
+  if (ext != ".svg" && ext != ".png")
+    throw Error("--output " + flags.output + ": the file name must end in .svg or .png");
+  if (ext == ".png" && !curves_png_supported()) write_curves_png("", flags.output);  // throws, naming the package
+
+  // Runs are named by their folder; two folders of one name keep the path as given.
+  std::vector<RunCurves> runs;
+  for (const std::string& dir : flags.run_dirs) runs.push_back(read_run_curves(dir));
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t j = 0; j < runs.size(); ++j)
+      if (i != j && runs[i].name == runs[j].name) runs[i].name = flags.run_dirs[i];
+
+  const std::string svg = render_curves_svg(runs, flags.title);
+  if (ext == ".svg") write_file_atomic(flags.output, svg);
+  else write_curves_png(svg, flags.output);
+  log_info("plot: wrote %s (%zu run%s)", flags.output.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
+}
+
+}  // namespace
+
+void add_plot_command(CLI::App& root, World& world) {
+  auto flags = std::make_shared<PlotFlags>();
+  CLI::App* command = root.add_subcommand(
+      "plot", "Draw the training curves of run folders (loss, eval metrics, learning rate by step) as SVG or PNG");
+  command->add_option("run_dirs", flags->run_dirs, "run folders (<run.storage_path>/<run.name>), one colour each")
+      ->required();
+  command->add_option("--output,-o", flags->output, "the chart: FILE.svg, or FILE.png (needs librsvg at build time)")
+      ->required();
+  command->add_option("--title", flags->title, "title above the chart (default: the run names)");
+  command->callback([flags, &world]() { on_rank0_for_all(world, [&] { plot(*flags); }); });
+}
+
+}  // namespace shardtrain
