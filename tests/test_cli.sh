@@ -183,7 +183,7 @@ fi
 sed "s|zero3_offload_fp32.json|zero3_offload.json|" "$TMP/ds.toml" >"$TMP/ds_fp16.toml"
 if run cfg_ds_fp16 2 "$BIN" config --config "$TMP/ds_fp16.toml"; then
   expect_in "cfg_ds_fp16: names the key" "$TMP/cfg_ds_fp16.err" "fp16.enabled = true"
-  expect_in "cfg_ds_fp16: hint" "$TMP/cfg_ds_fp16.err" 'Use fp32 ("fp16": {"enabled": false}'
+  expect_in "cfg_ds_fp16: hint" "$TMP/cfg_ds_fp16.err" 'On CPU use bf16: "fp16": {"enabled": false} and "bf16": {"enabled": true}'
 fi
 
 echo "== predict"

@@ -85,7 +85,7 @@ assert not [f for f in os.listdir(d) if ".tmp" in f], os.listdir(d)
 assert 2 <= len(ckpts) <= 3, ckpts
 assert ckpts[-1] == "checkpoint_%06d.h5" % len([r for r in rows if r["checkpoint"]]), ckpts
 PY
-[ "$(head -1 "$D/progress.csv")" = "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s" ] &&
+[ "$(head -1 "$D/progress.csv")" = "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s,loss_scale,skipped_steps" ] &&
   [ "$(wc -l <"$D/progress.csv")" -ge 19 ] && pass "progress.csv has a row every 5 steps" || fail "progress.csv" "$D/progress.csv"
 if command -v h5dump >/dev/null; then
   h5dump -H "$(ls "$D"/checkpoint_*.h5 | tail -1)" >"$TMP/h5dump.txt" 2>&1

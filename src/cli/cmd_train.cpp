@@ -27,13 +27,6 @@ void add_train_command(CLI::App& root, World& world) {
     std::vector<std::string> deepspeed_lines;
     load_options.deepspeed_lines = &deepspeed_lines;
     const RunConfig config = flags->load(load_options);
-    // Until the trainer builds its schedule with make_lr_schedule() (optim/schedule.h)
-    // it runs `linear` whatever the config says: refuse rather than train on another schedule.
-    if (config.train.lr_scheduler_type != LrSchedulerType::kLinear)
-      throw Error(std::string("train.lr_scheduler_type = \"") + choice_name(config.train.lr_scheduler_type) +
-                  "\" is read and checked (shardtrain config shows it), but `train` does not apply it yet and would "
-                  "run \"linear\"; set train.lr_scheduler_type = \"linear\" (with a DeepSpeed JSON: remove its "
-                  "\"scheduler\" section)");
     // A requeued Slurm job (node failure, preemption, scontrol requeue) starts
     // again with SLURM_RESTART_COUNT set; train resumes, up to run.max_failures times.
     if (const char* restarts = std::getenv("SLURM_RESTART_COUNT")) {

@@ -372,7 +372,35 @@ void validate_train(const TrainConfig& t, const JobConfig& run) {
   if (t.mixed_precision == Precision::kFp16)
     require(run.device == Device::kCuda,
             "train.mixed_precision = \"fp16\" needs run.device = \"cuda\" (fp16 with loss scaling is a GPU "
-            "mode); on CPU use \"no\" (fp32: bf16 is not implemented yet either)");
+            "mode; LibTorch's CPU kernels have no fp16 matmul); on CPU use train.mixed_precision = \"bf16\"");
+  const Fp16Config& f = t.fp16;
+  non_negative("train.fp16.loss_scale", f.loss_scale);
+  require(f.initial_scale_power >= 0 && f.initial_scale_power <= 63,
+          "train.fp16.initial_scale_power = " + std::to_string(f.initial_scale_power) + ": must be in [0, 63]");
+  positive("train.fp16.loss_scale_window", f.loss_scale_window);
+  positive("train.fp16.hysteresis", f.hysteresis);
+  non_negative("train.fp16.min_loss_scale", f.min_loss_scale);
+}
+
+// FSDP's MixedPrecision dtypes, against the strategy and the device.
+void validate_fsdp_dtypes(const ParallelConfig& p, const TrainConfig& t, const JobConfig& run) {
+  if (p.strategy != StrategyKind::kFsdp) return;  // validate_parallel refuses changed fsdp keys elsewhere
+  const char* base = choice_name(t.mixed_precision);
+  auto resolved = [&](DtypeChoice c) {
+    return c != DtypeChoice::kAuto ? std::string(choice_name(c))
+                                   : t.mixed_precision == Precision::kNo ? std::string("fp32") : std::string(base);
+  };
+  const std::string param = resolved(p.fsdp.param_dtype), reduce = resolved(p.fsdp.reduce_dtype);
+  require(param != "fp16" || run.device == Device::kCuda,
+          "parallel.fsdp.param_dtype = \"fp16\" needs run.device = \"cuda\"; on CPU use \"bf16\"");
+  require(reduce == "fp32" || reduce == param,
+          "parallel.fsdp.reduce_dtype = \"" + reduce + "\" with param_dtype \"" + param +
+              "\": gradients are reduced in the parameters' dtype or in fp32; set reduce_dtype to \"" + param +
+              "\" or \"fp32\"");
+  require(reduce == param || p.fsdp.sharding_strategy != FsdpShardingStrategy::kNoShard,
+          "parallel.fsdp.reduce_dtype = \"fp32\" with param_dtype \"" + param +
+              "\" needs a sharded FSDP strategy (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD): NO_SHARD reduces in "
+              "the parameters' dtype");
 }
 
 // A printed config writes every key, so for the keys below only a changed
@@ -435,6 +463,9 @@ void validate_parallel(const ParallelConfig& p, const std::set<std::string>& key
   unchanged("parallel.fsdp.rank0_only", p.fsdp.rank0_only == fsdp_defaults.rank0_only);
   unchanged("parallel.fsdp.backward_prefetch", p.fsdp.backward_prefetch == fsdp_defaults.backward_prefetch);
   unchanged("parallel.fsdp.forward_prefetch", p.fsdp.forward_prefetch == fsdp_defaults.forward_prefetch);
+  unchanged("parallel.fsdp.param_dtype", p.fsdp.param_dtype == fsdp_defaults.param_dtype);
+  unchanged("parallel.fsdp.reduce_dtype", p.fsdp.reduce_dtype == fsdp_defaults.reduce_dtype);
+  unchanged("parallel.fsdp.buffer_dtype", p.fsdp.buffer_dtype == fsdp_defaults.buffer_dtype);
 }
 
 void validate_checkpoint(const CheckpointConfig& k, const DataConfig& d) {
@@ -472,33 +503,37 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   validate_train(c.train, c.run);
   validate_lr_schedule_config(c.train, keys_set);
   validate_parallel(c.parallel, keys_set);
+  validate_fsdp_dtypes(c.parallel, c.train, c.run);
   validate_checkpoint(c.checkpoint, c.data);
   validate_run(c.run);
 }
 
 std::string config_to_toml(const RunConfig& config) {
-  std::ostringstream out;
-  std::string section;
+  // Keys by section, sections in the order they first appear: TOML allows a
+  // table header once, so a section's keys are printed together wherever the
+  // key list puts them.
+  std::vector<std::pair<std::string, std::string>> sections;  // (section, its lines)
   visit_config_keys(config, [&](const char* name, const auto& field, const char*) {
     const std::string key = name;
     const size_t dot = key.rfind('.');
     const std::string key_section = key.substr(0, dot);
-    if (key_section != section) {
-      out << (section.empty() ? "" : "\n") << "[" << key_section << "]\n";
-      section = key_section;
-    }
+    auto it = std::find_if(sections.begin(), sections.end(), [&](const auto& s) { return s.first == key_section; });
+    if (it == sections.end()) it = sections.insert(sections.end(), {key_section, ""});
+    std::string& out = it->second;
     const std::string leaf = key.substr(dot + 1);
     using Field = std::decay_t<decltype(field)>;
     if constexpr (std::is_same_v<Field, std::optional<double>>) {
       if (field)
-        out << leaf << " = " << toml_value(*field) << "\n";
+        out += leaf + " = " + toml_value(*field) + "\n";
       else
-        out << "# " << leaf << " = " << (key_section == "model" ? "(the model config's value)" : "(unset)") << "\n";
+        out += "# " + leaf + " = " + (key_section == "model" ? "(the model config's value)" : "(unset)") + "\n";
     } else {
-      out << leaf << " = " << toml_value(field) << "\n";
+      out += leaf + " = " + toml_value(field) + "\n";
     }
   });
-  return out.str();
+  std::string out;
+  for (const auto& [section, lines] : sections) out += (out.empty() ? "" : "\n") + ("[" + section + "]\n") + lines;
+  return out;
 }
 
 }  // namespace shardtrain

@@ -109,6 +109,18 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+// LayerNorm in float32 for 16-bit activations (and parameters), cast back, as
+// torch.autocast runs layer_norm (docs/DESIGN.md, "Mixed precision").
+at::Tensor norm(torch::nn::LayerNorm& layer_norm, const at::Tensor& x) {
+  if (!is_16bit(x.scalar_type())) return layer_norm(x);
+  const auto& o = layer_norm->options;
+  return at::layer_norm(x.to(at::kFloat), o.normalized_shape(), layer_norm->weight.to(at::kFloat),
+                        layer_norm->bias.to(at::kFloat), o.eps())
+      .to(x.scalar_type());
+}
+
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   if (!training || p == 0.0) return x;
   return at::dropout(x, p, true);
@@ -335,7 +347,7 @@ at::Tensor BertEmbeddings::forward(const at::Tensor& input_ids, const at::Tensor
   at::Tensor position_ids = at::arange(L, input_ids.options().dtype(at::kLong));  // [L]
   at::Tensor x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids);  // [B, L, D]
   x = x + position_embeddings(position_ids);                                          // broadcast [L, D]
-  return maybe_dropout(layer_norm(x), dropout_p_, is_training());
+  return maybe_dropout(norm(layer_norm, x), dropout_p_, is_training());
 }
 
 BertLayer::BertLayer(const BertConfig& c)
@@ -376,15 +388,18 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& additi
 #else
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [B, H, L, L]
   scores.div_(std::sqrt(static_cast<double>(Dh))).add_(additive_mask);
-  at::Tensor probs = maybe_dropout(at::softmax(scores, -1), attention_dropout_p_, training);
+  // Softmax in float32 for 16-bit scores, as torch.autocast runs it.
+  at::Tensor probs = is_16bit(scores.scalar_type()) ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type())
+                                                     : at::softmax(scores, -1);
+  probs = maybe_dropout(probs, attention_dropout_p_, training);
   context = at::matmul(probs, v);
 #endif
   context = context.transpose(1, 2).reshape({B, L, D});  // the one copy: heads back to [B, L, D]
 
   at::Tensor attended =
-      attention_output_layer_norm(maybe_dropout(attention_output_dense(context), hidden_dropout_p_, training) + hidden);
+      norm(attention_output_layer_norm, maybe_dropout(attention_output_dense(context), hidden_dropout_p_, training) + hidden);
   at::Tensor inner = apply_activation(activation_, intermediate_dense(attended));  // [B, L, I]
-  return output_layer_norm(maybe_dropout(output_dense(inner), hidden_dropout_p_, training) + attended);
+  return norm(output_layer_norm, maybe_dropout(output_dense(inner), hidden_dropout_p_, training) + attended);
 }
 
 BertPooler::BertPooler(const BertConfig& c) {
@@ -465,7 +480,9 @@ int64_t BertForSequenceClassification::unit_of(const std::string& name) const {
   throw Error("'" + name + "' is not a parameter name of this BERT model");
 }
 
-at::Tensor BertForSequenceClassification::loss(const at::Tensor& logits, const at::Tensor& labels) const {
+at::Tensor BertForSequenceClassification::loss(const at::Tensor& logits_in, const at::Tensor& labels) const {
+  // The loss in float32 whatever the logits' dtype, as torch.autocast computes it.
+  const at::Tensor logits = logits_in.to(at::kFloat);
   std::string problem = config_.problem_type;
   if (problem.empty()) {
     if (config_.num_labels == 1)

@@ -16,40 +16,50 @@ namespace {
 // any thread count (at::parallel_reduce would split by thread count).
 constexpr int64_t kBlock = 1 << 16;
 
-double block_sq_sum(const float* x, int64_t n) {
+template <class T>
+double block_sq_sum(const T* x, int64_t n) {
   // Eight independent accumulators break the add latency chain.
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; ++k) {
-      const double value = x[i + k];
+      const double value = static_cast<float>(x[i + k]);
       acc[k] += value * value;
     }
   for (; i < n; ++i) {
-    const double value = x[i];
+    const double value = static_cast<float>(x[i]);
     acc[0] += value * value;
   }
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <class T>
+double blocked_sq_sum(const T* x, int64_t n) {
+  const int64_t num_blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(num_blocks), 0.0);
+  at::parallel_for(0, num_blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t begin = b * kBlock;
+      partial[static_cast<size_t>(b)] = block_sq_sum(x + begin, std::min(kBlock, n - begin));
+    }
+  });
+  double total = 0.0;
+  for (double value : partial) total += value;
+  return total;
 }
 
 }  // namespace
 
 double local_sq_norm(const at::Tensor& grads) {
   if (grads.numel() == 0) return 0.0;
-  if (grads.device().is_cpu() && grads.scalar_type() == at::kFloat && grads.is_contiguous()) {
-    const float* x = grads.data_ptr<float>();
-    const int64_t n = grads.numel();
-    const int64_t num_blocks = (n + kBlock - 1) / kBlock;
-    std::vector<double> partial(static_cast<size_t>(num_blocks), 0.0);
-    at::parallel_for(0, num_blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t begin = b * kBlock;
-        partial[static_cast<size_t>(b)] = block_sq_sum(x + begin, std::min(kBlock, n - begin));
-      }
-    });
-    double total = 0.0;
-    for (double value : partial) total += value;
-    return total;
+  if (grads.device().is_cpu() && grads.is_contiguous()) {
+    // float32 and the 16-bit formats without a copy (mixed precision's gradients).
+    switch (grads.scalar_type()) {
+      case at::kFloat: return blocked_sq_sum(grads.data_ptr<float>(), grads.numel());
+      case at::kBFloat16: return blocked_sq_sum(grads.data_ptr<c10::BFloat16>(), grads.numel());
+      case at::kHalf: return blocked_sq_sum(grads.data_ptr<c10::Half>(), grads.numel());
+      default: break;
+    }
   }
   // Other devices / dtypes: float64 reduction by ATen (a float64 copy of the input).
   return grads.to(at::kDouble).square().sum().item<double>();

@@ -46,6 +46,10 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerOptions& options) : options
 double DynamicLossScaler::inv_scale() const { return static_cast<double>(static_cast<float>(1.0 / state_.scale)); }
 
 bool DynamicLossScaler::update(bool found_inf) {
+  if (!options_.dynamic) {
+    if (found_inf) ++state_.num_skipped_steps;
+    return !found_inf;
+  }
   if (found_inf) {
     ++state_.num_skipped_steps;
     state_.good_steps = 0;

@@ -18,7 +18,7 @@ std::vector<std::pair<std::string, at::Tensor>> trainable_parameters(const UnitM
   return named;
 }
 
-FlatModel flatten_model(UnitModel& model, int world_size, const std::string& who) {
+FlatModel flatten_model(UnitModel& model, int world_size, at::ScalarType dtype, const std::string& who) {
   FlatModel flat;
   auto named = trainable_parameters(model, who);
   flat.layout = std::make_unique<ParamLayout>(named);
@@ -26,7 +26,7 @@ FlatModel flatten_model(UnitModel& model, int world_size, const std::string& who
   std::vector<at::Tensor> tensors;
   for (auto& entry : named) tensors.push_back(entry.second.detach());
   const at::Device device = tensors.front().device();
-  flat.params = flat.layout->flatten(tensors, flat.padded_numel).to(device);
+  flat.params = flat.layout->flatten(tensors, flat.padded_numel).to(device, dtype);
   flat.grads = at::zeros_like(flat.params);
   at::NoGradGuard no_grad;
   const auto& slots = flat.layout->slots();

@@ -39,9 +39,10 @@ struct FlatModel {
   std::vector<at::Tensor> parameters;  // the module's parameters, layout order
 };
 
-// Moves the model's parameters (values kept) into new flat buffers padded for
-// `world_size` ranks. `who` names the strategy in assertion messages.
-FlatModel flatten_model(UnitModel& model, int world_size, const std::string& who);
+// Moves the model's parameters (values kept, converted to `dtype`) into new
+// flat buffers of that dtype padded for `world_size` ranks. `who` names the
+// strategy in assertion messages.
+FlatModel flatten_model(UnitModel& model, int world_size, at::ScalarType dtype, const std::string& who);
 
 // The model's parameters in order, each checked to require grad (`who` names
 // the strategy in the assertion message).

@@ -14,8 +14,36 @@ double bucket_mb(const ParallelConfig& parallel) {
 
 }  // namespace
 
+namespace {
+
+at::ScalarType dtype_of(DtypeChoice choice, at::ScalarType automatic) {
+  switch (choice) {
+    case DtypeChoice::kAuto: return automatic;
+    case DtypeChoice::kFp32: return at::kFloat;
+    case DtypeChoice::kBf16: return at::kBFloat16;
+    case DtypeChoice::kFp16: return at::kHalf;
+  }
+  return automatic;
+}
+
+}  // namespace
+
+MixedPrecision mixed_precision_for(Precision mixed_precision, const ParallelConfig& parallel) {
+  const at::ScalarType base = mixed_precision == Precision::kBf16   ? at::kBFloat16
+                              : mixed_precision == Precision::kFp16 ? at::kHalf
+                                                                    : at::kFloat;
+  MixedPrecision p;
+  p.param_dtype = p.reduce_dtype = base;
+  if (parallel.strategy == StrategyKind::kFsdp) {
+    p.param_dtype = dtype_of(parallel.fsdp.param_dtype, base);
+    p.reduce_dtype = dtype_of(parallel.fsdp.reduce_dtype, base);
+  }
+  return p;
+}
+
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const Topology& topology, UnitModel& model,
-                                        Communicator& comm, const AdamWOptions& adamw) {
+                                        Communicator& comm, const AdamWOptions& adamw,
+                                        const MixedPrecision& precision) {
   ST_ASSERT(comm.size() == topology.world_size, "make_strategy: the communicator does not span the topology");
   const bool offload = parallel.offload_optimizer == OffloadDevice::kCpu;
   switch (topology.kind) {
@@ -25,6 +53,7 @@ std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const To
                     "hybrid); ddp keeps the optimizer with the replicated model");
       DdpOptions options;
       options.bucket_cap_mb = bucket_mb(parallel);
+      options.precision = precision;
       return std::make_unique<DataParallel>(model, comm, adamw, options);
     }
     case StrategyKind::kZero1: {
@@ -32,12 +61,16 @@ std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const To
       options.bucket_cap_mb = bucket_mb(parallel);
       options.allgather_bucket_size = parallel.zero.allgather_bucket_size;
       options.offload_optimizer = offload;
+      options.precision = precision;
       return std::make_unique<ZeroStrategy>(model, comm, adamw, options);
     }
     case StrategyKind::kZero2:
     case StrategyKind::kZero3:
-    case StrategyKind::kHybrid:
-      return std::make_unique<ShardedStrategy>(model, comm, adamw, shard_options_for(parallel, topology));
+    case StrategyKind::kHybrid: {
+      ShardOptions options = shard_options_for(parallel, topology);
+      options.precision = precision;
+      return std::make_unique<ShardedStrategy>(model, comm, adamw, options);
+    }
     case StrategyKind::kFsdp: break;  // resolved into one of the above by Topology
   }
   ST_ASSERT(false, "make_strategy: unresolved strategy");

@@ -104,8 +104,8 @@ HostOptimizer::HostOptimizer(const at::Tensor& device_params, const AdamWOptions
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   ST_ASSERT(needed(device_params, force), "HostOptimizer on a CPU shard without force");
-  ST_ASSERT(device_params.dim() == 1 && device_params.scalar_type() == at::kFloat,
-            "HostOptimizer: the parameter shard must be 1-D float32");
+  ST_ASSERT(device_params.dim() == 1 && at::isFloatingType(device_params.scalar_type()),
+            "HostOptimizer: the parameter shard must be 1-D floating");
   s.numel = device_params.numel();
   if (device_params.is_cuda()) {
 #if SHARDTRAIN_TORCH_CUDA
@@ -200,8 +200,22 @@ void HostOptimizer::load_master(const at::Tensor& device_params) {
   impl_->master.copy_(device_params);
 }
 
+void HostOptimizer::store_master(const at::Tensor& device_params) {
+  synchronize();
+  device_params.copy_(impl_->master);
+}
+
+void HostOptimizer::discard() {
+  synchronize();
+  impl_->spans.clear();
+#if SHARDTRAIN_TORCH_CUDA
+  impl_->done.clear();
+#endif
+}
+
 AdamW& HostOptimizer::adamw() { return *impl_->adamw; }
 const AdamW& HostOptimizer::adamw() const { return *impl_->adamw; }
+at::Tensor& HostOptimizer::master() { return impl_->master; }
 const at::Tensor& HostOptimizer::master() const { return impl_->master; }
 int64_t HostOptimizer::host_bytes() const { return impl_->numel * 4 * 4; }
 
@@ -211,28 +225,5 @@ void HostOptimizer::count(StrategyMemory& memory) const {
   memory.host_bytes = host_bytes();
 }
 bool HostOptimizer::asynchronous() const { return impl_->cuda; }
-
-ShardOptimizer::ShardOptimizer(const at::Tensor& shard_params, const AdamWOptions& options, bool offload,
-                               bool force_copies) {
-  if (offload && HostOptimizer::needed(shard_params, force_copies))
-    host_ = std::make_unique<HostOptimizer>(shard_params, options, force_copies);
-  else
-    adamw_ = std::make_unique<AdamW>(shard_params.numel(), options, shard_params.options());
-}
-
-void ShardOptimizer::step(at::Tensor shard_params, at::Tensor shard_grads, double grad_scale,
-                          const std::vector<ElementRange>& decay_ranges, double lr) {
-  if (host_) {
-    host_->step(shard_params, grad_scale, decay_ranges, lr);
-    return;
-  }
-  scale_grads(shard_grads, grad_scale);
-  adamw_->step(shard_params, shard_grads, decay_ranges, lr);
-}
-
-void ShardOptimizer::count(StrategyMemory& memory) const {
-  memory.optimizer_bytes += 2 * adamw().numel() * 4;
-  if (host_) host_->count(memory);
-}
 
 }  // namespace shardtrain

@@ -1,6 +1,6 @@
 // Private to src/parallel: optimizer offload (DeepSpeed
 // `offload_optimizer.device = "cpu"`, ZeRO-Offload), shared by ZeroStrategy
-// and ShardedStrategy.
+// and ShardedStrategy through ShardOptimizer (shard_optimizer.h).
 //
 // A rank's shard of the fp32 master parameters, of the reduced gradients and
 // of the AdamW state lives in host memory and AdamW runs on the CPU. The
@@ -40,8 +40,9 @@ namespace shardtrain {
 
 class HostOptimizer {
  public:
-  // `device_params`: the rank's parameter shard (1-D fp32, on the device);
-  // the master copy starts as its values.
+  // `device_params`: the rank's parameter shard (1-D, on the device; float32,
+  // or 16-bit under mixed precision: the copies convert); the fp32 master
+  // copy starts as its values.
   HostOptimizer(const at::Tensor& device_params, const AdamWOptions& options, bool force);
   ~HostOptimizer();
   HostOptimizer(const HostOptimizer&) = delete;
@@ -56,6 +57,7 @@ class HostOptimizer {
   void offload_grads(const at::Tensor& device_grads, int64_t begin, int64_t count);
   // Queues the spans not offloaded since the last step() (in `pieces` equal
   // parts), e.g. after a backward that offloaded nothing itself.
+  // A step that is skipped (loss scaling) drops what was offloaded with discard().
   void offload_rest(const at::Tensor& device_grads, int pieces = 1);
   bool offloaded(int64_t begin) const;  // a span starting at `begin` is queued
 
@@ -69,12 +71,17 @@ class HostOptimizer {
   // Blocks until every queued copy is done (before the device gradient shard
   // is overwritten by something other than a reduction, e.g. zero_grad()).
   void synchronize();
-  // master := device_params (after a broadcast or a checkpoint load).
+  // Forgets the gradient spans offloaded since the last step (a skipped step).
+  void discard();
+  // master := device_params (after a broadcast), and the other way round
+  // (after a checkpoint was read into the master).
   void load_master(const at::Tensor& device_params);
+  void store_master(const at::Tensor& device_params);
 
   AdamW& adamw();
   const AdamW& adamw() const;
-  const at::Tensor& master() const;  // host fp32, the shard's size
+  at::Tensor& master();              // host fp32, the shard's size
+  const at::Tensor& master() const;
   int64_t host_bytes() const;        // master + gradients + AdamW state in host memory
   // Adds the host copies (master, gradients) to a strategy's accounting, which
   // already counts the AdamW state, and sets host_bytes.
@@ -84,44 +91,6 @@ class HostOptimizer {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-// The optimizer over a rank's shard, wherever it runs: AdamW on the shard
-// where the shard is, or, with optimizer offload on a device that needs it
-// (HostOptimizer::needed), a HostOptimizer. ZeroStrategy and ShardedStrategy
-// hold one each; the choice is made here only.
-class ShardOptimizer {
- public:
-  // `shard_params`: the rank's parameter shard (1-D fp32). `offload`: the
-  // config asks for optimizer offload; `force_copies`: tests, see HostOptimizer.
-  ShardOptimizer(const at::Tensor& shard_params, const AdamWOptions& options, bool offload, bool force_copies);
-
-  // One step on the shard: gradients multiplied by `grad_scale` (the clip
-  // coefficient), AdamW with `lr`; with offload the gradient spans must have
-  // been offloaded (host()->offload_grads / offload_rest) and `shard_grads`
-  // is not read.
-  void step(at::Tensor shard_params, at::Tensor shard_grads, double grad_scale,
-            const std::vector<ElementRange>& decay_ranges, double lr);
-
-  AdamW& adamw() { return host_ ? host_->adamw() : *adamw_; }
-  const AdamW& adamw() const { return host_ ? host_->adamw() : *adamw_; }
-  HostOptimizer* host() { return host_.get(); }  // null without offload copies
-  const HostOptimizer* host() const { return host_.get(); }
-
-  // The shard's values changed outside step() (broadcast, checkpoint load).
-  void load_master(const at::Tensor& shard_params) {
-    if (host_) host_->load_master(shard_params);
-  }
-  // Before the device gradient shard is overwritten outside a reduction.
-  void synchronize() {
-    if (host_) host_->synchronize();
-  }
-  // Adds the AdamW state (and the host copies) to a strategy's accounting.
-  void count(StrategyMemory& memory) const;
-
- private:
-  std::unique_ptr<AdamW> adamw_;
-  std::unique_ptr<HostOptimizer> host_;
 };
 
 }  // namespace shardtrain

@@ -15,8 +15,8 @@
 #include <cmath>
 
 #include "parallel/flat_model.h"
-#include "parallel/offload.h"
 #include "parallel/shard_map.h"
+#include "parallel/shard_optimizer.h"
 #include "parallel/shard_units.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/check.h"
@@ -80,8 +80,8 @@ struct ShardedStrategy::Impl : public UnitHooks {
 
   int group_rank = 0, group_size = 1;
   int64_t shard_numel = 0;
-  at::Tensor shard_params;  // fp32, on the model's device: gathers read it
-  at::Tensor shard_grads;
+  at::Tensor shard_params;  // param_dtype, on the model's device: gathers read it
+  at::Tensor shard_grads;   // reduce_dtype
   std::unique_ptr<ShardOptimizer> optimizer;
   std::vector<ShardSegment> segments;  // the layout elements of the shard
   std::vector<ElementRange> shard_decay;
@@ -100,6 +100,9 @@ struct ShardedStrategy::Impl : public UnitHooks {
 
   bool frees(const ShardUnit& u) const { return !u.resident; }
   HostOptimizer* host() const { return optimizer->host(); }
+  // The shard's fp32 values live outside shard_params (mixed precision's master copy).
+  bool has_master() const { return optimizer->master().defined(); }
+  int64_t param_bytes(int64_t elements) const { return elements * shard_params.element_size(); }
 
   // Stage 2 keeps every unit gathered, so this rank's chunk of each is already
   // in the unit buffers: the shard buffer exists only during step() and
@@ -129,7 +132,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
   void stage_shard(bool copy) {
     if (transient_shard()) {
       allocate_storage(shard_params);
-      add_transient(shard_numel * 4);
+      add_transient(param_bytes(shard_numel));
     }
     // Otherwise the shard buffer itself holds the chunks (and checkpoints read into it).
     if (!copy || !transient_shard()) return;
@@ -140,7 +143,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
   void release_shard() {
     if (!transient_shard()) return;
     free_storage(shard_params);
-    transient_bytes -= shard_numel * 4;
+    transient_bytes -= param_bytes(shard_numel);
   }
 
   // Takes this rank's chunks of the initial full units and frees what stage 3 frees.
@@ -153,7 +156,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
     }
     optimizer->load_master(shard_params);
     if (transient_shard()) {
-      transient_bytes += shard_numel * 4;  // counted as staged since construction
+      transient_bytes += param_bytes(shard_numel);  // counted as staged since construction
       release_shard();
     }
     peak_transient_bytes = transient_bytes;
@@ -163,7 +166,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
   // ---- parameters ----
   void launch_gather(ShardUnit& u, bool prefetched) {
     allocate_storage(u.params);
-    if (frees(u)) add_transient(u.padded * 4);
+    if (frees(u)) add_transient(param_bytes(u.padded));
     u.set(ParamState::kGathering);
     u.gather_work = gather_comm->all_gather_async(shard_of(u, shard_params), u.params);
     ++stats.gathers_total;
@@ -182,6 +185,21 @@ struct ShardedStrategy::Impl : public UnitHooks {
     if (u.param_state() == ParamState::kGathering) complete_gather(u);
   }
 
+  // Each hybrid replica read its window of a shard-sized buffer from a
+  // checkpoint; put the windows together (through the shard's device, where
+  // the communicator works, when the buffer is the host's master copy).
+  void gather_windows(at::Tensor& full) {
+    const int64_t replicas = inter->size();
+    std::vector<int64_t> counts;
+    for (int64_t k = 0; k < replicas; ++k)
+      counts.push_back(shard_numel * (k + 1) / replicas - shard_numel * k / replicas);
+    const int64_t begin = shard_numel * inter->rank() / replicas;
+    at::Tensor work = full.device() == shard_grads.device() ? full : full.to(shard_grads.device());
+    at::Tensor mine = work.narrow(0, begin, counts[inter->rank()]).clone();
+    inter->all_gather_v(mine, work, counts);
+    if (!work.is_same(full)) full.copy_(work);
+  }
+
   // Launches the all-gathers of the resident units from the shard buffer and waits for them.
   void gather_resident() {
     for (ShardUnit& u : units)
@@ -194,7 +212,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
     if (u.param_state() == ParamState::kFreed) return;
     if (u.param_state() == ParamState::kGathering) complete_gather(u);  // MPI may still write into it
     free_storage(u.params);
-    transient_bytes -= u.padded * 4;
+    transient_bytes -= param_bytes(u.padded);
     u.set(ParamState::kFreed);
   }
 
@@ -233,7 +251,7 @@ struct ShardedStrategy::Impl : public UnitHooks {
   void attach_grads(ShardUnit& u) {
     if (u.grad_state() != GradState::kNone) return;
     u.grads = at::zeros({u.padded}, shard_params.options());
-    add_transient(u.padded * 4);
+    add_transient(param_bytes(u.padded));
     for (size_t k = 0; k < u.slots.size(); ++k) {
       const ParamSlot& slot = layout->slots()[u.slots[k]];
       parameters[u.slots[k]].mutable_grad() = u.grads.narrow(0, u.offsets[k], slot.numel).view(slot.shape);
@@ -244,13 +262,16 @@ struct ShardedStrategy::Impl : public UnitHooks {
   void drop_grads(ShardUnit& u) {
     for (int slot : u.slots) parameters[slot].mutable_grad() = at::Tensor();
     u.grads = at::Tensor();
-    transient_bytes -= u.padded * 4;
+    transient_bytes -= param_bytes(u.padded);
   }
 
   void launch_reduce(ShardUnit& u, bool from_hook) {
-    u.reduced = at::empty({u.chunk}, u.grads.options());
+    // FSDP's reduce_dtype: the unit's gradients go out in it (a transient
+    // copy when it differs from the parameters' dtype).
+    const at::Tensor input = u.grads.to(shard_grads.scalar_type());
+    u.reduced = at::empty({u.chunk}, shard_grads.options());
     u.set(GradState::kReducing);
-    u.reduce_work = reduce_comm->reduce_scatter_async(u.grads, u.reduced, ReduceOp::kAvg);
+    u.reduce_work = reduce_comm->reduce_scatter_async(input, u.reduced, ReduceOp::kAvg);
     stats.buckets_total += 1;
     stats.buckets_during_backward += from_hook ? 1 : 0;
     if (!options.overlap_comm) complete_reduce(u);
@@ -438,12 +459,12 @@ void ShardedStrategy::Impl::build_units(const std::vector<std::pair<std::string,
     for (int slot : u.slots) unit_of_slot[slot] = u.index;
 
   // The parameters move into the unit buffers.
-  const at::TensorOptions float_options = named.front().second.options().dtype(at::kFloat);
-  shard_params = at::zeros({shard_numel}, float_options);
-  shard_grads = at::zeros({shard_numel}, float_options);
+  const at::TensorOptions param_options = named.front().second.options().dtype(options.precision.param_dtype);
+  shard_params = at::zeros({shard_numel}, param_options);
+  shard_grads = at::zeros({shard_numel}, param_options.dtype(options.precision.reduce_dtype));
   at::NoGradGuard no_grad;
   for (ShardUnit& u : units) {
-    u.params = at::zeros({u.padded}, float_options);
+    u.params = at::zeros({u.padded}, param_options);
     for (size_t k = 0; k < u.slots.size(); ++k) {
       const ParamSlot& slot = slots[u.slots[k]];
       at::Tensor view = u.params.narrow(0, u.offsets[k], slot.numel).view(slot.shape);
@@ -451,7 +472,7 @@ void ShardedStrategy::Impl::build_units(const std::vector<std::pair<std::string,
       parameters[u.slots[k]].set_data(view);
       parameters[u.slots[k]].mutable_grad() = at::Tensor();
     }
-    if (frees(u)) add_transient(u.padded * 4);
+    if (frees(u)) add_transient(param_bytes(u.padded));
   }
 }
 
@@ -571,22 +592,27 @@ void ShardedStrategy::finish_backward() {
   s.advance(Phase::kReduced);
 }
 
-double ShardedStrategy::step(double lr, double max_grad_norm) {
+StepOutcome ShardedStrategy::step(const StepRequest& request) {
   Impl& s = *impl_;
   s.settle();
   // Unit padding is zero in every rank's gradient: it adds nothing to the
   // norm, and AdamW leaves the padded parameters at zero.
-  const double norm = global_grad_norm(s.shard_grads, *s.reduce_comm);
-  const double scale = max_grad_norm > 0 ? clip_coefficient(norm, max_grad_norm) : 1.0;
+  const StepDecision d = decide_step(global_grad_norm(s.shard_grads, *s.reduce_comm), request);
   if (s.host()) s.offload_rest();  // a step without a finished backward
-  // With offload the host master holds every chunk and the copies back fill
-  // the shard buffer; without, AdamW updates the staged shard in place.
-  s.stage_shard(/*copy=*/!s.host());
-  s.optimizer->step(s.shard_params, s.shard_grads, scale, s.shard_decay, lr);
+  if (!d.apply) {
+    s.optimizer->discard();
+    s.advance(Phase::kIdle);
+    return {d.grad_norm, false};
+  }
+  // A master copy (mixed precision, or offload's host master) holds every
+  // chunk and the step writes the shard from it; without one AdamW updates the
+  // staged shard in place.
+  s.stage_shard(/*copy=*/!s.host() && !s.has_master());
+  s.optimizer->step(s.shard_params, s.shard_grads, d.grad_scale, s.shard_decay, request.lr);
   s.gather_resident();
   s.release_shard();
   s.advance(Phase::kIdle);
-  return norm;
+  return {d.grad_norm, true};
 }
 
 const ParamLayout& ShardedStrategy::layout() const { return *impl_->layout; }
@@ -630,7 +656,9 @@ std::vector<FlatPart> ShardedStrategy::checkpoint_parts() {
   const ElementRange window{s.shard_numel * replica / replicas, s.shard_numel * (replica + 1) / replicas};
   // Stage 2: a resident unit's chunk lives in its (gathered) unit buffer; the
   // unit that holds shard element `e` is the one whose chunk contains it.
-  auto params_of = [&s](const ShardSegment& g) {
+  const at::Tensor master = s.optimizer->master();
+  auto params_of = [&s, &master](const ShardSegment& g) {
+    if (master.defined()) return master.narrow(0, g.shard_begin, g.count);
     if (!s.transient_shard()) return s.shard_params.narrow(0, g.shard_begin, g.count);
     const auto unit = std::find_if(s.units.begin(), s.units.end(), [&](const ShardUnit& u) {
       return g.shard_begin >= u.shard_offset && g.shard_begin < u.shard_offset + u.chunk;
@@ -648,24 +676,22 @@ void ShardedStrategy::finish_load(int64_t optimizer_step) {
   AdamW& adamw = s.optimizer->adamw();
   at::Tensor exp_avg = adamw.exp_avg().clone();
   at::Tensor exp_avg_sq = adamw.exp_avg_sq().clone();
-  // The checkpoint parts of resident units were read into the unit buffers.
-  s.stage_shard(/*copy=*/true);
-  if (s.inter) {
-    // Each replica read its window of the shard; put the windows together.
-    const int64_t replicas = s.inter->size();
-    std::vector<int64_t> counts;
-    for (int64_t k = 0; k < replicas; ++k)
-      counts.push_back(s.shard_numel * (k + 1) / replicas - s.shard_numel * k / replicas);
-    const int64_t begin = s.shard_numel * s.inter->rank() / replicas;
-    auto gather = [&](at::Tensor& full) {
-      at::Tensor mine = full.narrow(0, begin, counts[s.inter->rank()]).clone();
-      s.inter->all_gather_v(mine, full, counts);
-    };
-    gather(s.shard_params);
-    gather(exp_avg);
-    gather(exp_avg_sq);
+  at::Tensor master = s.optimizer->master();
+  if (master.defined()) {
+    // The checkpoint was read into the master copy: the parameters are its rounding.
+    s.stage_shard(/*copy=*/false);
+    if (s.inter) s.gather_windows(master);
+    s.optimizer->store_master(s.shard_params);
+  } else {
+    // The checkpoint parts of resident units were read into the unit buffers.
+    s.stage_shard(/*copy=*/true);
+    if (s.inter) s.gather_windows(s.shard_params);
+    s.optimizer->load_master(s.shard_params);
   }
-  s.optimizer->load_master(s.shard_params);
+  if (s.inter) {
+    s.gather_windows(exp_avg);
+    s.gather_windows(exp_avg_sq);
+  }
   adamw.load_state(exp_avg, exp_avg_sq, optimizer_step);
   for (ShardUnit& u : s.units)
     if (!u.resident) s.free_unit(u);
@@ -676,11 +702,11 @@ void ShardedStrategy::finish_load(int64_t optimizer_step) {
 StrategyMemory ShardedStrategy::memory() const {
   const Impl& s = *impl_;
   StrategyMemory m;
-  m.param_bytes = s.transient_shard() ? 0 : s.shard_numel * 4;
-  m.grad_bytes = s.shard_numel * 4;
+  m.param_bytes = s.transient_shard() ? 0 : s.param_bytes(s.shard_numel);
+  m.grad_bytes = s.shard_numel * s.shard_grads.element_size();
   for (const ShardUnit& u : s.units) {
-    if (u.resident) m.param_bytes += u.padded * 4;
-    if (u.grads.defined()) m.grad_bytes += u.padded * 4;  // kept across no_sync micro-steps
+    if (u.resident) m.param_bytes += s.param_bytes(u.padded);
+    if (u.grads.defined()) m.grad_bytes += s.param_bytes(u.padded);  // kept across no_sync micro-steps
   }
   s.optimizer->count(m);
   m.peak_transient_bytes = s.peak_transient_bytes;

@@ -6,8 +6,8 @@
 
 #include "parallel/flat_model.h"
 #include "parallel/gradient_buckets.h"
-#include "parallel/offload.h"
 #include "parallel/shard_map.h"
+#include "parallel/shard_optimizer.h"
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -59,10 +59,13 @@ ZeroStrategy::ZeroStrategy(UnitModel& model, Communicator& comm, const AdamWOpti
   if (!(options.bucket_cap_mb > 0))
     throw Error(str_format("parallel.bucket_cap_mb must be > 0, got %g", options.bucket_cap_mb));
   if (options.allgather_bucket_size < 0) throw Error("parallel.zero.allgather_bucket_size must be >= 0");
+  if (options.precision.reduce_dtype != options.precision.param_dtype)
+    throw Error("zero1 reduces the gradients in the parameters' dtype (DeepSpeed's 16-bit reduction); a reduce "
+                "dtype other than the parameter dtype needs zero2, zero3 or fsdp");
   Impl& s = *impl_;
   count_bytes_of(comm);
   s.options = options;
-  s.flat = flatten_model(model, comm.size(), "ZeroStrategy");
+  s.flat = flatten_model(model, comm.size(), options.precision.param_dtype, "ZeroStrategy");
   s.shard = s.flat.layout->shard_range(comm.rank(), comm.size());
   s.segments = window_segments(*s.flat.layout, s.shard, 0);
   s.shard_decay = shard_decay_ranges(*s.flat.layout, s.segments);
@@ -90,7 +93,7 @@ void ZeroStrategy::prepare_backward(bool sync) { impl_->buckets->prepare(sync); 
 
 void ZeroStrategy::finish_backward() { impl_->buckets->finish(); }
 
-double ZeroStrategy::step(double lr, double max_grad_norm) {
+StepOutcome ZeroStrategy::step(const StepRequest& request) {
   Impl& s = *impl_;
   // Padding elements of the last shard are zero in every rank's gradient, so
   // they add nothing to the norm and AdamW leaves the padded params at zero
@@ -98,11 +101,14 @@ double ZeroStrategy::step(double lr, double max_grad_norm) {
   // Offload: the slice goes down to the host in pieces while the norm is computed.
   constexpr int kOffloadPieces = 8;
   if (HostOptimizer* host = s.optimizer->host()) host->offload_rest(s.shard_grads, kOffloadPieces);
-  const double norm = global_grad_norm(s.shard_grads, s.comm);
-  const double scale = max_grad_norm > 0 ? clip_coefficient(norm, max_grad_norm) : 1.0;
-  s.optimizer->step(s.shard_params(), s.shard_grads, scale, s.shard_decay, lr);
+  const StepDecision d = decide_step(global_grad_norm(s.shard_grads, s.comm), request);
+  if (!d.apply) {
+    s.optimizer->discard();
+    return {d.grad_norm, false};
+  }
+  s.optimizer->step(s.shard_params(), s.shard_grads, d.grad_scale, s.shard_decay, request.lr);
   s.gather_params();
-  return norm;
+  return {d.grad_norm, true};
 }
 
 const ParamLayout& ZeroStrategy::layout() const { return *impl_->flat.layout; }
@@ -110,8 +116,12 @@ at::Tensor ZeroStrategy::flat_params() const { return impl_->flat.params; }
 
 std::vector<FlatPart> ZeroStrategy::checkpoint_parts() {
   Impl& s = *impl_;
-  const at::Tensor params = s.flat.params;
-  return shard_parts(s.segments, [&params](const ShardSegment& g) { return params.narrow(0, g.layout_begin, g.count); },
+  const at::Tensor params = s.flat.params, master = s.optimizer->master();
+  return shard_parts(s.segments,
+                     [&](const ShardSegment& g) {
+                       return master.defined() ? master.narrow(0, g.shard_begin, g.count)
+                                               : params.narrow(0, g.layout_begin, g.count);
+                     },
                      s.optimizer->adamw());
 }
 
@@ -119,8 +129,12 @@ int64_t ZeroStrategy::optimizer_step() const { return impl_->optimizer->adamw().
 
 void ZeroStrategy::finish_load(int64_t optimizer_step) {
   Impl& s = *impl_;
+  // A checkpoint was read into the parameters' shard, or (mixed precision) into the master.
+  if (s.optimizer->master().defined())
+    s.optimizer->store_master(s.shard_params());
+  else
+    s.optimizer->load_master(s.shard_params());
   s.gather_params();
-  s.optimizer->load_master(s.shard_params());
   // The AdamW buffers were filled in place through checkpoint_parts(); this
   // only sets the step count (load_state copies, so pass copies).
   AdamW& adamw = s.optimizer->adamw();
@@ -130,8 +144,8 @@ void ZeroStrategy::finish_load(int64_t optimizer_step) {
 StrategyMemory ZeroStrategy::memory() const {
   const Impl& s = *impl_;
   StrategyMemory m;
-  m.param_bytes = s.flat.padded_numel * 4;
-  m.grad_bytes = s.flat.padded_numel * 4;
+  m.param_bytes = s.flat.params.numel() * s.flat.params.element_size();
+  m.grad_bytes = s.flat.grads.numel() * s.flat.grads.element_size();
   s.optimizer->count(m);
   return m;
 }

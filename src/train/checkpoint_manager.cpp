@@ -98,7 +98,7 @@ TrainState CheckpointManager::restore(const std::string& path, Strategy& strateg
   if (check) check(state);
   std::vector<FlatPart> parts = strategy.checkpoint_parts();
   read_flat_state(reader, layout, parts, /*with_optimizer=*/true);
-  strategy.finish_load(state.step);
+  strategy.finish_load(state.step - state.skipped_steps);  // the optimizer's own step count
   return state;
 }
 

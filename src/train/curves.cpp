@@ -73,7 +73,7 @@ void read_progress(const std::string& path, RunCurves& run) {
   const std::vector<std::string> lines = split_lines(read_file(path, "curves"));
   if (lines.empty())
     throw Error(path + ":1: empty file; expected the header line step,epoch,loss,lr,grad_norm,samples_per_s,"
-                       "tokens_per_s,elapsed_s");
+                       "tokens_per_s,elapsed_s,loss_scale,skipped_steps");
   const std::vector<std::string> header = split_commas(lines[0]);
   auto column = [&](const char* name) -> int {
     const auto it = std::find(header.begin(), header.end(), name);
@@ -82,7 +82,7 @@ void read_progress(const std::string& path, RunCurves& run) {
   const int step_column = column("step"), loss_column = column("loss"), lr_column = column("lr");
   if (step_column < 0)
     throw Error(path + ":1: the header '" + lines[0] + "' has no 'step' column (shardtrain's is step,epoch,loss,lr,"
-                       "grad_norm,samples_per_s,tokens_per_s,elapsed_s)");
+                       "grad_norm,samples_per_s,tokens_per_s,elapsed_s,loss_scale,skipped_steps)");
   CurveSeries train_loss{"train_loss", {}}, lr{"lr", {}};
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::string where = path + ":" + std::to_string(i + 1);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
@@ -33,6 +35,41 @@ void check_labels(const RawTable& table, int64_t num_labels) {
                              table.path.c_str(), static_cast<long long>(table.line_numbers[i]),
                              static_cast<long long>(id), static_cast<long long>(num_labels)));
   }
+}
+
+// Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); without it
+// LibTorch's bf16 matmuls run converted, slower than fp32.
+bool cpu_has_native_bf16() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    std::string flag;
+    while (words >> flag)
+      if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
+    return false;
+  }
+  return false;
+}
+
+void set_precision(TrainJob& job, const TrainJobOptions& options) {
+  const RunConfig& config = *job.config;
+  job.precision = mixed_precision_for(config.train.mixed_precision, config.parallel);
+  if (job.precision.param_dtype == at::kHalf || options.force_loss_scaling)
+    job.loss_scaler.emplace(make_loss_scaler(config.train.fp16));
+  if (!job.precision.enabled()) return;
+  log_info("mixed precision %s: parameters and gradients %s, reductions %s; fp32 master weights and AdamW state; "
+           "LayerNorm, softmax and the loss in fp32%s",
+           choice_name(config.train.mixed_precision), c10::toString(job.precision.param_dtype),
+           c10::toString(job.precision.reduce_dtype),
+           job.loss_scaler ? str_format("; loss scale %g (%s)", job.loss_scaler->scale(),
+                                        job.loss_scaler->options().dynamic ? "dynamic" : "static").c_str()
+                           : "");
+  if (config.run.device == Device::kCpu && job.precision.param_dtype == at::kBFloat16 && !cpu_has_native_bf16())
+    log_warn("train.mixed_precision = \"bf16\" on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in "
+             "/proc/cpuinfo): LibTorch runs bf16 matmuls through conversions, slower than fp32; use it to test a "
+             "bf16 setup, or \"no\" for speed on this machine");
 }
 
 void set_device_and_communicator(TrainJob& job) {
@@ -135,7 +172,7 @@ void build_strategy(TrainJob& job) {
   const RunConfig& config = *job.config;
   const TrainConfig& t = config.train;
   const AdamWOptions adamw{t.lr, t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay};
-  job.strategy = make_strategy(config.parallel, job.topology, *job.model, *job.communicator, adamw);
+  job.strategy = make_strategy(config.parallel, job.topology, *job.model, *job.communicator, adamw, job.precision);
   log_info("strategy %s (parallel.strategy = %s)", job.strategy->name().c_str(),
            choice_name(config.parallel.strategy));
   for (const std::string& note : strategy_notes(config.parallel, job.topology)) log_info("  %s", note.c_str());
@@ -174,7 +211,7 @@ void plan_steps(TrainJob& job) {
   p.total_steps = t.max_steps > 0 ? t.max_steps : t.num_epochs * p.steps_per_epoch;
   p.num_epochs = t.max_steps > 0 ? (p.total_steps + p.steps_per_epoch - 1) / p.steps_per_epoch : t.num_epochs;
   p.warmup_steps = warmup_steps_for(p.total_steps, t.warmup_steps, t.warmup_ratio);
-  job.schedule.emplace(t.lr, p.warmup_steps, p.total_steps);
+  job.schedule.emplace(t, p.total_steps, p.warmup_steps);
 }
 
 }  // namespace
@@ -193,11 +230,23 @@ double TrainJob::epoch_position() const {
          static_cast<double>(sampler->state().batches_consumed) / static_cast<double>(plan.batches_per_epoch);
 }
 
-TrainJob build_job(const RunConfig& config, MPI_Comm comm) {
+DynamicLossScaler make_loss_scaler(const Fp16Config& fp16) {
+  LossScalerOptions o = LossScalerOptions::deepspeed(static_cast<int>(fp16.initial_scale_power), fp16.loss_scale_window,
+                                                     fp16.hysteresis, fp16.min_loss_scale,
+                                                     fp16.consecutive_hysteresis);
+  if (fp16.loss_scale > 0) {
+    o.init_scale = fp16.loss_scale;
+    o.dynamic = false;
+  }
+  return DynamicLossScaler(o);
+}
+
+TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions& options) {
   TrainJob job;
   job.config = &config;
   job.comm = comm;
   job.topology = Topology::detect(comm, config.parallel);
+  set_precision(job, options);
   set_device_and_communicator(job);
   load_tokenizer(job);
   const Tables tables = read_tables(job);

@@ -10,6 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/run_folder.h"
+#include "shardtrain/train/tensorboard.h"
 
 namespace shardtrain {
 namespace {
@@ -31,7 +32,7 @@ std::string format_duration(double seconds) {
 }
 
 ProgressMeter::ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
-                             double trained_before, bool live, RunFolder& folder)
+                             double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard)
     : log_every_steps_(train.log_every_steps),
       total_steps_(total_steps),
       num_epochs_(num_epochs),
@@ -39,6 +40,7 @@ ProgressMeter::ProgressMeter(const TrainConfig& train, int64_t total_steps, int6
       trained_before_(trained_before),
       start_(MPI_Wtime()),
       folder_(folder),
+      tensorboard_(tensorboard),
       window_start_(start_) {
   rank_ = folder.rank();
   live_ = live && rank_ == 0 && isatty(STDERR_FILENO);
@@ -59,11 +61,15 @@ void ProgressMeter::record(const StepRecord& s) {
   const bool log_now = log_every_steps_ > 0 && s.step % log_every_steps_ == 0;
   const double loss = window_loss_ / std::max<int64_t>(window_steps_, 1);
   if (rank_ == 0 && (log_now || live_)) {
+    const std::string scale =
+        s.loss_scale > 0 ? str_format(" | scale %g | skipped %lld", s.loss_scale, static_cast<long long>(s.skipped_steps))
+                         : "";
     const std::string line =
-        str_format("step %lld/%lld | epoch %.2f/%lld | loss %.4f | lr %.3g | %s samples/s | %s tokens/s | ETA %s",
+        str_format("step %lld/%lld | epoch %.2f/%lld | loss %.4f | lr %.3g%s | %s samples/s | %s tokens/s | ETA %s",
                    static_cast<long long>(s.step), static_cast<long long>(total_steps_), s.epoch,
-                   static_cast<long long>(num_epochs_), loss, s.lr, format_count(window_samples_ / dt).c_str(),
-                   format_count(window_tokens_ / dt).c_str(), format_duration(eta).c_str());
+                   static_cast<long long>(num_epochs_), loss, s.lr, scale.c_str(),
+                   format_count(window_samples_ / dt).c_str(), format_count(window_tokens_ / dt).c_str(),
+                   format_duration(eta).c_str());
     if (live_) {
       if (now - last_live_ > 0.2 || s.step == total_steps_) {
         std::fprintf(stderr, "\r%s\033[K", line.c_str());
@@ -75,10 +81,25 @@ void ProgressMeter::record(const StepRecord& s) {
     }
   }
   if (!log_now) return;
-  if (rank_ == 0)
-    folder_.append_progress(str_format("%lld,%.6f,%.8g,%.8g,%.8g,%.6g,%.6g,%.3f", static_cast<long long>(s.step),
-                                       s.epoch, loss, s.lr, window_norm_ / std::max<int64_t>(window_steps_, 1),
-                                       window_samples_ / dt, window_tokens_ / dt, elapsed_total()));
+  const double norm = window_norm_ / std::max<int64_t>(window_steps_, 1);
+  if (rank_ == 0) {
+    folder_.append_progress(str_format("%lld,%.6f,%.8g,%.8g,%.8g,%.6g,%.6g,%.3f,%.8g,%lld", static_cast<long long>(s.step),
+                                       s.epoch, loss, s.lr, norm, window_samples_ / dt, window_tokens_ / dt,
+                                       elapsed_total(), s.loss_scale, static_cast<long long>(s.skipped_steps)));
+    if (tensorboard_) {
+      // Hugging Face's TensorBoardCallback names.
+      tensorboard_->add_scalar("train/loss", loss, s.step);
+      tensorboard_->add_scalar("train/learning_rate", s.lr, s.step);
+      tensorboard_->add_scalar("train/grad_norm", norm, s.step);
+      tensorboard_->add_scalar("train/epoch", s.epoch, s.step);
+      tensorboard_->add_scalar("train/samples_per_s", window_samples_ / dt, s.step);
+      tensorboard_->add_scalar("train/tokens_per_s", window_tokens_ / dt, s.step);
+      if (s.loss_scale > 0) {
+        tensorboard_->add_scalar("train/loss_scale", s.loss_scale, s.step);
+        tensorboard_->add_scalar("train/skipped_steps", static_cast<double>(s.skipped_steps), s.step);
+      }
+    }
+  }
   window_start_ = now;
   window_loss_ = window_norm_ = window_tokens_ = 0;
   window_steps_ = window_samples_ = 0;

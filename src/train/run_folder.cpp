@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace shardtrain {
 namespace {
 
-constexpr const char* kProgressHeader = "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s";
+constexpr const char* kProgressHeader =
+    "step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s,loss_scale,skipped_steps";
 
 // Keeps the lines of a report file that belong to steps <= max_step: JSON
 // lines by their "step", CSV rows by their first column (the header stays).

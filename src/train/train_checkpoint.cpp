@@ -32,6 +32,10 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
   writer.set_attribute("loss_sum", state.loss_sum);
   writer.set_attribute("loss_count", state.loss_count);
   writer.set_attribute("train_seconds", state.train_seconds);
+  writer.set_attribute("skipped_steps", state.skipped_steps);
+  writer.set_attribute("loss_scale", state.loss_scale);
+  writer.set_attribute("loss_scale_good_steps", state.loss_scale_good_steps);
+  writer.set_attribute("loss_scale_hysteresis_left", state.loss_scale_hysteresis_left);
   writer.commit();
 }
 
@@ -62,6 +66,15 @@ TrainState read_train_state(const CheckpointReader& reader) {
   state.loss_sum = reader.double_attribute("loss_sum");
   state.loss_count = reader.int_attribute("loss_count");
   state.train_seconds = reader.double_attribute("train_seconds");
+  if (reader.has_attribute("skipped_steps")) {
+    state.skipped_steps = reader.int_attribute("skipped_steps");
+    state.loss_scale = reader.double_attribute("loss_scale");
+    state.loss_scale_good_steps = reader.int_attribute("loss_scale_good_steps");
+    state.loss_scale_hysteresis_left = reader.int_attribute("loss_scale_hysteresis_left");
+  }
+  if (state.skipped_steps < 0 || state.skipped_steps > state.step)
+    throw Error(path + ": attribute skipped_steps = " + std::to_string(state.skipped_steps) +
+                " is not between 0 and the step (" + std::to_string(state.step) + ")");
   return state;
 }
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/bert.h"
@@ -32,17 +34,21 @@ StepResult train_step(Strategy& strategy, BertForSequenceClassification& model, 
       at::manual_seed(train_rng_seed(d.seed, d.step, static_cast<int64_t>(m), d.rank));
     }
     const at::Tensor logits = model.forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
-    const at::Tensor loss = model.loss(logits, batch.labels);
+    at::Tensor loss = model.loss(logits, batch.labels);  // float32
     result.loss += loss.item<double>();
     result.real_tokens += batch.num_real_tokens;
     result.examples += batch.size();
     strategy.prepare_backward(/*sync=*/m + 1 == micro_batches.size());
+    if (options.poison_loss) loss = loss * std::numeric_limits<double>::infinity();
+    if (options.loss_scale != 1.0) loss = loss * options.loss_scale;
     (loss / static_cast<double>(options.accumulation_steps)).backward();
   }
   if (options.at_point) options.at_point(StepPoint::kBackwardDone);
   strategy.finish_backward();
   if (options.at_point) options.at_point(StepPoint::kReduced);
-  result.grad_norm = strategy.step(options.lr, options.max_grad_norm);
+  const StepOutcome outcome = strategy.step({options.lr, options.max_grad_norm, options.loss_scale});
+  result.grad_norm = outcome.grad_norm;
+  result.applied = outcome.applied;
   if (options.at_point) options.at_point(StepPoint::kStepped);
   result.loss /= static_cast<double>(micro_batches.size());
   return result;

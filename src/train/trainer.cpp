@@ -4,16 +4,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "shardtrain/comm/rank0.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/checkpoint_manager.h"
+#include "shardtrain/train/curves.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/job.h"
 #include "shardtrain/train/progress.h"
 #include "shardtrain/train/run_folder.h"
+#include "shardtrain/train/tensorboard.h"
 #include "shardtrain/train/train_step.h"
 
 namespace shardtrain {
@@ -23,7 +27,8 @@ using Json = nlohmann::json;
 
 // Where training stands: what a checkpoint records besides the tensors.
 struct Position {
-  int64_t step = 0;            // optimizer steps done
+  int64_t step = 0;            // optimizer steps taken (applied or skipped)
+  int64_t skipped = 0;         // of those, skipped for non-finite gradients (fp16)
   int64_t epoch = 0;           // epochs done (the sampler's epoch)
   int64_t resume_batches = -1; // >= 0: the first epoch continues after this many global batches
   double loss_sum = 0;         // training loss since the last report
@@ -47,55 +52,78 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
     if (s.seed != t.seed)
       log_warn("%s was trained with train.seed %lld, this job has %lld: the data order changes from here on",
                path.c_str(), static_cast<long long>(s.seed), static_cast<long long>(t.seed));
-    if (s.num_training_steps != plan.total_steps)
+    if (s.num_training_steps != plan.total_steps && s.step >= s.num_training_steps)
+      log_warn("%s is a finished run (%lld of its %lld steps), and this job plans %lld steps: %s", path.c_str(),
+               static_cast<long long>(s.step), static_cast<long long>(s.num_training_steps),
+               static_cast<long long>(plan.total_steps),
+               plan.total_steps > s.step ? "training CONTINUES from it, with this job's learning-rate schedule; use "
+                                           "another run.name to train a new model instead"
+                                         : "there is nothing left to train; use another run.name to train a new "
+                                           "model");
+    else if (s.num_training_steps != plan.total_steps)
       log_warn("%s planned %lld optimizer steps, this job plans %lld: the learning-rate schedule follows this job",
                path.c_str(), static_cast<long long>(s.num_training_steps), static_cast<long long>(plan.total_steps));
   });
   at.step = state.step;
+  at.skipped = state.skipped_steps;
   at.epoch = state.epoch;
   at.resume_batches = state.batches_consumed;
   at.loss_sum = state.loss_sum;
   at.loss_count = state.loss_count;
   at.trained_before = state.train_seconds;
+  if (job.loss_scaler && state.loss_scale > 0)
+    job.loss_scaler->load_state({state.loss_scale, state.loss_scale_good_steps, state.loss_scale_hysteresis_left,
+                                 state.skipped_steps});
   log_info("resumed from %s: step %lld, epoch %lld, %lld batches into it (written by %lld ranks)", path.c_str(),
            static_cast<long long>(at.step), static_cast<long long>(at.epoch),
            static_cast<long long>(at.resume_batches), static_cast<long long>(state.world_size));
   return at;
 }
 
-// One optimizer step of the loop: train_step, then the loss and token counts
-// summed over the ranks.
-StepRecord run_step(TrainJob& job, const Position& at, const std::vector<Batch>& micro) {
+// One optimizer step of the loop: train_step with the learning rate of the
+// updates applied so far and the loss scale, the loss scaler's update, then
+// the loss and token counts summed over the ranks.
+StepRecord run_step(TrainJob& job, Position& at, const std::vector<Batch>& micro, const TrainOptions& options) {
   const TrainConfig& t = job.config->train;
-  StepOptions options;
-  options.lr = job.schedule->lr(at.step);
-  options.max_grad_norm = t.max_grad_norm;
-  options.accumulation_steps = job.plan.accumulation;
-  options.dropout_seed = DropoutSeed{t.seed, at.step, job.topology.rank};
-  const StepResult r = train_step(*job.strategy, *job.model, micro, options);
+  StepOptions step;
+  step.lr = job.schedule->lr(at.step - at.skipped);
+  step.max_grad_norm = t.max_grad_norm;
+  step.accumulation_steps = job.plan.accumulation;
+  step.dropout_seed = DropoutSeed{t.seed, at.step, job.topology.rank};
+  step.loss_scale = job.loss_scaler ? job.loss_scaler->scale() : 1.0;
+  const auto& overflow = options.overflow_steps;
+  step.poison_loss = job.topology.rank == options.overflow_rank &&
+                     std::find(overflow.begin(), overflow.end(), at.step + 1) != overflow.end();
+  const StepResult r = train_step(*job.strategy, *job.model, micro, step);
+  if (job.loss_scaler) job.loss_scaler->update(!r.applied);
+  at.step += 1;
+  at.skipped += r.applied ? 0 : 1;
   at::Tensor sums = at::tensor({r.loss, static_cast<double>(r.real_tokens)}, at::kDouble);
   job.host_comm->all_reduce(sums, ReduceOp::kSum);
   StepRecord record;
-  record.step = at.step + 1;
+  record.step = at.step;
   record.epoch = job.epoch_position();
   record.loss = sums[0].item<double>() / job.plan.world_size;
-  record.lr = options.lr;
+  record.lr = step.lr;
   record.grad_norm = r.grad_norm;
   record.samples = static_cast<int64_t>(micro.size()) * job.plan.global_batch;
   record.tokens = sums[1].item<double>();
+  record.loss_scale = job.loss_scaler ? job.loss_scaler->scale() : 0.0;
+  record.skipped_steps = at.skipped;
   if (!std::isfinite(record.loss))
     throw Error(str_format("training diverged: loss is %g at step %lld (lower train.lr or check the data)", record.loss,
                            static_cast<long long>(record.step)));
   return record;
 }
 
-// A report: eval metrics, a checkpoint when asked, a line in result.jsonl
-// and in the log.
+// A report: eval metrics, a checkpoint when asked, a line in result.jsonl,
+// TensorBoard scalars, curves.svg and a line in the log.
 class Reporter {
  public:
   Reporter(TrainJob& job, CheckpointManager& checkpoints, RunFolder& folder, ProgressMeter& meter,
-           const TrainOptions& options, TrainResult& result)
-      : job_(job), checkpoints_(checkpoints), folder_(folder), meter_(meter), options_(options), result_(result) {}
+           TensorBoardWriter* tensorboard, const TrainOptions& options, TrainResult& result)
+      : job_(job), checkpoints_(checkpoints), folder_(folder), meter_(meter), tensorboard_(tensorboard),
+        options_(options), result_(result) {}
 
   void report(Position& at, bool with_checkpoint, bool with_eval, int64_t epochs_done) {
     meter_.end_line();
@@ -105,6 +133,10 @@ class Reporter {
     if (at.loss_count > 0) report.metrics["train_loss"] = at.loss_sum / static_cast<double>(at.loss_count);
     at.loss_sum = 0;
     at.loss_count = 0;
+    if (job_.loss_scaler) {
+      report.metrics["loss_scale"] = job_.loss_scaler->scale();
+      report.metrics["skipped_steps"] = static_cast<double>(at.skipped);
+    }
     if (with_eval && job_.eval_data) {
       const double start = MPI_Wtime();
       const TrainConfig& t = job_.config->train;
@@ -146,10 +178,17 @@ class Reporter {
     state.lowercase = job_.tokenizer->options().lowercase ? 1 : 0;
     state.metrics_json = metrics.dump();
     state.train_seconds = meter_.elapsed_total();
+    state.skipped_steps = at.skipped;
+    if (job_.loss_scaler) {
+      const LossScalerState& s = job_.loss_scaler->state();
+      state.loss_scale = s.scale;
+      state.loss_scale_good_steps = s.good_steps;
+      state.loss_scale_hysteresis_left = s.hysteresis_left;
+    }
     return state;  // loss_sum / loss_count: reported just now, so 0
   }
 
-  // Rank 0: result.jsonl and the log line.
+  // Rank 0: result.jsonl, TensorBoard, curves.svg and the log line.
   void write(const TrainReport& report) {
     Json line = Json::object();
     line["epoch"] = report.epoch;
@@ -158,6 +197,18 @@ class Reporter {
     for (const auto& kv : report.metrics) line[kv.first] = kv.second;
     line["checkpoint"] = report.checkpoint.empty() ? Json(nullptr) : Json(report.checkpoint);
     folder_.append_result(line.dump());
+    if (tensorboard_) {
+      for (const auto& kv : report.metrics)
+        if (kv.first != "eval_seconds" && kv.first != "checkpoint_seconds" && kv.first != "time_total_s" &&
+            kv.first != "loss_scale" && kv.first != "skipped_steps")
+          tensorboard_->add_scalar(tensorboard_tag(kv.first), kv.second, report.step);
+      tensorboard_->flush();
+    }
+    try {
+      write_run_curves_svg(folder_.dir());
+    } catch (const Error& e) {
+      log_warn("curves.svg not written: %s", e.what());  // a hand-edited progress.csv must not stop training
+    }
     std::string summary;
     for (const char* key : {"train_loss", "eval_loss", "eval_accuracy", "eval_f1", "eval_mcc", "eval_macro_f1",
                             "eval_mse", "eval_pearson"}) {
@@ -173,6 +224,7 @@ class Reporter {
   CheckpointManager& checkpoints_;
   RunFolder& folder_;
   ProgressMeter& meter_;
+  TensorBoardWriter* tensorboard_;
   const TrainOptions& options_;
   TrainResult& result_;
 };
@@ -187,29 +239,46 @@ void log_plan(const TrainJob& job, const RunFolder& folder) {
            static_cast<long long>(p.steps_per_epoch), static_cast<long long>(p.num_epochs),
            static_cast<long long>(p.warmup_steps), static_cast<long long>(job.strategy->layout().numel()),
            folder.dir().c_str());
+  log_info("lr schedule: %s", job.schedule->describe().c_str());
+}
+
+// Rank 0: the run's TensorBoard writer, its old event files trimmed to the
+// resumed step (or removed for a fresh run), so no step appears twice.
+std::unique_ptr<TensorBoardWriter> open_tensorboard(const RunFolder& folder, const std::string& resumed_from,
+                                                    int64_t step) {
+  if (folder.rank() != 0) return nullptr;
+  const std::string dir = folder.file("tensorboard");
+  if (resumed_from.empty()) {
+    remove_tensorboard_events(dir);
+  } else {
+    const TensorBoardTrim trim = trim_tensorboard_events(dir, step);
+    if (trim.num_damaged_bytes > 0)
+      log_warn("%s: %lld damaged bytes after the last intact TensorBoard record cut off", dir.c_str(),
+               static_cast<long long>(trim.num_damaged_bytes));
+  }
+  return std::make_unique<TensorBoardWriter>(dir);
 }
 
 }  // namespace
 
 TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& options) {
   const double invocation_start = MPI_Wtime();
-  if (config.train.mixed_precision != Precision::kNo)
-    throw Error(std::string("train.mixed_precision = \"") + choice_name(config.train.mixed_precision) +
-                "\" is not implemented in this version yet; use \"no\" (fp32)");
   RunFolder folder(config.run, comm);
   CheckpointManager checkpoints(folder.dir(), config.checkpoint, comm);
   const std::string resume_path = checkpoints.resume_path(options.resume_from);
-  TrainJob job = build_job(config, comm);
+  TrainJob job = build_job(config, comm, TrainJobOptions{options.force_loss_scaling});
   Position at = resume(job, checkpoints, resume_path);
   folder.start(options.config_toml, resume_path.empty() ? std::nullopt : std::optional<int64_t>(at.step));
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  run_on_rank0(comm, [&] { tensorboard = open_tensorboard(folder, resume_path, at.step); });
   log_plan(job, folder);
   TrainResult result;
   result.run_dir = folder.dir();
   result.resumed_from = resume_path;
   result.num_training_steps = job.plan.total_steps;
   ProgressMeter meter(config.train, job.plan.total_steps, job.plan.num_epochs, at.step, at.trained_before,
-                      options.live_progress, folder);
-  Reporter reporter(job, checkpoints, folder, meter, options, result);
+                      options.live_progress, folder, tensorboard.get());
+  Reporter reporter(job, checkpoints, folder, meter, tensorboard.get(), options, result);
   if (at.step >= job.plan.total_steps)
     log_info("%s: training already finished at step %lld of %lld; nothing to do", resume_path.c_str(),
              static_cast<long long>(at.step), static_cast<long long>(job.plan.total_steps));
@@ -225,8 +294,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
     while (at.step < job.plan.total_steps) {
       const std::vector<Batch> micro = job.next_micro_batches();
       if (micro.empty()) break;
-      const StepRecord record = run_step(job, at, micro);
-      at.step = record.step;
+      const StepRecord record = run_step(job, at, micro, options);
       at.loss_sum += record.loss;
       ++at.loss_count;
       meter.record(record);
@@ -245,6 +313,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   }
 
   result.steps = at.step;
+  result.skipped_steps = at.skipped;
   result.finished = !stopped && at.step >= job.plan.total_steps;
   result.best_checkpoint = checkpoints.best();
   result.last_checkpoint = checkpoints.newest();

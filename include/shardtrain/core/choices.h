@@ -31,6 +31,9 @@ enum class FsdpShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridSha
 enum class FsdpStateDictType { kFullStateDict, kShardedStateDict };
 enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
 enum class ScoreOrder { kMax, kMin };
+// A dtype a key may name (FSDP's MixedPrecision fields); kAuto: follow
+// train.mixed_precision, as Accelerate fills them.
+enum class DtypeChoice { kAuto, kFp32, kBf16, kFp16 };
 enum class Device { kCpu, kCuda };
 // transformers' lr_scheduler_type names, then DeepSpeed's scheduler types (optim/schedule.h).
 enum class LrSchedulerType {
@@ -67,6 +70,10 @@ ST_CHOICES(FsdpStateDictType, {FsdpStateDictType::kFullStateDict, "FULL_STATE_DI
 ST_CHOICES(BackwardPrefetch, {BackwardPrefetch::kBackwardPre, "BACKWARD_PRE"},
            {BackwardPrefetch::kBackwardPost, "BACKWARD_POST"}, {BackwardPrefetch::kNoPrefetch, "NO_PREFETCH"});
 ST_CHOICES(ScoreOrder, {ScoreOrder::kMax, "max"}, {ScoreOrder::kMin, "min"});
+// torch's names are accepted too (the first name of each is the one printed).
+ST_CHOICES(DtypeChoice, {DtypeChoice::kAuto, "auto"}, {DtypeChoice::kFp32, "fp32"}, {DtypeChoice::kBf16, "bf16"},
+           {DtypeChoice::kFp16, "fp16"}, {DtypeChoice::kFp32, "float32"}, {DtypeChoice::kBf16, "bfloat16"},
+           {DtypeChoice::kFp16, "float16"});
 ST_CHOICES(Device, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"});
 ST_CHOICES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedulerType::kCosine, "cosine"},
            {LrSchedulerType::kCosineWithRestarts, "cosine_with_restarts"},

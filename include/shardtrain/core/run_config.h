@@ -57,6 +57,18 @@ struct LrSchedulerKwargs {
   double cos_min_ratio = 0.0001;     // WarmupCosineLR
 };
 
+// fp16 loss scaling (train.fp16.*), with DeepSpeed's names. The defaults are
+// torch.cuda.amp.GradScaler's (what Accelerate uses for mixed_precision =
+// "fp16"); a DeepSpeed JSON's fp16 section sets DeepSpeed's.
+struct Fp16Config {
+  double loss_scale = 0;             // 0 = dynamic; > 0 = this static scale
+  int64_t initial_scale_power = 16;  // dynamic: start at 2^power
+  int64_t loss_scale_window = 2000;  // dynamic: good steps before the scale doubles
+  int64_t hysteresis = 1;            // dynamic: overflows absorbed before the scale halves
+  bool consecutive_hysteresis = false;  // dynamic: refill the hysteresis on every good step
+  double min_loss_scale = 0;         // dynamic: the scale never goes below this
+};
+
 struct TrainConfig {
   int64_t num_epochs = 3;
   int64_t max_steps = 0;         // optimizer steps; 0 = run all epochs
@@ -75,6 +87,7 @@ struct TrainConfig {
   double max_grad_norm = 1.0;    // 0 = no clipping
   int64_t seed = 42;
   Precision mixed_precision = Precision::kNo;
+  Fp16Config fp16;
   int64_t eval_every_steps = 0;  // 0 = after each epoch only
   int64_t log_every_steps = 10;
 };
@@ -86,6 +99,11 @@ struct FsdpConfig {
   bool rank0_only = true;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
   bool forward_prefetch = false;  // gather the next unit while the current one runs forward
+  // FSDP MixedPrecision: parameters (forward / backward, gathers), gradient
+  // reductions, buffers; kAuto = train.mixed_precision's dtype (Accelerate).
+  DtypeChoice param_dtype = DtypeChoice::kAuto;
+  DtypeChoice reduce_dtype = DtypeChoice::kAuto;
+  DtypeChoice buffer_dtype = DtypeChoice::kAuto;
 };
 
 // [parallel.zero]: DeepSpeed zero_optimization knobs, with DeepSpeed's names
@@ -207,6 +225,15 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("train.lr_scheduler_kwargs.cos_min_ratio", c.train.lr_scheduler_kwargs.cos_min_ratio,
         "WarmupCosineLR: the cosine ends at this fraction of train.lr");
 
+  visit("train.fp16.loss_scale", c.train.fp16.loss_scale, "fp16: 0 = dynamic loss scaling, > 0 = this static scale");
+  visit("train.fp16.initial_scale_power", c.train.fp16.initial_scale_power,
+        "fp16, dynamic: the first loss scale is 2^power");
+  visit("train.fp16.loss_scale_window", c.train.fp16.loss_scale_window,
+        "fp16, dynamic: good steps before the scale doubles");
+  visit("train.fp16.hysteresis", c.train.fp16.hysteresis, "fp16, dynamic: overflows absorbed before the scale halves");
+  visit("train.fp16.consecutive_hysteresis", c.train.fp16.consecutive_hysteresis,
+        "fp16, dynamic: refill the hysteresis on every good step");
+  visit("train.fp16.min_loss_scale", c.train.fp16.min_loss_scale, "fp16, dynamic: the lowest loss scale");
   visit("parallel.strategy", c.parallel.strategy, "how parameters, gradients and optimizer state are spread");
   visit("parallel.deepspeed_config", c.parallel.deepspeed_config, "a DeepSpeed JSON config, read as is");
   visit("parallel.ranks_per_node", c.parallel.ranks_per_node, "ranks per node; 0 = as MPI reports");
@@ -220,6 +247,12 @@ void visit_config_keys(Config& c, Visitor&& visit) {
         "gather the next unit's parameters before (PRE) or after (POST) the current unit's backward");
   visit("parallel.fsdp.forward_prefetch", c.parallel.fsdp.forward_prefetch,
         "gather the next unit's parameters while the current one runs forward");
+  visit("parallel.fsdp.param_dtype", c.parallel.fsdp.param_dtype,
+        "FSDP MixedPrecision: parameters in forward / backward and gathers; auto = train.mixed_precision");
+  visit("parallel.fsdp.reduce_dtype", c.parallel.fsdp.reduce_dtype,
+        "FSDP MixedPrecision: gradient reductions; auto = train.mixed_precision");
+  visit("parallel.fsdp.buffer_dtype", c.parallel.fsdp.buffer_dtype,
+        "FSDP MixedPrecision: buffers (BERT has none); auto = train.mixed_precision");
   visit("parallel.zero.overlap_comm", c.parallel.zero.overlap_comm,
         "zero1/2/3: reduce and gather while compute goes on (DeepSpeed overlap_comm)");
   visit("parallel.zero.reduce_bucket_size", c.parallel.zero.reduce_bucket_size,

@@ -38,6 +38,9 @@ struct LossScalerOptions {
   bool consecutive_hysteresis = false;  // DeepSpeed: refill hysteresis on every good step
   double min_scale = 0.0;          // DeepSpeed min_loss_scale; GradScaler has no floor
   bool error_at_min_scale = false;  // DeepSpeed raise_error_at_min_scale: overflow at min_scale throws
+  // false: a static scale (DeepSpeed loss_scale > 0): overflowing steps are
+  // still skipped and counted, the scale never changes.
+  bool dynamic = true;
 
   // torch.cuda.amp.GradScaler() defaults.
   static LossScalerOptions grad_scaler();

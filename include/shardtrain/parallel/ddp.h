@@ -7,7 +7,9 @@
 //   grads   [P]   every parameter's .grad is a view into it; autograd
 //                 accumulates into those views in place
 //   AdamW   [P]   exp_avg, exp_avg_sq: one full copy per rank, stepped by every
-//                 rank alike (so parameters stay identical without a broadcast)
+//                 rank alike (so parameters stay identical without a broadcast);
+//                 with 16-bit params and grads (mixed precision) also an fp32
+//                 master copy [P], which checkpoints hold
 //
 // Buckets: the gradient buffer is cut at parameter boundaries into contiguous
 // ranges of about bucket_cap_mb, starting from the end of the layout (the
@@ -37,6 +39,7 @@ namespace shardtrain {
 
 struct DdpOptions {
   double bucket_cap_mb = 25.0;  // > 0; gradient bytes per bucket (a single larger parameter is its own bucket)
+  MixedPrecision precision;     // reduce_dtype must equal param_dtype (the buckets are the gradients)
 };
 
 class DataParallel : public Strategy {
@@ -52,7 +55,7 @@ class DataParallel : public Strategy {
   void zero_grad() override;
   void prepare_backward(bool sync) override;
   void finish_backward() override;
-  double step(double lr, double max_grad_norm) override;
+  StepOutcome step(const StepRequest& request) override;
   const ParamLayout& layout() const override;
   // One contiguous part: shard_range(rank, world size) of the layout.
   std::vector<FlatPart> checkpoint_parts() override;

@@ -31,9 +31,17 @@
 namespace shardtrain {
 
 // Throws Error naming the key for a combination that does not exist (offload
-// with ddp). `comm` spans the job (topology.world_size ranks).
+// with ddp). `comm` spans the job (topology.world_size ranks). `precision`:
+// mixed_precision_for() of the run's config.
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const Topology& topology, UnitModel& model,
-                                        Communicator& comm, const AdamWOptions& adamw);
+                                        Communicator& comm, const AdamWOptions& adamw,
+                                        const MixedPrecision& precision = {});
+
+// The dtypes a run trains in: train.mixed_precision's (bf16, fp16) for
+// parameters and reductions alike (DeepSpeed, Accelerate), or with
+// parallel.strategy = "fsdp" parallel.fsdp.param_dtype / reduce_dtype where
+// they are not "auto" (FSDP's MixedPrecision).
+MixedPrecision mixed_precision_for(Precision mixed_precision, const ParallelConfig& parallel);
 
 // The same with all of comm's ranks taken as one node (tests and benchmarks;
 // hybrid then needs parallel.ranks_per_node).

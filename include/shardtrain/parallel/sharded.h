@@ -118,6 +118,12 @@ struct ShardOptions {
   // gradient elements, then their reduce-scatters are launched together
   // (DeepSpeed reduce_bucket_size); 0 = each unit as soon as it is done.
   int64_t reduce_bucket_elements = 0;
+  // 16-bit units (gathers and gradients in param_dtype) and reductions in
+  // reduce_dtype (FSDP's param_dtype / reduce_dtype; DeepSpeed reduces in the
+  // 16-bit dtype). The shard's gradients are kept in reduce_dtype, its
+  // parameters in param_dtype (what the gathers read), and an fp32 master copy
+  // beside AdamW's state: stage 3 16 Psi / G bytes, stage 2 2 Psi + 14 Psi / G.
+  MixedPrecision precision;
 };
 
 class ShardedStrategy : public Strategy {
@@ -138,7 +144,7 @@ class ShardedStrategy : public Strategy {
   void zero_grad() override;
   void prepare_backward(bool sync) override;
   void finish_backward() override;
-  double step(double lr, double max_grad_norm) override;
+  StepOutcome step(const StepRequest& request) override;
   const ParamLayout& layout() const override;
   // Gathers every unit into one full buffer (a collective: every rank calls
   // it); for results and tests, not for the training loop.

@@ -14,7 +14,7 @@
 //     loss.backward();            // hooks reduce gradient buckets while backward runs
 //   }
 //   strategy->finish_backward();  // remaining buckets, wait: gradients are the rank average
-//   double norm = strategy->step(lr, max_grad_norm);  // clip by global norm + AdamW
+//   StepOutcome out = strategy->step({lr, max_grad_norm});  // clip by global norm + AdamW
 //
 // DDP (parallel/ddp.h) is the reference every other strategy is tested against
 // (docs/DESIGN.md, "DDP is the reference"). ZeRO stage 1 is parallel/zero1.h;
@@ -38,6 +38,35 @@ namespace shardtrain {
 class Communicator;
 class UnitModel;
 
+// Mixed precision (docs/DESIGN.md, "Mixed precision"): the dtype of the
+// model's parameters and gradients (what forward and backward compute in,
+// what all-gathers move) and of gradient reductions (what reduce-scatters and
+// all-reduces move). float32 for both is fp32 training. With 16-bit
+// parameters every strategy keeps an fp32 master copy of its shard next to
+// AdamW's fp32 state, steps the master, and writes the master to checkpoints;
+// the 16-bit parameters are its rounded copy.
+struct MixedPrecision {
+  at::ScalarType param_dtype = at::kFloat;   // float32, bfloat16 or float16
+  at::ScalarType reduce_dtype = at::kFloat;  // float32 or param_dtype
+  bool enabled() const { return param_dtype != at::kFloat; }
+};
+
+// What one step() does.
+struct StepRequest {
+  double lr = 0;
+  double max_grad_norm = 0;  // clip to this global norm; <= 0: no clipping
+  // The gradients are loss_scale times the true ones (fp16 loss scaling):
+  // step() divides it out, and when the gradient norm is not finite it skips
+  // the update instead (no parameter or AdamW change, the step count stays).
+  // 1 = no loss scaling (a non-finite norm is applied as torch would).
+  double loss_scale = 1.0;
+};
+
+struct StepOutcome {
+  double grad_norm = 0;  // global norm of the true (unscaled) gradients before clipping
+  bool applied = true;   // false: skipped (loss scaling and a non-finite norm)
+};
+
 // Counters for logs and benchmarks.
 struct StrategyStats {
   int64_t buckets_total = 0;             // gradient reductions launched (all steps)
@@ -49,8 +78,10 @@ struct StrategyStats {
 };
 
 // Bytes one rank holds for training state, as the ZeRO paper counts them
-// (everything fp32 here: parameters 4, gradients 4, AdamW exp_avg + exp_avg_sq
-// 8 bytes per element; padding included).
+// (padding included): parameters and gradients in their dtype (fp32: 4 + 4
+// bytes per element; mixed precision: 2 + 2), the optimizer state 8 bytes per
+// element for AdamW's moments plus 4 for the fp32 master copy under mixed
+// precision (the paper's K = 12).
 struct StrategyMemory {
   int64_t param_bytes = 0;          // parameters held between steps (full copies and shards)
   int64_t grad_bytes = 0;           // gradients held between steps
@@ -78,10 +109,9 @@ class Strategy {
   // After the last micro-step's backward: every gradient reduction launched
   // and complete; the gradients are the average over ranks.
   virtual void finish_backward() = 0;
-  // Clips gradients to max_grad_norm by global L2 norm (no clipping when
-  // <= 0), then one AdamW step with learning rate lr. Returns the global
-  // gradient norm before clipping.
-  virtual double step(double lr, double max_grad_norm) = 0;
+  // Clips gradients to request.max_grad_norm by global L2 norm, then one AdamW
+  // step with learning rate request.lr (see StepRequest for loss scaling).
+  virtual StepOutcome step(const StepRequest& request) = 0;
 
   virtual const ParamLayout& layout() const = 0;
   // The full flat parameter buffer (layout order, padded_numel(world size)

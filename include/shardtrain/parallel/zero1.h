@@ -7,7 +7,9 @@
 //   params      [padded]  full copy on every rank; the module's parameters
 //                         are views into it (as with DDP)
 //   grads       [padded]  every parameter's .grad is a view into it
-//   AdamW       [|S_r|]   exp_avg, exp_avg_sq for S_r only — the 1/W memory saving
+//   AdamW       [|S_r|]   exp_avg, exp_avg_sq for S_r only — the 1/W memory saving;
+//                         with 16-bit params and grads (mixed precision) also
+//                         an fp32 master copy of S_r (P_os: 4 Psi + 12 Psi / W)
 //
 // Gradients: DDP's buckets and hooks (parallel/gradient_buckets.h), but each
 // complete bucket is reduce-scattered instead of all-reduced: the bucket's
@@ -57,6 +59,7 @@ struct ZeroOptions {
   // Tests: with offload_optimizer, keep the host copies and run the offload
   // pipeline even when the shard is in host memory already (a CPU run).
   bool force_offload_copies = false;
+  MixedPrecision precision;  // reduce_dtype must equal param_dtype (DeepSpeed's 16-bit reduction)
 };
 
 class ZeroStrategy : public Strategy {
@@ -71,7 +74,7 @@ class ZeroStrategy : public Strategy {
   void zero_grad() override;
   void prepare_backward(bool sync) override;
   void finish_backward() override;
-  double step(double lr, double max_grad_norm) override;
+  StepOutcome step(const StepRequest& request) override;
   const ParamLayout& layout() const override;
   at::Tensor flat_params() const override;
   // One contiguous part: S_r clipped to the layout.

@@ -12,7 +12,8 @@
 //   strategy      parallel.strategy wrapping the model (parallel/make_strategy.h)
 //   sampler       the DistributedSampler over the training data
 //   plan          steps per epoch, total steps, warmup: derived once
-//   schedule      the learning rate of every step
+//   schedule      the learning rate of every optimizer update (train.lr_scheduler_type)
+//   precision     the strategy's dtypes; loss_scaler for fp16
 //
 //   TrainJob job = build_job(config, comm);   // collective
 //   std::vector<Batch> micro = job.next_micro_batches();
@@ -34,6 +35,7 @@
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/bert.h"
+#include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/optim/schedule.h"
 #include "shardtrain/parallel/strategy.h"
 #include "shardtrain/parallel/topology.h"
@@ -73,7 +75,9 @@ struct TrainJob {
   std::vector<FlatTensor> flat_layout;
   std::optional<DistributedSampler> sampler;
   TrainPlan plan;
-  std::optional<LinearWarmupDecay> schedule;
+  std::optional<LrSchedule> schedule;
+  MixedPrecision precision;                      // the strategy's dtypes (mixed_precision_for)
+  std::optional<DynamicLossScaler> loss_scaler;  // fp16 (or TrainJobOptions::force_loss_scaling)
 
   // This rank's next micro-batches of the epoch (up to plan.accumulation), on
   // the device; empty at the end of the epoch.
@@ -83,9 +87,18 @@ struct TrainJob {
   bool epoch_done() const { return sampler->state().batches_consumed >= plan.batches_per_epoch; }
 };
 
+// Tests: loss scaling on a run that is not fp16 (the overflow path runs on CPU).
+struct TrainJobOptions {
+  bool force_loss_scaling = false;
+};
+
 // Collective over comm: builds every part of the job (see the file comment).
 // Throws shardtrain::Error, the same on every rank where it can, for anything
 // the user can fix: files, columns, labels, a model that does not fit.
-TrainJob build_job(const RunConfig& config, MPI_Comm comm);
+TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions& options = {});
+
+// The loss scaler train.fp16.* describes: dynamic (loss_scale 0: starts at
+// 2^initial_scale_power) or static (loss_scale > 0).
+DynamicLossScaler make_loss_scaler(const Fp16Config& fp16);
 
 }  // namespace shardtrain

@@ -1,7 +1,7 @@
-// Training progress: the live line on a terminal (rank 0), plain log lines and
-// progress.csv rows every train.log_every_steps steps (docs/DESIGN.md, "The
-// run folder"). Throughput is measured over the window since the last logged
-// step.
+// Training progress: the live line on a terminal (rank 0), plain log lines,
+// progress.csv rows and TensorBoard scalars every train.log_every_steps steps
+// (docs/DESIGN.md, "The run folder"). Throughput is measured over the window
+// since the last logged step.
 //
 //   ProgressMeter meter(config.train, plan_total_steps, num_epochs, first_step, trained_before, live, &folder);
 //   meter.record({step, epoch_float, loss, lr, grad_norm, samples, tokens});   // after every step, every rank
@@ -15,6 +15,7 @@
 namespace shardtrain {
 
 class RunFolder;
+class TensorBoardWriter;
 
 // One optimizer step as the job saw it (every rank alike).
 struct StepRecord {
@@ -25,15 +26,18 @@ struct StepRecord {
   double grad_norm = 0;
   int64_t samples = 0;     // examples in the step, all ranks
   double tokens = 0;       // real tokens in the step, all ranks
+  double loss_scale = 0;   // fp16 loss scale after this step; 0 = no loss scaling
+  int64_t skipped_steps = 0;  // steps skipped so far for non-finite gradients
 };
 
 class ProgressMeter {
  public:
   // `trained_before`: seconds trained by earlier invocations (resume);
   // `live`: a live line on stderr (rank 0 and a terminal only);
-  // `folder`: where progress.csv is (rank 0 writes it).
+  // `folder`: where progress.csv is (rank 0 writes it); `tensorboard`: rank
+  // 0's event writer, or null.
   ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
-                double trained_before, bool live, RunFolder& folder);
+                double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard);
 
   void record(const StepRecord& step);
   // Ends the live line (before other output goes to the terminal).
@@ -48,6 +52,7 @@ class ProgressMeter {
   bool live_;
   int rank_ = 0;
   RunFolder& folder_;
+  TensorBoardWriter* tensorboard_;
   double window_start_, window_loss_ = 0, window_norm_ = 0, window_tokens_ = 0, last_live_ = 0;
   int64_t window_steps_ = 0, window_samples_ = 0;
 };

@@ -3,7 +3,10 @@
 //
 //   config.toml    the resolved config, rewritten at every start
 //   train.log      everything rank 0 logs (and warnings of all ranks)
-//   progress.csv   step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s
+//   progress.csv   step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s,loss_scale,skipped_steps
+//                  (loss_scale 0: no loss scaling)
+//   tensorboard/   TensorBoard event files (train/tensorboard.h)
+//   curves.svg     loss, metrics and lr against the step (train/curves.h), rewritten at every report
 //   result.jsonl   one JSON object per report
 //   checkpoint_*.h5                          (train/checkpoint_manager.h)
 //

@@ -50,6 +50,14 @@ struct TrainState {
   double loss_sum = 0;
   int64_t loss_count = 0;
   double train_seconds = 0;
+  // Mixed precision (fp16): steps skipped for non-finite gradients (the
+  // optimizer's step count is step - skipped_steps; the learning rate follows
+  // it), and the loss scaler. loss_scale 0: no loss scaling. Checkpoints
+  // written before these existed read as 0.
+  int64_t skipped_steps = 0;
+  double loss_scale = 0;
+  int64_t loss_scale_good_steps = 0;
+  int64_t loss_scale_hysteresis_left = 0;
 };
 
 // Collective: writes `final_path` atomically (CheckpointWriter: .tmp, then

@@ -6,9 +6,9 @@
 //     dropout reseeded from (seed, step, m, rank)       when options.dropout_seed is set
 //     loss = model.loss(model.forward(batch), labels)
 //     strategy.prepare_backward(sync = m is the last)   reduce only on the last (no_sync)
-//     (loss / accumulation_steps).backward()            hooks reduce while backward runs
+//     (loss x loss_scale / accumulation_steps).backward()  hooks reduce while backward runs
 //   strategy.finish_backward()                          gradients are the rank average
-//   norm = strategy.step(lr, max_grad_norm)              clip by global norm, AdamW
+//   strategy.step({lr, max_grad_norm, loss_scale})      clip by global norm, AdamW (fp16: unscale, skip on overflow)
 //
 // Accelerate divides every micro-batch's loss by gradient_accumulation_steps,
 // also for a short last group of an epoch; so does train_step().
@@ -50,11 +50,18 @@ struct StepOptions {
   int64_t accumulation_steps = 1;         // the loss divisor (train.gradient_accumulation_steps)
   std::optional<DropoutSeed> dropout_seed;  // unset: the generator is left alone
   std::function<void(StepPoint)> at_point;  // called at each StepPoint when set
+  // fp16 loss scaling: backward runs on loss x loss_scale and the strategy
+  // divides it out, skipping the update when the gradients are not finite.
+  double loss_scale = 1.0;
+  // Tests: this rank's loss times infinity before backward (a non-finite
+  // gradient on one rank, as an fp16 overflow makes one).
+  bool poison_loss = false;
 };
 
 struct StepResult {
   double loss = 0;         // this rank's mean loss over its micro-batches
-  double grad_norm = 0;    // global gradient norm before clipping
+  double grad_norm = 0;    // global norm of the true (unscaled) gradients before clipping
+  bool applied = true;     // false: a loss-scaled step with non-finite gradients, skipped on every rank
   int64_t real_tokens = 0; // this rank's non-padding tokens
   int64_t examples = 0;    // this rank's examples
 };

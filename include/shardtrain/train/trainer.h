@@ -14,8 +14,14 @@
 //              train/progress.h: the progress line and progress.csv
 //   report     after every epoch (and every train.eval_every_steps): sharded
 //              eval gathered exactly (train/evaluate.h), a line in result.jsonl
-//              (train/run_folder.h), a checkpoint when the manager says one is
-//              due (checkpoint.every_epochs / every_steps, keep-best-N)
+//              (train/run_folder.h), TensorBoard scalars and curves.svg, a
+//              checkpoint when the manager says one is due
+//              (checkpoint.every_epochs / every_steps, keep-best-N)
+//
+// Mixed precision (train.mixed_precision): the strategy trains in the 16-bit
+// dtype with fp32 master weights; fp16 adds loss scaling, and a step whose
+// gradients are not finite is skipped on every rank and counted, without
+// moving the learning-rate schedule (which follows the applied updates).
 //
 // Run folder <run.storage_path>/<run.name>/: see train/run_folder.h.
 #pragma once
@@ -41,6 +47,13 @@ struct TrainOptions {
   // Show a live progress line (rank 0, stderr is a terminal); otherwise plain
   // lines every train.log_every_steps.
   bool live_progress = true;
+  // Tests of fp16 loss scaling without a GPU: run the loss scaler whatever
+  // train.mixed_precision says, and make world rank `overflow_rank`'s
+  // gradients non-finite at these steps (1-based, counted from the start of
+  // training), as an fp16 overflow would.
+  bool force_loss_scaling = false;
+  std::vector<int64_t> overflow_steps;
+  int overflow_rank = 0;
 };
 
 struct TrainReport {
@@ -54,6 +67,7 @@ struct TrainResult {
   std::string run_dir;
   std::string resumed_from;        // "" when started fresh
   int64_t steps = 0;               // optimizer steps done at the end
+  int64_t skipped_steps = 0;       // of those, skipped for non-finite gradients (loss scaling)
   int64_t num_training_steps = 0;  // planned
   bool finished = false;           // false when stopped by stop_after_step
   std::vector<TrainReport> reports;  // made by this invocation
