@@ -19,6 +19,7 @@ namespace {
 
 struct PredictFlags {
   PredictOptions options;
+  std::string dtype = "float32";
   std::string format = "auto";
   std::string on_bad_row = "error";
   std::string output;
@@ -40,6 +41,10 @@ void run_predict(const World& world, PredictFlags& flags) {
     options.format = parse_file_format(flags.format);
     options.on_bad_row = parse_bad_row_policy(flags.on_bad_row);
   });
+  if (flags.dtype == "float32") options.dtype = at::kFloat;
+  else if (flags.dtype == "bfloat16") options.dtype = at::kBFloat16;
+  else if (flags.dtype == "float16") options.dtype = at::kHalf;
+  else throw Error("--dtype '" + flags.dtype + "': use float32, bfloat16 or float16");
   check_output_path(flags);
 
   PredictResult result;
@@ -94,6 +99,9 @@ void add_predict_command(CLI::App& root, World& world) {
   sub->add_option("--max-length", o.max_length, "truncate each row to this many ids, longest_first (0 = none)")
       ->capture_default_str();
   sub->add_option("--batch-size", o.batch_size, "rows per batch on each rank")->capture_default_str();
+  sub->add_option("--dtype", flags->dtype,
+                  "compute dtype: float32, or bfloat16 (a bf16 run's precision; LayerNorm, softmax and metrics in fp32)")
+      ->capture_default_str();
   sub->add_option("--output", flags->output, "predictions, one JSON line per row (written atomically by rank 0)")
       ->required();
   sub->callback([&world, flags] { run_predict(world, *flags); });

@@ -114,7 +114,12 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
     throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
 
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16)
+    throw Error(options.dtype == at::kHalf
+                    ? "--dtype float16 needs a GPU (LibTorch's CPU kernels have no fp16 matmul); use bfloat16"
+                    : std::string("--dtype ") + c10::toString(options.dtype) + ": use float32 or bfloat16");
   const PredictModel loaded = load_predict_model(options, comm);
+  if (options.dtype != at::kFloat) loaded.model->to(options.dtype);
   const BertConfig& config = loaded.config;
   const Tokenizer& tokenizer = loaded.tokenizer;
   if (config.problem_type == "multi_label_classification")

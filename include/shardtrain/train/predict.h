@@ -49,6 +49,10 @@ struct PredictOptions {
   int max_length = 128;   // truncation (longest_first); 0 = none; <= max_position_embeddings
   int64_t batch_size = 32;  // per rank
   uint64_t init_seed = 42;  // for parameters the checkpoint lacks (reported)
+  // The dtype the model runs in: float32, or bfloat16 (the training precision
+  // of a bf16 run: 16-bit weights and matmuls, LayerNorm, softmax and the
+  // logits' metrics in fp32). float16 needs a GPU (refused here).
+  at::ScalarType dtype = at::kFloat;
 };
 
 // Identical on every rank after predict_file returns.
