@@ -391,37 +391,45 @@ struct Formula {
   double comm_bytes = 0;        // per rank per step (elements x 4)
 };
 
-Formula zero_formula(const std::string& strategy, const ModelCounts& counts, int n, int group) {
+// The ZeRO paper's per-rank bytes (Psi parameters, N ranks, K = 12 bytes of
+// optimizer state per parameter), fp32 (parameters and gradients 4 bytes, K =
+// 8 for AdamW's moments alone: the parameters are the master) or mixed
+// precision (16-bit parameters and gradients, K = 12 with the fp32 master).
+Formula zero_formula(const std::string& strategy, const ModelCounts& counts, int n, int group, bool mixed) {
   const double psi = static_cast<double>(counts.psi);
   const double N = n, G = group, M = static_cast<double>(n) / group;
+  const double b = mixed ? 2 : 4;  // bytes of a parameter or gradient element
+  const double K = mixed ? 12 : 8;
+  const double pers = b * static_cast<double>(counts.psi_persistent);
   Formula f;
+  auto name = [](double x) { return str_format("%g", x); };
   if (strategy == "ddp") {
-    f.memory_name = "16 Psi";
-    f.memory_bytes = 16 * psi;
+    f.memory_name = name(2 * b + K) + " Psi";
+    f.memory_bytes = (2 * b + K) * psi;
     f.comm_name = "2 Psi (N-1)/N";
-    f.comm_bytes = 4 * 2 * psi * (N - 1) / N;
+    f.comm_bytes = b * 2 * psi * (N - 1) / N;
   } else if (strategy == "zero1") {
-    f.memory_name = "P_os: 8 Psi + 8 Psi/N";
-    f.memory_bytes = 8 * psi + 8 * psi / N;
+    f.memory_name = "P_os: " + name(2 * b) + " Psi + " + name(K) + " Psi/N";
+    f.memory_bytes = 2 * b * psi + K * psi / N;
     f.comm_name = "2 Psi (N-1)/N";
-    f.comm_bytes = 4 * 2 * psi * (N - 1) / N;
+    f.comm_bytes = b * 2 * psi * (N - 1) / N;
   } else if (strategy == "zero2") {
-    f.memory_name = "P_os+g: 4 Psi + 12 Psi/N";
-    f.memory_bytes = 4 * psi + 12 * psi / N;
+    f.memory_name = "P_os+g: " + name(b) + " Psi + " + name(b + K) + " Psi/N";
+    f.memory_bytes = b * psi + (b + K) * psi / N;
     f.comm_name = "2 Psi (N-1)/N";
-    f.comm_bytes = 4 * 2 * psi * (N - 1) / N;
+    f.comm_bytes = b * 2 * psi * (N - 1) / N;
   } else if (strategy == "zero3" || strategy == "fsdp") {
-    f.memory_name = strategy == "zero3" ? "P_os+g+p: 16 Psi/N + 4 Psi_pers" : "P_os+g+p: 16 Psi/N";
-    f.persistent_bytes = strategy == "zero3" ? 4.0 * static_cast<double>(counts.psi_persistent) : 0.0;
+    f.memory_name = "P_os+g+p: 16 Psi/N" + (strategy == "zero3" ? " + " + name(b) + " Psi_pers" : std::string());
+    f.persistent_bytes = strategy == "zero3" ? pers : 0.0;
     f.memory_bytes = 16 * psi / N + f.persistent_bytes;
     f.comm_name = "3 Psi (N-1)/N";
-    f.comm_bytes = 4 * 3 * psi * (N - 1) / N;
+    f.comm_bytes = b * 3 * psi * (N - 1) / N;
   } else if (strategy == "hybrid") {
-    f.memory_name = "P_os+g+p over G: 16 Psi/G + 4 Psi_pers";
-    f.persistent_bytes = 4.0 * static_cast<double>(counts.psi_persistent);
+    f.memory_name = "P_os+g+p over G: 16 Psi/G + " + name(b) + " Psi_pers";
+    f.persistent_bytes = pers;
     f.memory_bytes = 16 * psi / G + f.persistent_bytes;
     f.comm_name = "3 Psi (G-1)/G + 2 (Psi/G) (M-1)/M";
-    f.comm_bytes = 4 * (3 * psi * (G - 1) / G + 2 * (psi / G) * (M - 1) / M);
+    f.comm_bytes = b * (3 * psi * (G - 1) / G + 2 * (psi / G) * (M - 1) / M);
   } else {
     throw Error("--strategies: no formula for \"" + strategy + "\"");
   }
@@ -459,6 +467,7 @@ struct Options {
   int64_t batch_size = 2, seq_len = 64, seed = 42;
   int warmup = 1, steps = 2;
   int ranks_per_node = 0;
+  Precision mixed_precision = Precision::kNo;  // --mixed-precision
 };
 
 Row run_strategy(World& world, const std::string& name, const BertConfig& config, const std::vector<Batch>& batches,
@@ -479,14 +488,15 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   row.counts = count_model(*model, name == "fsdp" ? 0 : parallel.zero.stage3_param_persistence_threshold);
   ST_ASSERT(row.counts.psi == config.num_parameters(), "bench_sharding: the model's tensors do not add up to "
                                                        "BertConfig::num_parameters()");
-  row.formula = zero_formula(name, row.counts, ranks, row.group);
+  row.formula = zero_formula(name, row.counts, ranks, row.group, options.mixed_precision != Precision::kNo);
 
   auto recorder = std::make_shared<Recorder>();
   RecordingCommunicator comm(std::make_unique<MpiCommunicator>(world.comm()), recorder);
   MpiCommunicator bench_comm(world.comm());  // the benchmark's own collectives, outside the strategy's counters
   AdamWOptions adamw;
   const Topology topology = Topology::detect(world.comm(), parallel);
-  std::unique_ptr<Strategy> strategy = make_strategy(parallel, topology, *model, comm, adamw);
+  std::unique_ptr<Strategy> strategy =
+      make_strategy(parallel, topology, *model, comm, adamw, mixed_precision_for(options.mixed_precision, parallel));
   strategy->broadcast_parameters(0);
   const double lr = adamw.lr, max_grad_norm = 1.0;
 
@@ -634,6 +644,10 @@ int run(World& world, int argc, char** argv) {
   app.add_option("--ranks-per-node", options.ranks_per_node, "hybrid: ranks per emulated node; 0 = N/2")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--seed", options.seed, "seed of the weights and the synthetic batches");
+  std::string mixed_precision = "no";
+  app.add_option("--mixed-precision", mixed_precision, "no (fp32) or bf16: 16-bit parameters, gradients and "
+                                                       "communication, fp32 master and AdamW")
+      ->check(CLI::IsMember({"no", "bf16"}));
   app.add_option("--json", json_path, "write the results here (rank 0)");
   try {
     app.parse(argc, argv);
@@ -641,6 +655,8 @@ int run(World& world, int argc, char** argv) {
     if (world.rank() == 0) return app.exit(e);
     return e.get_exit_code();
   }
+  options.mixed_precision = parse_choice<Precision>(mixed_precision, "--mixed-precision");
+  const bool mixed = options.mixed_precision != Precision::kNo;
 
   const int rank = world.rank(), ranks = world.size();
   std::vector<std::string> names;
@@ -682,16 +698,17 @@ int run(World& world, int argc, char** argv) {
 
   if (rank == 0) {
     std::printf("# bench_sharding: model %s (D %lld, layers %lld, heads %lld, I %lld, vocab %lld), Psi = %lld "
-                "parameters, fp32, AdamW; dropout off\n",
+                "parameters, %s, AdamW; dropout off\n",
                 options.model_name.c_str(), static_cast<long long>(config.hidden_size),
                 static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.num_attention_heads),
                 static_cast<long long>(config.intermediate_size), static_cast<long long>(config.vocab_size),
-                static_cast<long long>(config.num_parameters()));
+                static_cast<long long>(config.num_parameters()), mixed ? "mixed precision bf16" : "fp32");
     std::printf("# N = %d ranks x %d threads, batch %lld x seq_len %lld per rank, accumulation 1, %d warm-up + %d "
                 "timed steps per strategy\n",
                 ranks, at::get_num_threads(), static_cast<long long>(options.batch_size),
                 static_cast<long long>(options.seq_len), options.warmup, options.steps);
-    std::printf("# fp32 equivalent of ZeRO's 16 bytes/param: 4 params + 4 grads + 8 AdamW (no master copy)\n");
+    std::printf(mixed ? "# ZeRO's mixed-precision 16 bytes/param: 2 params + 2 grads + 12 optimizer (fp32 master + AdamW)\n"
+                      : "# fp32 equivalent of ZeRO's 16 bytes/param: 4 params + 4 grads + 8 AdamW (no master copy)\n");
     std::fflush(stdout);
   }
 
