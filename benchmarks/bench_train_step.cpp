@@ -161,6 +161,10 @@ int run(World& world, int argc, char** argv) {
   app.add_option("--strategy", strategy_name, "ddp, zero1, zero2, zero3, fsdp or hybrid (parallel.strategy)")
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp", "hybrid"}));
   app.add_flag("--offload-optimizer", offload, "parallel.offload_optimizer = \"cpu\" (not with ddp)");
+  std::string mixed_precision_name = "no";
+  app.add_option("--mixed-precision", mixed_precision_name,
+                 "no (fp32), bf16, or fp16 (CUDA; a static loss scale of 2^16): train.mixed_precision")
+      ->check(CLI::IsMember({"no", "bf16", "fp16"}));
   app.add_option("--device", device_name, "cpu, or cuda (needs a build with CUDA LibTorch and NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--batch-size", batch_size, "samples per rank per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -227,10 +231,15 @@ int run(World& world, int argc, char** argv) {
   parallel.strategy = parse_choice<StrategyKind>(strategy_name, "--strategy");
   parallel.offload_optimizer = offload ? OffloadDevice::kCpu : OffloadDevice::kNone;
   const Topology topology = Topology::detect(world.comm(), parallel);
-  std::unique_ptr<Strategy> strategy = make_strategy(parallel, topology, *model, comm, adamw);
+  const Precision mixed_precision = parse_choice<Precision>(mixed_precision_name, "--mixed-precision");
+  if (mixed_precision == Precision::kFp16 && !device.is_cuda())
+    throw Error("--mixed-precision fp16 needs --device cuda (LibTorch's CPU kernels have no fp16 matmul); use bf16");
+  std::unique_ptr<Strategy> strategy =
+      make_strategy(parallel, topology, *model, comm, adamw, mixed_precision_for(mixed_precision, parallel));
   strategy->broadcast_parameters(0);
   const auto* ddp = dynamic_cast<const DataParallel*>(strategy.get());
-  const std::string strategy_label = strategy->name() + (offload ? " + optimizer offload" : "");
+  const std::string strategy_label = strategy->name() + (offload ? " + optimizer offload" : "") +
+                                     (mixed_precision != Precision::kNo ? " + " + mixed_precision_name : "");
   const double lr = adamw.lr, max_grad_norm = 1.0;
 
   // A few distinct batches per rank, cycled (regenerating them would time the RNG).
@@ -288,6 +297,7 @@ int run(World& world, int argc, char** argv) {
     StepOptions step_options;
     step_options.lr = lr;
     step_options.max_grad_norm = max_grad_norm;
+    if (mixed_precision == Precision::kFp16) step_options.loss_scale = 65536.0;
     step_options.at_point = [&](StepPoint point) {
       sync_device(device);
       at[static_cast<int>(point)] = Clock::now();
@@ -442,6 +452,7 @@ int run(World& world, int argc, char** argv) {
         {"strategy",
          {{"name", strategy->name()},
           {"offload_optimizer", offload},
+          {"mixed_precision", mixed_precision_name},
           {"ddp_buckets", ddp ? static_cast<int64_t>(ddp->buckets().size()) : 0},
           {"reductions_per_step", buckets_per_step},
           {"reductions_during_backward_per_step", buckets_in_backward_per_step},
