@@ -1,8 +1,6 @@
 // Private to the cli layer: small helpers shared by the subcommands.
 #pragma once
 
-#include <mpi.h>
-
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -44,29 +42,6 @@ void with_flag_names(F&& body) {
   } catch (const Error& e) {
     throw Error(config_keys_to_flags(e.what()));
   }
-}
-
-// Runs `body` on rank 0 only, then tells every rank whether it threw
-// shardtrain::Error, so that every rank throws the same Error and run_cli
-// reports it once with exit status 2 instead of aborting the job.
-template <class F>
-void on_rank0_for_all(const World& world, F&& body) {
-  std::string message;
-  if (world.rank() == 0) {
-    try {
-      body();
-    } catch (const Error& e) {
-      message = e.what();
-      if (message.empty()) message = "error";
-    }
-  }
-  if (world.size() > 1) {
-    int length = static_cast<int>(message.size());
-    MPI_Bcast(&length, 1, MPI_INT, 0, world.comm());
-    message.resize(static_cast<size_t>(length));
-    if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, 0, world.comm());
-  }
-  if (!message.empty()) throw Error(message);
 }
 
 }  // namespace shardtrain

@@ -15,6 +15,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
@@ -187,7 +188,7 @@ void print_text(const nlohmann::json& s) {
 }
 
 void run_inspect(const World& world, const InspectFlags& flags) {
-  on_rank0_for_all(world, [&] {
+  on_rank0(world.comm(), "inspect: rank 0 reads " + flags.path, [&] {
     if (flags.config) {
       if (std::filesystem::is_directory(flags.path))
         throw Error(flags.path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/arrival_board.h"
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -162,6 +163,7 @@ struct MpiCommunicator::Launch {
 };
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  PhaseGuard guard(comm, "MpiCommunicator set-up", timeout_s);
   ST_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   ST_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
@@ -185,7 +187,7 @@ MpiCommunicator::~MpiCommunicator() {
 
 std::unique_ptr<Work> MpiCommunicator::start(const char* operation, Launch&& launch) {
   ++sequence_;
-  board_->enter(sequence_);
+  board_->enter(sequence_, operation);
   ++stats_.num_collectives;
   stats_.bytes_sent += bytes_on_wire(launch.kind, launch.total_bytes, size_);
   MPI_Request request = MPI_REQUEST_NULL;
@@ -323,6 +325,7 @@ void MpiCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  PhaseGuard guard(comm_, "MpiCommunicator::split", timeout_s_);
   MPI_Comm sub = MPI_COMM_NULL;
   ST_CHECK_MPI(with_mpi([&] { return MPI_Comm_split(comm_, color, key, &sub); }));
   auto out = std::make_unique<MpiCommunicator>(sub, timeout_s_);

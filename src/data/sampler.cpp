@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/log.h"
 
 namespace shardtrain {
@@ -197,10 +198,13 @@ std::vector<T> gather_vector(const std::vector<T>& local, const EvalPlan& plan, 
                            local.size(), static_cast<long long>(count)));
   ST_ASSERT(count <= INT_MAX, "eval results too large for one MPI gather");
   std::vector<T> gathered(count * plan.world_size);
-  if (plan.world_size == 1) gathered = local;
-  else
+  if (plan.world_size == 1) {
+    gathered = local;
+  } else {
+    PhaseGuard guard(comm, "eval gather (gather_for_metrics)");
     ST_CHECK_MPI(MPI_Allgather(local.data(), static_cast<int>(count), type, gathered.data(),
                                static_cast<int>(count), type, comm));
+  }
   return drop_eval_padding(plan, gathered, vpe);
 }
 
@@ -227,10 +231,13 @@ at::Tensor gather_for_metrics(const at::Tensor& local, const EvalPlan& plan, MPI
   std::vector<int64_t> shape = contiguous.sizes().vec();
   shape[0] *= plan.world_size;
   at::Tensor gathered = torch::empty(shape, contiguous.options());
-  if (plan.world_size == 1) gathered.copy_(contiguous);
-  else
+  if (plan.world_size == 1) {
+    gathered.copy_(contiguous);
+  } else {
+    PhaseGuard guard(comm, "eval gather (gather_for_metrics)");
     ST_CHECK_MPI(MPI_Allgather(contiguous.data_ptr(), static_cast<int>(bytes), MPI_BYTE, gathered.data_ptr(),
                                static_cast<int>(bytes), MPI_BYTE, comm));
+  }
   std::vector<int64_t> selection = eval_gather_selection(plan);
   return gathered.index_select(0, torch::tensor(selection, torch::kInt64));
 }
