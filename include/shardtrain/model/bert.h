@@ -29,6 +29,11 @@
 
 namespace shardtrain {
 
+// The most labels a classifier may have. A larger count is a mistake (a label
+// value such as 1000000000 read as a class id, a stray key), and its id2label
+// table alone would take gigabytes before anything could say so.
+inline constexpr int64_t kMaxNumLabels = int64_t{1} << 20;
+
 // The fields of a HF BertConfig that shape the model, with HF's defaults
 // (bert-base). Parsed from config.json; unknown keys are kept and written back.
 struct BertConfig {
@@ -69,10 +74,13 @@ struct BertConfig {
   // ["BertForSequenceClassification"], id2label/label2id, num_labels), pretty-printed.
   std::string to_json() const;
   // Throws shardtrain::Error naming the key for any invalid value
-  // (hidden_size % num_attention_heads != 0, non-positive sizes, p outside [0, 1), ...).
+  // (hidden_size % num_attention_heads != 0, non-positive sizes, p outside [0, 1),
+  // vocab_size beyond 32-bit token ids, more than kMaxNumLabels labels, more
+  // than 2^50 parameters, ...).
   void validate(const std::string& source = "config") const;
 
   // Sets num_labels and resets id2label to HF's default names "LABEL_<i>".
+  // Error when n is outside [1, kMaxNumLabels].
   void set_num_labels(int64_t n);
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   double effective_classifier_dropout() const {
@@ -150,7 +158,9 @@ class UnitHooks {
 class BertForSequenceClassification : public torch::nn::Module {
  public:
   // Builds the module tree with LibTorch's default init; call init_weights()
-  // (or load weights) before use. Validates `config`.
+  // (or load weights) before use. Validates `config`, and throws Error before
+  // allocating when its parameters do not fit in the available host memory
+  // (core/memory.h), naming the sizes.
   explicit BertForSequenceClassification(const BertConfig& config);
 
   const BertConfig& config() const { return config_; }
