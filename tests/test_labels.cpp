@@ -72,6 +72,9 @@ TEST_CASE("inferred classes: integer labels must be exactly 0..K-1") {
   // A label value of 1e9 is no 1e9-class model either.
   CHECK(label_error({"0", "1", "1000000000"}, label_options(kInferClasses)).rfind("train.tsv:4: label 1000000000:", 0) ==
         0);
+  // Even as given, no class id reaches the label limit.
+  CHECK(label_error({"0", "1000000000"}, label_options()) ==
+        "train.tsv:3: label 1000000000: class ids must be below 1048576 (the most labels a classifier may have)");
   // Without inference (prediction files) a subset of classes is fine.
   CHECK(read_table_from_string(label_tsv({"1", "1"}), "t.tsv", label_options()).labels.class_ids ==
         std::vector<int64_t>{1, 1});

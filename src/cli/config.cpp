@@ -12,6 +12,7 @@
 
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 
 namespace shardtrain {
@@ -21,7 +22,8 @@ using Choices = std::vector<std::string>;
 
 // ---- value conversion: one function per field type ------------------------
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+// Values are quoted whole unless very long (a 1 MB line pasted by mistake).
+std::string quote(const std::string& s) { return "'" + shorten(s) + "'"; }
 
 void parse_value(const std::string& key, const std::string& text, std::string& out) { out = text; }
 
@@ -74,6 +76,17 @@ std::string format_double(double value) {
   return out;
 }
 
+// A number for a message about `key`: integer keys as integers ("train.batch_size
+// = 0", never "0.0"), floating-point keys as format_double() writes them.
+std::string value_text(const std::string& key, double value) {
+  bool integer = false;
+  RunConfig probe;
+  visit_config_keys(probe, [&](const char* name, auto& field, const char*, const Choices&) {
+    if (key == name) integer = std::is_same_v<std::decay_t<decltype(field)>, int64_t>;
+  });
+  return integer ? std::to_string(static_cast<long long>(value)) : format_double(value);
+}
+
 std::string toml_value(const std::string& v) {
   std::string out = "\"";
   for (char ch : v) {
@@ -104,6 +117,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string suggestion_for(const std::string& key) {
+  if (key.size() > 100) return "";  // no key is that long; the distances would cost seconds
   std::string best;
   // Suggest only close matches: a third of the key's length, at least 2 edits.
   size_t best_distance = std::max<size_t>(3, key.size() / 3 + 1);
@@ -256,6 +270,9 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
   }
 
   // Derived values: filled once here so nothing downstream guesses them.
+  if (config.run.name.empty() && keys_set.count("run.name"))
+    throw Error("run.name = '': must not be empty (it names the run folder under run.storage_path); leave the key "
+                "out to use the config file's name");
   if (config.run.name.empty()) config.run.name = file.empty() ? "shardtrain" : stem_of(file);
   if (config.model.vocab.empty() && !config.model.path.empty()) config.model.vocab = config.model.path + "/vocab.txt";
   if (config.data.format == "auto" && !config.data.train_file.empty()) {
@@ -298,13 +315,13 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
     if (!ok) throw Error(message);
   };
   auto positive = [&](const char* key, double value) {
-    require(value > 0, std::string(key) + " = " + format_double(value) + ": must be > 0");
+    require(value > 0, std::string(key) + " = " + value_text(key, value) + ": must be > 0");
   };
   auto non_negative = [&](const char* key, double value) {
-    require(value >= 0, std::string(key) + " = " + format_double(value) + ": must be >= 0");
+    require(value >= 0, std::string(key) + " = " + value_text(key, value) + ": must be >= 0");
   };
   auto probability = [&](const char* key, double value) {
-    require(value >= 0 && value < 1, std::string(key) + " = " + format_double(value) + ": must be in [0, 1)");
+    require(value >= 0 && value < 1, std::string(key) + " = " + value_text(key, value) + ": must be in [0, 1)");
   };
 
   // model
@@ -323,6 +340,9 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   require(!c.model.vocab.empty(), "model.vocab: needed when model.path is not set (a vocab.txt)");
   require(is_file(c.model.vocab), "model.vocab = " + quote(c.model.vocab) + ": no such file");
   non_negative("model.num_labels", static_cast<double>(c.model.num_labels));
+  require(c.model.num_labels <= kMaxNumLabels, "model.num_labels = " + std::to_string(c.model.num_labels) +
+                                                   ": more than the " + std::to_string(kMaxNumLabels) +
+                                                   " labels a classifier may have");
   if (c.model.hidden_dropout_prob) probability("model.hidden_dropout_prob", *c.model.hidden_dropout_prob);
   if (c.model.attention_probs_dropout_prob)
     probability("model.attention_probs_dropout_prob", *c.model.attention_probs_dropout_prob);

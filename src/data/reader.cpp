@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 
 namespace shardtrain {
@@ -331,8 +332,9 @@ class TableBuilder {
     std::vector<int64_t> distinct(ids);
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    // Rows with an id outside [0, limit) are stray.
-    int64_t limit = std::numeric_limits<int64_t>::max();
+    // Rows with an id outside [0, limit) are stray; no id reaches kMaxNumLabels
+    // (a label value of 1e9 is a mistake, not a billion-class model).
+    int64_t limit = kMaxNumLabels;
     if (n > 0) {
       limit = n;
     } else if (n == kInferClasses) {
@@ -350,6 +352,9 @@ class TableBuilder {
       if (n > 0)
         why = str_format("label %lld is outside the %lld classes of %s (0..%lld)", static_cast<long long>(ids[i]),
                          static_cast<long long>(n), options_.class_source.c_str(), static_cast<long long>(n - 1));
+      else if (limit == kMaxNumLabels)
+        why = str_format("label %lld: class ids must be below %lld (the most labels a classifier may have)",
+                         static_cast<long long>(ids[i]), static_cast<long long>(kMaxNumLabels));
       else
         why = str_format("label %lld: integer labels are the class ids 0..K-1, each used by some row, but no row has "
                          "label %lld (labels found: %s); fix the row, or set model.num_labels",

@@ -35,7 +35,7 @@
 // stray "abc" or "1.5" among integers (or "7" among names) is a bad row, found
 // by its line: the kind of the fewer rows is the stray one. Integer labels are
 // also checked against ReaderOptions::num_classes:
-//   0              as given (any ids >= 0; prediction files)
+//   0              as given (any ids below kMaxNumLabels; prediction files)
 //   kInferClasses  the classes are inferred from this file (training data with
 //                  model.num_labels = 0): the ids must be exactly 0..K-1, each
 //                  used, so one stray "7" in a binary file is a bad row and not

@@ -27,12 +27,9 @@
 #include <utility>
 #include <vector>
 
-namespace shardtrain {
+#include "shardtrain/core/limits.h"
 
-// The most labels a classifier may have. A larger count is a mistake (a label
-// value such as 1000000000 read as a class id, a stray key), and its id2label
-// table alone would take gigabytes before anything could say so.
-inline constexpr int64_t kMaxNumLabels = int64_t{1} << 20;
+namespace shardtrain {
 
 // The fields of a HF BertConfig that shape the model, with HF's defaults
 // (bert-base). Parsed from config.json; unknown keys are kept and written back.
