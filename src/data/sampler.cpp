@@ -9,6 +9,7 @@
 
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/memory.h"
 
 namespace shardtrain {
 
@@ -63,11 +64,22 @@ DistributedSampler::DistributedSampler(SamplerOptions options) : options_(std::m
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw Error(str_format("sampler: rank %d outside world of %d", options_.rank, options_.world_size));
   if (options_.num_examples < 0) throw Error("sampler: negative dataset size");
+  if (options_.batch_size > (int64_t{1} << 40) / options_.world_size)
+    throw Error(str_format("train.batch_size = %lld x %d ranks: no global batch is that large (at most 2^40 examples)",
+                           static_cast<long long>(options_.batch_size), options_.world_size));
   if (options_.bucket_window_batches > 0 &&
       static_cast<int64_t>(options_.lengths.size()) != options_.num_examples)
     throw Error("sampler: length bucketing needs one length per example");
   const int64_t g = global_batch_size();
   num_batches_ = options_.drop_last ? options_.num_examples / g : (options_.num_examples + g - 1) / g;
+  // The epoch's order is padded to whole global batches and held in memory: a
+  // huge batch size must be refused here, not by the kernel's OOM killer.
+  require_memory(8.0 * static_cast<double>(num_batches_) * static_cast<double>(g),
+                 str_format("the sampler's order of %lld examples padded to global batches of %lld "
+                            "(train.batch_size %lld x %d ranks)",
+                            static_cast<long long>(options_.num_examples), static_cast<long long>(g),
+                            static_cast<long long>(options_.batch_size), options_.world_size),
+                 "; lower train.batch_size");
   set_epoch(0);
 }
 
