@@ -88,31 +88,42 @@ class Watchdog {
  private:
   static constexpr std::chrono::milliseconds kBeat{250};
 
+  // Two threads: the heartbeat must go on while the deadline thread reports
+  // a timeout (seconds of reading the boards), or every rank that times out
+  // at the same moment would see the others as stopped.
   void start_thread() {
     if (started_) return;
     started_ = true;
-    std::thread([this] { run(); }).detach();
+    std::thread([this] { run_deadlines(); }).detach();
+    std::thread([this] { run_heartbeat(); }).detach();
   }
 
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    Clock::time_point next_beat = Clock::now();
+  void run_heartbeat() {
     for (;;) {
-      const Clock::time_point now = Clock::now();
-      if (now >= next_beat) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
         for (ArrivalBoard* board : boards_) board->heartbeat();
-        next_beat = now + kBeat;
       }
+      std::this_thread::sleep_for(kBeat);
+    }
+  }
+
+  void run_deadlines() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
       const OpenPhase* due = nullptr;
       for (const auto& [id, phase] : open_)
         if (!due || phase.deadline < due->deadline) due = &phase;
-      if (due && now >= due->deadline) {
+      if (due && Clock::now() >= due->deadline) {
         OpenPhase expired = *due;
         lock.unlock();
         fire(expired);
       }
-      wake_at_ = due ? std::min(due->deadline, next_beat) : next_beat;
-      wake_.wait_until(lock, wake_at_);
+      wake_at_ = due ? due->deadline : Clock::time_point::max();
+      if (due)
+        wake_.wait_until(lock, wake_at_);
+      else
+        wake_.wait(lock);
     }
   }
 
