@@ -125,6 +125,34 @@ TEST_CASE("another host's lock: refused while its heartbeat is fresh, taken over
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a requeued Slurm job takes over the lock of its own earlier run at once") {
+  const std::string dir = lock_test_dir();
+  const std::string path = run_lock_path(dir);
+  // Fresh heartbeat, another node, the same job: Slurm restarted it, so that run is over.
+  std::ofstream(path) << "host=node99 boot=other pidns=pid:[1] pid=4242 start=1 job=777 restart=0 since=1700000000\n";
+  setenv("SLURM_JOB_ID", "777", 1);
+  setenv("SLURM_RESTART_COUNT", "1", 1);
+  std::string took_over;
+  {
+    RunLock lock(dir);
+    took_over = lock.took_over();
+  }
+  // Another job (or a second step of the same run of the job) is still refused.
+  std::ofstream(path) << "host=node99 boot=other pidns=pid:[1] pid=4242 start=1 job=777 restart=1 since=1700000000\n";
+  std::string refused;
+  try {
+    RunLock again(dir);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  unsetenv("SLURM_JOB_ID");
+  unsetenv("SLURM_RESTART_COUNT");
+  CHECK(lock_contains(took_over, "job 777"));
+  CHECK(lock_contains(took_over, "an earlier run of this Slurm job, which Slurm has restarted (SLURM_RESTART_COUNT 1)"));
+  CHECK(lock_contains(refused, "is in use by another job: host node99, pid 4242, job 777"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("of several jobs racing for a stale lock exactly one wins, and the holder's heartbeat keeps it fresh") {
   const std::string dir = lock_test_dir();
   REQUIRE(run_lock_probe("die " + dir).status == 0);

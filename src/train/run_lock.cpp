@@ -66,13 +66,14 @@ unsigned long long process_start_ticks(long pid) {
 // Who holds a lock: one line of key=value words.
 struct Holder {
   std::string host = "-", boot = "-", pid_namespace = "-", job = "-";
+  long restart = -1;  // SLURM_RESTART_COUNT of the job; -1 outside a requeued Slurm job
   long pid = 0;
   unsigned long long start_ticks = 0;
   long long since = 0;  // unix seconds
 
   std::string line() const {
-    return str_format("host=%s boot=%s pidns=%s pid=%ld start=%llu job=%s since=%lld\n", host.c_str(), boot.c_str(),
-                      pid_namespace.c_str(), pid, start_ticks, job.c_str(), since);
+    return str_format("host=%s boot=%s pidns=%s pid=%ld start=%llu job=%s restart=%ld since=%lld\n", host.c_str(),
+                      boot.c_str(), pid_namespace.c_str(), pid, start_ticks, job.c_str(), restart, since);
   }
   static bool parse(const std::string& text, Holder* out) {
     std::istringstream words(text);
@@ -86,6 +87,7 @@ struct Holder {
       else if (key == "boot") out->boot = value;
       else if (key == "pidns") out->pid_namespace = value;
       else if (key == "job") out->job = value;
+      else if (key == "restart") out->restart = std::strtol(value.c_str(), nullptr, 10);
       else if (key == "pid") have_pid = (out->pid = std::strtol(value.c_str(), nullptr, 10)) > 0;
       else if (key == "start") out->start_ticks = std::strtoull(value.c_str(), nullptr, 10);
       else if (key == "since") out->since = std::strtoll(value.c_str(), nullptr, 10);
@@ -110,6 +112,8 @@ Holder this_process(const std::string& job_id) {
   h.start_ticks = process_start_ticks(h.pid);
   const char* slurm = std::getenv("SLURM_JOB_ID");
   h.job = first_word(!job_id.empty() ? job_id : (slurm && *slurm ? slurm : "-"));
+  const char* restart = std::getenv("SLURM_RESTART_COUNT");
+  if (slurm && *slurm && restart && *restart) h.restart = std::strtol(restart, nullptr, 10);
   h.since = static_cast<long long>(std::time(nullptr));
   return h;
 }
@@ -196,6 +200,9 @@ RunLock::RunLock(const std::string& run_dir, const RunLockOptions& options) : im
       stale_because = "";  // this very process: a second RunLock, refused below
     else if (parsed && same_machine(holder, me) && !still_running(holder))
       stale_because = "the process is gone";
+    else if (parsed && holder.job != "-" && holder.job == me.job && holder.restart < me.restart)
+      stale_because = "an earlier run of this Slurm job, which Slurm has restarted (SLURM_RESTART_COUNT " +
+                      std::to_string(me.restart) + ")";
     else if (parsed && age_s > options.stale_after_s)
       stale_because = str_format("no heartbeat for %.0f s", age_s);
     if (stale_because.empty() || attempt >= 20) {

@@ -22,6 +22,9 @@
 //   - its holder ran on this machine (same host name, boot id and pid
 //     namespace) and that process is gone (or the pid now belongs to a
 //     process that started later), or
+//   - it belongs to an earlier run of this very Slurm job (same SLURM_JOB_ID,
+//     lower SLURM_RESTART_COUNT): Slurm requeued the job, so that run is over,
+//     wherever it ran, or
 //   - its heartbeat is older than stale_after_s: the holder touches the lock
 //     file every heartbeat_s, and the age is measured against the file
 //     system's own clock (the time stamp of a file just written next to it),
