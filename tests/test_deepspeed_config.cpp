@@ -505,7 +505,7 @@ TEST_CASE("[parallel.zero] keys are read and checked against the strategy") {
         "parallel.zero.reduce_bucket_size and parallel.bucket_cap_mb are both set (two sizes for the gradient "
         "buckets); keep one");
   CHECK(t.error("[parallel]\nstrategy = \"zero3\"\n[parallel.zero]\nstage3_prefetch_bucket_size = -1\n") ==
-        "parallel.zero.stage3_prefetch_bucket_size = -1.0: must be >= 0");
+        "parallel.zero.stage3_prefetch_bucket_size = -1: must be >= 0");
   CHECK(contains(t.error("[parallel]\nstrategy = \"zero3\"\n[parallel.zero]\nreduce_bucket_size = 1.5\n"),
                  "parallel.zero.reduce_bucket_size: expected an integer, got 1.5"));
   // hybrid shards parameters too.

@@ -14,8 +14,10 @@
 #include <cstring>
 #include <dirent.h>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -989,8 +991,13 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
     if (algorithm != kChecksumAlgorithm)
       throw Error(path + ": checksums of kind '" + algorithm + "', this build knows '" + kChecksumAlgorithm + "'");
   } else {
-    log_warn("%s was written without checksums (by an older shardtrain): its data cannot be verified",
-             path.c_str());
+    // Once per file and process: a resume scans a run folder and opens its files more than once.
+    static std::mutex mutex;
+    static std::set<std::string> told;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (told.insert(path).second)
+      log_warn("%s was written without checksums (by an older shardtrain): its data cannot be verified",
+               path.c_str());
   }
 }
 

@@ -65,6 +65,9 @@ void parse_value(const std::string& key, const std::string& text, bool& out) {
 
 std::string format_double(double value) {
   char buffer[64];
+  // Whole numbers as digits: the shortest %g of 10 is "1e+01".
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15)
+    return std::to_string(static_cast<long long>(value)) + ".0";
   std::snprintf(buffer, sizeof(buffer), "%.17g", value);
   // Shortest representation that reads back to the same double.
   for (int precision = 1; precision <= 17; ++precision) {

@@ -47,7 +47,7 @@ ArrivalBoard::ArrivalBoard(MPI_Comm comm) : comm_(comm) {
   int ok = created == MPI_SUCCESS ? 1 : 0, all_ok = 0;
   ST_CHECK_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm_));
   if (!all_ok) {
-    if (created == MPI_SUCCESS) MPI_Win_free(&window_);
+    if (created == MPI_SUCCESS) ST_CHECK_MPI(MPI_Win_free(&window_));
     window_ = MPI_WIN_NULL;
   } else {
     ST_CHECK_MPI(MPI_Win_set_errhandler(window_, MPI_ERRORS_RETURN));
@@ -62,8 +62,8 @@ ArrivalBoard::~ArrivalBoard() {
   // First, so the watchdog thread never touches a slot being freed.
   detail::unregister_heartbeat(this);
   if (window_ != MPI_WIN_NULL) {
-    MPI_Win_unlock_all(window_);
-    MPI_Win_free(&window_);
+    ST_CHECK_MPI(MPI_Win_unlock_all(window_));
+    ST_CHECK_MPI(MPI_Win_free(&window_));
   }
   delete slot_;
 }
@@ -83,7 +83,7 @@ void ArrivalBoard::enter(uint64_t sequence, const char* label) {
     slot_->label[room] = '\0';
   }
   __atomic_store_n(&slot_->sequence, sequence, __ATOMIC_RELEASE);
-  if (window_ != MPI_WIN_NULL) MPI_Win_sync(window_);
+  if (window_ != MPI_WIN_NULL) ST_CHECK_MPI(MPI_Win_sync(window_));
 }
 
 void ArrivalBoard::heartbeat() { __atomic_fetch_add(&slot_->heartbeat, 1, __ATOMIC_RELAXED); }

@@ -26,7 +26,7 @@ std::mutex& mpi_mutex() {
 bool mpi_thread_multiple() {
   static const bool multiple = [] {
     int provided = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&provided);
+    ST_CHECK_MPI(MPI_Query_thread(&provided));
     return provided >= MPI_THREAD_MULTIPLE;
   }();
   return multiple;
@@ -182,7 +182,7 @@ MpiCommunicator::~MpiCommunicator() {
   board_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL && !finalized) ST_CHECK_MPI(MPI_Comm_free(&comm_));
 }
 
 std::unique_ptr<Work> MpiCommunicator::start(const char* operation, Launch&& launch) {

@@ -270,7 +270,7 @@ NcclCommunicator::~NcclCommunicator() {
   board_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL && !finalized) ST_CHECK_MPI(MPI_Comm_free(&comm_));
 }
 
 std::unique_ptr<Work> NcclCommunicator::start(const char* operation, const Launch& launch) {

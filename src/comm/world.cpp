@@ -84,10 +84,10 @@ World::World(int* argc, char*** argv) {
 }
 
 World::~World() {
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL) ST_CHECK_MPI(MPI_Comm_free(&comm_));
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized) ST_CHECK_MPI(MPI_Finalize());
 }
 
 int World::max_over_ranks(int value) const {
