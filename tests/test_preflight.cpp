@@ -74,14 +74,14 @@ TEST_CASE("the memory estimate follows the strategy formulas") {
   c.train.eval_batch_size = 4;
   c.data.max_length = 32;
   // One layer's activations for B = 4, L = 32, D = 8, I = 16, H = 2 (preflight.h).
-  const double layer = 4 * (12.0 * 4 * 32 * 8 + 2.0 * 4 * 32 * 16 + 3.0 * 4 * 2 * 32 * 32) + 4.0 * 2 * 32 * 32;
+  const double layer = 4 * (16.0 * 4 * 32 * 8 + 2.0 * 4 * 32 * 16 + 3.0 * 4 * 2 * 32 * 32) + 4.0 * 2 * 32 * 32;
   c.parallel.strategy = "ddp";
   MemoryEstimate e = estimate_rank_memory(c, m, 4);
   CHECK(e.parameters == psi);
   CHECK(e.build_bytes == 8 * psi);
   CHECK(e.state_bytes == 16 * psi);
-  CHECK(e.activation_bytes == 3 * layer);  // 2 layers + 1
-  CHECK(e.total_bytes == std::max(8 * psi, 16 * psi + 3 * layer) + 48 * 2);
+  CHECK(e.activation_bytes == 4 * layer);  // 2 layers + 2
+  CHECK(e.total_bytes == std::max(8 * psi, 16 * psi + 4 * layer) + 48 * 2);
   c.parallel.strategy = "zero1";
   CHECK(estimate_rank_memory(c, m, 4).state_bytes == 8 * psi + 8 * psi / 4);
   c.parallel.strategy = "zero2";

@@ -42,7 +42,7 @@ double largest_unit(const BertConfig& m) {
 double layer_activation_bytes(const BertConfig& m, double B, double L) {
   const double D = static_cast<double>(m.hidden_size), I = static_cast<double>(m.intermediate_size),
                H = static_cast<double>(m.num_attention_heads);
-  return 4 * (12 * B * L * D + 2 * B * L * I + 3 * B * H * L * L) + B * H * L * L;
+  return 4 * (16 * B * L * D + 2 * B * L * I + 3 * B * H * L * L) + B * H * L * L;
 }
 
 std::string count_text(double value) {
@@ -81,7 +81,7 @@ MemoryEstimate estimate_rank_memory(const RunConfig& config, const BertConfig& m
       break;
   }
   const double L = static_cast<double>(config.data.max_length);
-  const double train = (static_cast<double>(model.num_hidden_layers) + 1) *
+  const double train = (static_cast<double>(model.num_hidden_layers) + 2) *
                        layer_activation_bytes(model, static_cast<double>(config.train.batch_size), L);
   const double eval = layer_activation_bytes(model, static_cast<double>(config.train.eval_batch_size), L);
   e.activation_bytes = std::max(train, eval);
