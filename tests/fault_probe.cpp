@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     shardtrain::set_default_phase_timeout_s(3.0);
     at::Tensor weights = at::arange(1000, at::kFloat);
     const int64_t half = 500;
-    shardtrain::CheckpointWriter writer(shardtrain::checkpoint_path(argv[2], 1), world.comm());
+    shardtrain::CheckpointWriter writer(std::string(argv[2]) + "/checkpoint_000001.h5", world.comm());
     writer.write_group("model", {shardtrain::TensorSlice{"w", {1000}, world.rank() * half,
                                                          weights.narrow(0, world.rank() * half, half)}});
     writer.commit();
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     const int64_t begin = numel * world.rank() / world.size(), end = numel * (world.rank() + 1) / world.size();
     at::Tensor weights = at::ones({end - begin});
     try {
-      shardtrain::CheckpointWriter writer(shardtrain::checkpoint_path(argv[2], 1), world.comm());
+      shardtrain::CheckpointWriter writer(std::string(argv[2]) + "/checkpoint_000001.h5", world.comm());
       writer.write_group("model", {shardtrain::TensorSlice{"w", {numel}, begin, weights}});
       writer.commit();
     } catch (const shardtrain::Error& e) {

@@ -75,13 +75,18 @@ std::vector<TensorSlice> integrity_whole(const std::vector<FlatTensor>& layout, 
   return slices_of_shard(layout, 0, into);
 }
 
+// Every case's shared temporary folder, checkpoint path and layout.
+struct IntegrityRun {
+  const std::string dir = make_shared_temp_dir("ckpt_integrity");
+  const std::string path = dir + "/checkpoint_000001.h5";
+  const std::vector<FlatTensor> layout = awkward_layout();
+  const int64_t numel = layout_numel(layout);
+  ~IntegrityRun() { remove_shared_dir(dir); }
+};
+
 }  // namespace
 
-TEST_CASE("checksums written by one partition verify under others, and on one process") {
-  const std::string dir = make_shared_temp_dir("ckpt_integrity");
-  const std::string path = checkpoint_path(dir, 1);
-  const auto layout = awkward_layout();
-  const int64_t numel = layout_numel(layout);
+TEST_CASE_FIXTURE(IntegrityRun, "checksums written by one partition verify under others, and on one process") {
   const at::Tensor flat = flat_state(numel, 0.0);
   integrity_write(path, flat);
 
@@ -115,14 +120,9 @@ TEST_CASE("checksums written by one partition verify under others, and on one pr
     CHECK(v.num_bytes == numel * 4 + numel * 8);
     CHECK(v.datasets.front() == "/counts/bert.embeddings.LayerNorm.bias");
   }
-  remove_shared_dir(dir);
 }
 
-TEST_CASE("one flipped bit in a tensor is refused, naming the tensor and the file") {
-  const std::string dir = make_shared_temp_dir("ckpt_integrity");
-  const std::string path = checkpoint_path(dir, 1);
-  const auto layout = awkward_layout();
-  const int64_t numel = layout_numel(layout);
+TEST_CASE_FIXTURE(IntegrityRun, "one flipped bit in a tensor is refused, naming the tensor and the file") {
   integrity_write(path, flat_state(numel, 0.0));
   const std::string tensor = std::string("/model/") + kIntegrityTensor;
   // The lowest mantissa bit of element 5: the value changes by one ulp and
@@ -146,13 +146,9 @@ TEST_CASE("one flipped bit in a tensor is refused, naming the tensor and the fil
   reader.read("counts", count_slices);
   CHECK(counts.equal(at::arange(numel, at::kLong) * 1000003 - 7));
   if (world_rank() == 0) CHECK(error_of([&] { verify_checkpoint(path); }).rfind(expected, 0) == 0);
-  remove_shared_dir(dir);
 }
 
-TEST_CASE("truncated, overwritten and non-HDF5 files are Errors naming the file") {
-  const std::string dir = make_shared_temp_dir("ckpt_integrity");
-  const std::string path = checkpoint_path(dir, 1);
-  const int64_t numel = layout_numel(awkward_layout());
+TEST_CASE_FIXTURE(IntegrityRun, "truncated, overwritten and non-HDF5 files are Errors naming the file") {
   integrity_write(path, flat_state(numel, 0.0));
   const std::string truncated = dir + "/truncated.h5", overwritten = dir + "/overwritten.h5",
                     garbage = dir + "/garbage.h5", empty = dir + "/empty.h5";
@@ -183,14 +179,9 @@ TEST_CASE("truncated, overwritten and non-HDF5 files are Errors naming the file"
     CHECK(error_of([&] { verify_checkpoint(truncated); }) == truncated_message);
     CHECK(error_of([&] { verify_checkpoint(garbage); }) == garbage + " is not an HDF5 file (not a shardtrain checkpoint)");
   }
-  remove_shared_dir(dir);
 }
 
-TEST_CASE("non-finite weights are refused on load with the tensor's name") {
-  const std::string dir = make_shared_temp_dir("ckpt_integrity");
-  const std::string path = checkpoint_path(dir, 1);
-  const auto layout = awkward_layout();
-  const int64_t numel = layout_numel(layout);
+TEST_CASE_FIXTURE(IntegrityRun, "non-finite weights are refused on load with the tensor's name") {
   at::Tensor flat = flat_state(numel, 0.0);
   flat[layout[2].offset + 1] = std::nanf("");
   flat[layout[2].offset + 7] = INFINITY;
@@ -204,14 +195,9 @@ TEST_CASE("non-finite weights are refused on load with the tensor's name") {
   CHECK(error_of([&] { reader.read_tensor("model", kIntegrityTensor); }).rfind(expected, 0) == 0);
   CHECK(reader.read_tensor("model", "tail").numel() == 18);  // the finite ones read
   if (world_rank() == 0) CHECK(error_of([&] { verify_checkpoint(path); }).rfind(expected, 0) == 0);
-  remove_shared_dir(dir);
 }
 
-TEST_CASE("a checkpoint without checksums (an older shardtrain) still loads") {
-  const std::string dir = make_shared_temp_dir("ckpt_integrity");
-  const std::string path = checkpoint_path(dir, 1);
-  const auto layout = awkward_layout();
-  const int64_t numel = layout_numel(layout);
+TEST_CASE_FIXTURE(IntegrityRun, "a checkpoint without checksums (an older shardtrain) still loads") {
   const at::Tensor flat = flat_state(numel, 0.0);
   integrity_write(path, flat);
   if (world_rank() == 0) {
@@ -238,7 +224,6 @@ TEST_CASE("a checkpoint without checksums (an older shardtrain) still loads") {
     CHECK(v.num_datasets == 2 * static_cast<int64_t>(layout.size()));
     CHECK(v.num_verified == 0);
   }
-  remove_shared_dir(dir);
 }
 
 TEST_CASE("a damaged checkpoint is set aside, and its number is never reused") {
@@ -246,13 +231,15 @@ TEST_CASE("a damaged checkpoint is set aside, and its number is never reused") {
   char buffer[] = "/tmp/shardtrain_set_aside_XXXXXX";
   REQUIRE(mkdtemp(buffer) != nullptr);
   const std::string dir = buffer;
-  for (int i : {1, 2, 4}) std::ofstream(checkpoint_path(dir, i)) << "x";
+  const auto named = [&](const char* name) { return dir + "/" + name; };
+  for (const char* name : {"checkpoint_000001.h5", "checkpoint_000002.h5", "checkpoint_000004.h5"})
+    std::ofstream(named(name)) << "x";
   CHECK(highest_checkpoint_index(dir) == 4);
-  CHECK(set_aside_damaged_checkpoint(checkpoint_path(dir, 4)) == checkpoint_path(dir, 4) + ".damaged");
-  CHECK(latest_checkpoint(dir) == checkpoint_path(dir, 2));
-  CHECK(highest_checkpoint_index(dir) == 4);
-  std::ofstream(checkpoint_path(dir, 4)) << "again";
-  CHECK(set_aside_damaged_checkpoint(checkpoint_path(dir, 4)) == checkpoint_path(dir, 4) + ".damaged-2");
+  CHECK(set_aside_damaged_checkpoint(named("checkpoint_000004.h5")) == named("checkpoint_000004.h5.damaged"));
+  CHECK_FALSE(std::filesystem::exists(named("checkpoint_000004.h5")));
+  CHECK(highest_checkpoint_index(dir) == 4);  // the damaged file still holds its number
+  std::ofstream(named("checkpoint_000004.h5")) << "again";
+  CHECK(set_aside_damaged_checkpoint(named("checkpoint_000004.h5")) == named("checkpoint_000004.h5.damaged-2"));
   CHECK(contains(error_of([&] { set_aside_damaged_checkpoint(dir + "/missing.h5"); }),
                  "cannot set the damaged checkpoint " + dir + "/missing.h5 aside as "));
   CHECK(highest_checkpoint_index(dir + "/none") == 0);

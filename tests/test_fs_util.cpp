@@ -12,13 +12,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <string>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
+
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 
@@ -37,15 +38,6 @@ std::string fs_util_read(const std::string& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
-}
-
-std::string fs_util_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool fs_util_contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -69,7 +61,7 @@ TEST_CASE("a full disk names the path and ENOSPC, keeps the old file and removes
   write_file_atomic(path, "old\n");
   // The temporary file is a link to /dev/full: the write fails as on a full disk.
   REQUIRE(symlink("/dev/full", (path + ".tmp").c_str()) == 0);
-  const std::string message = fs_util_error_of([&] { write_file_atomic(path, std::string(1 << 16, 'x')); });
+  const std::string message = shardtrain_test::error_of([&] { write_file_atomic(path, std::string(1 << 16, 'x')); });
   CHECK(message == "cannot write " + path + ".tmp: No space left on device (ENOSPC)");
   CHECK(fs_util_read(path) == "old\n");
   CHECK_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));
@@ -77,14 +69,14 @@ TEST_CASE("a full disk names the path and ENOSPC, keeps the old file and removes
   // append_line to a full disk: the same reason, the path named.
   const std::string log = dir + "/result.jsonl";
   REQUIRE(symlink("/dev/full", log.c_str()) == 0);
-  CHECK(fs_util_error_of([&] { append_line(log, "{\"step\":1}"); }) ==
+  CHECK(shardtrain_test::error_of([&] { append_line(log, "{\"step\":1}"); }) ==
         "cannot append to " + log + ": No space left on device (ENOSPC)");
   fs::remove_all(dir);
 }
 
 TEST_CASE("write_file_atomic into a missing folder names the path and ENOENT") {
   const std::string path = "/tmp/shardtrain_no_such_folder_for_fs_util/x/config.toml";
-  CHECK(fs_util_error_of([&] { write_file_atomic(path, "x"); }) ==
+  CHECK(shardtrain_test::error_of([&] { write_file_atomic(path, "x"); }) ==
         "cannot create " + path + ".tmp: No such file or directory (ENOENT)");
 }
 
@@ -103,7 +95,7 @@ TEST_CASE("require_free_space refuses a write larger than the free space, naming
   CHECK(*free > 0);
   require_free_space("/tmp", 1, "a one-byte file");  // fits
   const std::string message =
-      fs_util_error_of([&] { require_free_space("/tmp", *free + (uint64_t{1} << 40), "checkpoint x.h5"); });
+      shardtrain_test::error_of([&] { require_free_space("/tmp", *free + (uint64_t{1} << 40), "checkpoint x.h5"); });
   CHECK(fs_util_contains(message, "No space left on device (ENOSPC): checkpoint x.h5 needs "));
   CHECK(fs_util_contains(message, " are free on the file system of /tmp"));
   // Unknown free space (no such folder): nothing to say before the write itself.

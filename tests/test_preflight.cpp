@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
-#include <functional>
 #include <string>
 
 #include "shardtrain/core/check.h"
@@ -14,18 +13,11 @@
 #include "shardtrain/model/bert.h"
 #include "shardtrain/train/preflight.h"
 
+#include "support/mpi_ranks.h"
+
 using namespace shardtrain;
 
 namespace {
-
-std::string preflight_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 bool preflight_contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -58,7 +50,7 @@ TEST_CASE("sentence pairs need type_vocab_size >= 2") {
   DataConfig pairs;  // text_b "#2 String" by default
   check_model_for_data(m, pairs, "model.json");
   m.type_vocab_size = 1;
-  CHECK(preflight_error([&] { check_model_for_data(m, pairs, "model.json"); }) ==
+  CHECK(shardtrain_test::error_of([&] { check_model_for_data(m, pairs, "model.json"); }) ==
         "model.json: type_vocab_size = 1, but data.text_b = '#2 String' makes sentence pairs, whose second sentence "
         "has token type 1; use a model with type_vocab_size >= 2, or set data.text_b = \"\" for single sentences");
   DataConfig single;
@@ -108,7 +100,7 @@ TEST_CASE("a run that cannot fit is refused, naming the keys and the bytes") {
   const MemoryEstimate e = estimate_rank_memory(c, m, 2);
   CHECK(e.activation_bytes > 1e15);
   const std::string message =
-      preflight_error([&] { check_memory_fits(e, c, m, 2, preflight_available(20.0 * (1 << 30))); });
+      shardtrain_test::error_of([&] { check_memory_fits(e, c, m, 2, preflight_available(20.0 * (1 << 30))); });
   CHECK(message.rfind("this run needs about ", 0) == 0);
   CHECK(preflight_contains(message, " of host memory per rank (x 2 ranks on this node = "));
   CHECK(preflight_contains(message, "but 20.0 GiB are available (MemAvailable 20.0 GiB): activations "));
@@ -123,7 +115,7 @@ TEST_CASE("a run that cannot fit is refused, naming the keys and the bytes") {
   big.vocab_size = 2000000000;
   big.hidden_size = 1024;
   big.num_attention_heads = 16;
-  const std::string model_message = preflight_error([&] {
+  const std::string model_message = shardtrain_test::error_of([&] {
     check_memory_fits(estimate_rank_memory(c, big, 1), c, big, 1, preflight_available(20.0 * (1 << 30)));
   });
   CHECK(preflight_contains(model_message, "model state "));
@@ -137,24 +129,24 @@ TEST_CASE("a run that cannot fit is refused, naming the keys and the bytes") {
 TEST_CASE("sizes in config.json are bounded before anything is allocated") {
   const std::string base = R"({"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
                                 "intermediate_size": 16, "max_position_embeddings": 16)";
-  CHECK(preflight_error([&] { BertConfig::from_json(base + R"(, "vocab_size": 1e12})", "c.json"); }) ==
+  CHECK(shardtrain_test::error_of([&] { BertConfig::from_json(base + R"(, "vocab_size": 1e12})", "c.json"); }) ==
         "c.json: key \"vocab_size\": 1000000000000 is more than 2147483647 (token ids are 32-bit)");
-  CHECK(preflight_error([&] { BertConfig::from_json(base + R"(, "vocab_size": 100, "num_labels": 1000000000})", "c.json"); }) ==
+  CHECK(shardtrain_test::error_of([&] { BertConfig::from_json(base + R"(, "vocab_size": 100, "num_labels": 1000000000})", "c.json"); }) ==
         "c.json: key \"num_labels\": 1000000000 is more than 1048576 labels");
   CHECK(preflight_contains(
-      preflight_error([&] {
+      shardtrain_test::error_of([&] {
         BertConfig::from_json(R"({"vocab_size": 2000000000, "hidden_size": 1048576, "num_attention_heads": 1})", "c.json");
       }),
       "c.json: key \"hidden_size\": this config makes a model of about 2.15e+15 parameters"));
   BertConfig m = preflight_model();
-  CHECK(preflight_error([&] { m.set_num_labels(1000000000); }) ==
+  CHECK(shardtrain_test::error_of([&] { m.set_num_labels(1000000000); }) ==
         "num_labels = 1000000000 is more than the 1048576 labels a classifier may have");
   // Valid but too large for this machine: refused by the model, before LibTorch allocates.
   BertConfig big = preflight_model();
   big.vocab_size = 2000000000;
   big.hidden_size = 2048;
   big.num_attention_heads = 16;
-  const std::string message = preflight_error([&] { BertForSequenceClassification model(big); });
+  const std::string message = shardtrain_test::error_of([&] { BertForSequenceClassification model(big); });
   CHECK(message.rfind("the model (", 0) == 0);
   CHECK(preflight_contains(message, "parameters in fp32: vocab_size 2000000000, hidden_size 2048"));
   CHECK(preflight_contains(message, "of host memory, but "));

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,8 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/train/run_lock.h"
+
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 
@@ -105,18 +108,39 @@ TEST_CASE("the lock of a killed job on this machine is taken over") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the lock of a killed job whose process is still a zombie is taken over") {
+  const std::string dir = lock_test_dir();
+  // The probe is this process's child, and it is not reaped until the end:
+  // like a rank killed with SIGKILL in a container whose init does not reap.
+  const std::string probe = std::string(SHARDTRAIN_BINARY_DIR) + "/tests/run_lock_probe";
+  char* argv[] = {const_cast<char*>(probe.c_str()), const_cast<char*>("die"), const_cast<char*>(dir.c_str()), nullptr};
+  pid_t child = -1;
+  REQUIRE(posix_spawn(&child, probe.c_str(), nullptr, nullptr, argv, environ) == 0);
+  bool zombie = false;
+  for (int i = 0; i < 400 && !zombie; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    siginfo_t info {};
+    zombie = waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == child;
+  }
+  REQUIRE(zombie);
+  REQUIRE(std::filesystem::exists(run_lock_path(dir)));
+  {
+    RunLock lock(dir);
+    CHECK(lock_contains(lock.took_over(), "pid " + std::to_string(child)));
+    CHECK(lock_contains(lock.took_over(), ": the process is gone"));
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("another host's lock: refused while its heartbeat is fresh, taken over once it is stale") {
   const std::string dir = lock_test_dir();
   const std::string path = run_lock_path(dir);
   std::ofstream(path) << "host=node99 boot=other pidns=pid:[1] pid=4242 start=1 job=777 since=1700000000\n";
   RunLockOptions options;
   options.stale_after_s = 60;
-  std::string message;
-  try {
-    RunLock lock(dir, options);
-  } catch (const Error& e) {
-    message = e.what();
-  }
+  const std::string message = shardtrain_test::error_of([&] { RunLock lock(dir, options); });
   CHECK(lock_contains(message, "is in use by another job: host node99, pid 4242, job 777 (since 2023-11-14 22:13:20 UTC)"));
   set_mtime_ago(path, 120);  // the other host stopped touching it two minutes ago
   RunLock lock(dir, options);
@@ -139,12 +163,7 @@ TEST_CASE("a requeued Slurm job takes over the lock of its own earlier run at on
   }
   // Another job (or a second step of the same run of the job) is still refused.
   std::ofstream(path) << "host=node99 boot=other pidns=pid:[1] pid=4242 start=1 job=777 restart=1 since=1700000000\n";
-  std::string refused;
-  try {
-    RunLock again(dir);
-  } catch (const Error& e) {
-    refused = e.what();
-  }
+  const std::string refused = shardtrain_test::error_of([&] { RunLock again(dir); });
   unsetenv("SLURM_JOB_ID");
   unsetenv("SLURM_RESTART_COUNT");
   CHECK(lock_contains(took_over, "job 777"));

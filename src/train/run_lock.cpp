@@ -122,9 +122,20 @@ bool same_machine(const Holder& a, const Holder& b) {
   return a.host == b.host && a.boot == b.boot && a.pid_namespace == b.pid_namespace && a.boot != "-";
 }
 
-// Whether `holder` (on this machine) is still running.
+// The state letter of /proc/<pid>/stat ('R', 'S', ..., 'Z' for a zombie), or 0.
+char process_state(long pid) {
+  const std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
+
+// Whether `holder` (on this machine) is still running. A process killed with
+// SIGKILL stays a zombie until its parent reaps it (in a container whose init
+// does not reap, for good): kill(pid, 0) still succeeds, but it holds nothing.
 bool still_running(const Holder& holder) {
   if (kill(static_cast<pid_t>(holder.pid), 0) != 0 && errno == ESRCH) return false;
+  const char state = process_state(holder.pid);
+  if (state == 'Z' || state == 'X') return false;
   const unsigned long long start = process_start_ticks(holder.pid);
   return holder.start_ticks == 0 || start == 0 || start == holder.start_ticks;
 }
