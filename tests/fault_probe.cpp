@@ -7,9 +7,6 @@
 //                          MPI_Barrier that rank 0 waits in under a PhaseGuard
 //                          of 2 s: rank 0's watchdog must abort the job, naming
 //                          the phase and rank 1 as not arrived and not responding
-//   fault_probe write-big DIR MB   writes a checkpoint of MB MiB; prints the
-//                          Error of a failed write (run under a file size limit
-//                          or on a small file system) and exits 2
 //   fault_probe checkpoint-stop DIR   both ranks write a checkpoint with a 3 s
 //                          phase timeout; run with SHARDTRAIN_FAULT_STOP set so
 //                          that rank 1 stops itself inside a checkpoint phase
@@ -17,8 +14,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -50,21 +45,6 @@ int main(int argc, char** argv) {
     writer.write_group("model", {shardtrain::TensorSlice{"w", {1000}, world.rank() * half,
                                                          weights.narrow(0, world.rank() * half, half)}});
     writer.commit();
-  } else if (std::strcmp(mode, "write-big") == 0 && argc > 3) {
-    // A checkpoint of argv[3] MiB of float32; an Error (a full disk, a file
-    // size limit) is printed by rank 0 and every rank exits 2, never hangs.
-    const int64_t numel = std::atoll(argv[3]) * (int64_t{1} << 20) / 4;
-    const int64_t begin = numel * world.rank() / world.size(), end = numel * (world.rank() + 1) / world.size();
-    at::Tensor weights = at::ones({end - begin});
-    try {
-      shardtrain::CheckpointWriter writer(std::string(argv[2]) + "/checkpoint_000001.h5", world.comm());
-      writer.write_group("model", {shardtrain::TensorSlice{"w", {numel}, begin, weights}});
-      writer.commit();
-    } catch (const shardtrain::Error& e) {
-      if (world.rank() == 0) std::fprintf(stderr, "write-big: Error: %s\n", e.what());
-      return 2;
-    }
-    return 0;
   } else if (std::strcmp(mode, "mpi-error") == 0) {
     int value = 0;
     ST_CHECK_MPI(MPI_Send(&value, 1, MPI_INT, world.size() + 5, 0, world.comm()));
