@@ -2,7 +2,8 @@
 // latest_checkpoint, the cadence of every_steps / every_epochs / the last
 // report, keep-best-N by a metric in either order (the newest always kept,
 // unscored checkpoints ranked last, ties to the newer), what a restarted job
-// finds, and --resume of a file that does not exist.
+// finds, --resume of a file that does not exist, and resuming past a damaged
+// newest checkpoint (set aside, never deleted, its number never reused).
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
@@ -10,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -164,6 +166,50 @@ TEST_CASE("without a score the newest N are kept; --resume of a missing file is 
   CHECK(error_of([&] { manager.resume_path(dir + "/checkpoint_000001.h5"); }) ==
         "--resume: no checkpoint file '" + dir + "/checkpoint_000001.h5'");
   CHECK(manager.resume_path(dir + "/checkpoint_000003.h5") == dir + "/checkpoint_000003.h5");
+  shardtrain_test::remove_shared_dir(dir);
+}
+
+TEST_CASE("resume verifies the newest checkpoint: a damaged one is set aside and the next older one used") {
+  const TinyState tiny;
+  const std::string dir = shardtrain_test::make_shared_temp_dir("manager_damaged");
+  CheckpointConfig config;
+  {
+    CheckpointManager manager(dir, config, MPI_COMM_WORLD);
+    for (int64_t step = 1; step <= 3; ++step) manager.save(tiny.layout, tiny.parts(), state_with(step, "{}"));
+  }
+  const std::string newest = checkpoint_path(dir, 3);
+  if (world_rank() == 0) {
+    // Cut the newest file in half, as a node that died mid-copy would leave it.
+    std::ifstream in(newest, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointManager restarted(dir, config, MPI_COMM_WORLD);
+  // Asked for by name, the damaged file is refused, and left where it is.
+  const std::string refused = error_of([&] { restarted.resume_path(newest); });
+  CHECK(refused.rfind("--resume: " + newest, 0) == 0);
+  CHECK(refused.find("leave --resume out") != std::string::npos);
+  CHECK(exists(newest));
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Found by the scan, it is set aside (not deleted) and checkpoint 2 resumes.
+  CHECK(restarted.resume_path("") == checkpoint_path(dir, 2));
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_FALSE(exists(newest));
+  CHECK(exists(newest + ".damaged"));
+  CHECK(latest_checkpoint(dir) == checkpoint_path(dir, 2));
+  // The next checkpoint takes a new number, not the damaged one's.
+  CHECK(restarted.save(tiny.layout, tiny.parts(), state_with(3, "{}")) == checkpoint_path(dir, 4));
+  CHECK(restarted.newest() == checkpoint_path(dir, 4));
+  // Every checkpoint damaged: start fresh (nothing deleted).
+  if (world_rank() == 0)
+    for (int64_t i : {1, 2, 4}) std::ofstream(checkpoint_path(dir, i), std::ios::trunc) << "not hdf5";
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointManager again(dir, config, MPI_COMM_WORLD);
+  CHECK(again.resume_path("").empty());
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int64_t i : {1, 2, 4}) CHECK(exists(checkpoint_path(dir, i) + ".damaged"));
   shardtrain_test::remove_shared_dir(dir);
 }
 

@@ -166,3 +166,18 @@ TEST_CASE("the printed config reads back to the same config") {
   CHECK(again.run.name == "my run");
   CHECK(again.train.warmup_ratio == 0.06);
 }
+
+TEST_CASE("an empty run.name, a huge label count and a megabyte value are refused with short messages") {
+  Scratch s;
+  CHECK(error_of(s.config(""), {{"run.name", ""}}).find("run.name = '': must not be empty") == 0);
+  CHECK(error_of(s.config("[run]\nname = \"\"\n")).find("run.name = '': must not be empty") == 0);
+  CHECK(error_of(s.config(""), {{"model.num_labels", "1000000000"}}) ==
+        "model.num_labels = 1000000000: more than the 1048576 labels a classifier may have");
+  CHECK(error_of(s.config(""), {{"train.eval_batch_size", "-3"}}) == "train.eval_batch_size = -3: must be > 0");
+  const std::string huge(1 << 20, 'n');
+  const std::string message = error_of(s.config(""), {{"run.name", huge + "/x"}});
+  CHECK(message.size() < 400);
+  CHECK(message.find("run.name = '" + std::string(200, 'n') + "... (") == 0);
+  // A megabyte unknown key: cut, and no seconds spent on suggestions.
+  CHECK(error_of(s.config(""), {{"train." + huge, "1"}}).size() < 400);
+}

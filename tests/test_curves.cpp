@@ -10,8 +10,8 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/train/curves.h"
-#include "shardtrain/train/run_folder.h"
 #include "support/scratch_dir.h"
 
 namespace test_curves_test {

@@ -399,33 +399,36 @@ TEST_CASE("checkpoints hold fp32 masters: bf16 resumes in fp32 and fp32 in bf16,
   MPI_Comm half = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < W / 2 ? 0 : MPI_UNDEFINED, world_rank(), &half);
   if (half != MPI_COMM_NULL) {
-    MpiCommunicator half_comm(half);
-    auto fresh = make_model(9);
-    DataParallel ddp(*fresh, half_comm, adamw);
-    CheckpointReader reader(dir + "/bf16_zero3.h5", half);
-    std::vector<FlatPart> parts = ddp.checkpoint_parts();
-    read_train_parts(reader, flat_tensors(ddp.layout()), parts, true);
-    ddp.finish_load(read_train_state(reader).step);
-    CHECK(at::equal(ddp.flat_params().narrow(0, 0, master.numel()), master));
-    CHECK(ddp.optimizer_step() == 2);
-    // fp32 ddp's checkpoint, read by bf16 zero2 on those ranks: master exact, parameters its rounding.
-    step_on_comm(ddp, *fresh, half_comm);
-    TrainState state;
-    state.step = ddp.optimizer_step();
-    write_train_checkpoint(dir + "/fp32_ddp.h5", flat_tensors(ddp.layout()), ddp.checkpoint_parts(), state, half);
-    auto other = make_model(11);
-    ParallelConfig zero2;
-    zero2.strategy = StrategyKind::kZero2;
-    std::unique_ptr<Strategy> reader2 = make_strategy(zero2, Topology::assume(world_rank(), W / 2, W / 2, zero2), *other,
-                                                      half_comm, adamw, bf16());
-    CheckpointReader file(dir + "/fp32_ddp.h5", half);
-    std::vector<FlatPart> parts2 = reader2->checkpoint_parts();
-    read_train_parts(file, flat_tensors(reader2->layout()), parts2, true);
-    reader2->finish_load(read_train_state(file).step);
-    const at::Tensor expected = ddp.flat_params().narrow(0, 0, master.numel());
-    CHECK(at::equal(reader2->flat_params().narrow(0, 0, master.numel()), expected.to(at::kBFloat16)));
-    for (const FlatPart& part : reader2->checkpoint_parts())
-      CHECK(at::equal(part.params.cpu(), expected.narrow(0, part.begin, part.params.numel())));
+    // Everything on `half` (its readers too: closing one is collective) ends before MPI_Comm_free.
+    [&] {
+      MpiCommunicator half_comm(half);
+      auto fresh = make_model(9);
+      DataParallel ddp(*fresh, half_comm, adamw);
+      CheckpointReader reader(dir + "/bf16_zero3.h5", half);
+      std::vector<FlatPart> parts = ddp.checkpoint_parts();
+      read_train_parts(reader, flat_tensors(ddp.layout()), parts, true);
+      ddp.finish_load(read_train_state(reader).step);
+      CHECK(at::equal(ddp.flat_params().narrow(0, 0, master.numel()), master));
+      CHECK(ddp.optimizer_step() == 2);
+      // fp32 ddp's checkpoint, read by bf16 zero2 on those ranks: master exact, parameters its rounding.
+      step_on_comm(ddp, *fresh, half_comm);
+      TrainState state;
+      state.step = ddp.optimizer_step();
+      write_train_checkpoint(dir + "/fp32_ddp.h5", flat_tensors(ddp.layout()), ddp.checkpoint_parts(), state, half);
+      auto other = make_model(11);
+      ParallelConfig zero2;
+      zero2.strategy = StrategyKind::kZero2;
+      const Topology half_topology = Topology::assume(world_rank(), W / 2, W / 2, zero2);
+      std::unique_ptr<Strategy> reader2 = make_strategy(zero2, half_topology, *other, half_comm, adamw, bf16());
+      CheckpointReader file(dir + "/fp32_ddp.h5", half);
+      std::vector<FlatPart> parts2 = reader2->checkpoint_parts();
+      read_train_parts(file, flat_tensors(reader2->layout()), parts2, true);
+      reader2->finish_load(read_train_state(file).step);
+      const at::Tensor expected = ddp.flat_params().narrow(0, 0, master.numel());
+      CHECK(at::equal(reader2->flat_params().narrow(0, 0, master.numel()), expected.to(at::kBFloat16)));
+      for (const FlatPart& part : reader2->checkpoint_parts())
+        CHECK(at::equal(part.params.cpu(), expected.narrow(0, part.begin, part.params.numel())));
+    }();
     MPI_Comm_free(&half);
   }
   shardtrain_test::remove_shared_dir(dir);

@@ -1,6 +1,7 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -8,13 +9,22 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <utility>
 
+#include "shardtrain/comm/mpi_helpers.h"
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
+#include "shardtrain/core/log.h"
 
 namespace shardtrain {
 namespace {
@@ -22,6 +32,11 @@ namespace {
 constexpr int64_t kFormatVersion = 1;
 constexpr const char* kFormatAttribute = "shardtrain_format_version";
 constexpr const char* kWorldSizeAttribute = "writer_world_size";
+// Checksums came after format version 1 without changing the layout: a file
+// that has this root attribute has a checksum attribute on every dataset.
+constexpr const char* kChecksumAlgorithmAttribute = "shardtrain_checksum_algorithm";
+constexpr const char* kChecksumAlgorithm = "sum-mix64-v1";
+constexpr const char* kChecksumAttribute = "shardtrain_checksum";
 
 // ---- RAII owners for HDF5 ids ------------------------------------------------
 
@@ -43,8 +58,15 @@ class H5Id {
   H5Id(const H5Id&) = delete;
   H5Id& operator=(const H5Id&) = delete;
   hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  // Closes now and returns HDF5's status (negative on failure).
+  herr_t close() {
+    herr_t status = id_ >= 0 ? Close(id_) : 0;
+    id_ = H5I_INVALID_HID;
+    return status;
+  }
   // Closes now, aborting the job if HDF5 reports an error (a destructor cannot).
-  void close() {
+  void close_or_abort() {
     if (id_ >= 0) ST_CHECK_HDF5(Close(id_));
     id_ = H5I_INVALID_HID;
   }
@@ -65,20 +87,58 @@ using Datatype = H5Id<H5Tclose>;
 using Attribute = H5Id<H5Aclose>;
 using PropertyList = H5Id<H5Pclose>;
 
-// Turns off HDF5's error-stack printing while we probe for things that may
-// legitimately be absent (a user error we report ourselves).
-class QuietHdf5Errors {
- public:
-  QuietHdf5Errors() {
-    H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
+// HDF5 prints its error stack to stderr by default. Every failure here is
+// either turned into an Error (user-fixable: a damaged file, a full disk) or
+// reported by the fatal path, which walks the stack itself
+// (hdf5_error_text()), so the automatic printing only ever duplicates or
+// confuses. Turned off once for the process.
+void silence_hdf5_printing() {
+  static const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5Errors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
+    return true;
+  }();
+  (void)silenced;
+}
 
- private:
-  H5E_auto2_t function_ = nullptr;
-  void* data_ = nullptr;
-};
+// Why an HDF5 I/O call on the file `path` failed, as the operating system's
+// reason where one can be found: MPI-IO's error class quoted in HDF5's stack,
+// an "errno = N" the POSIX driver quotes, errno itself, or what the file
+// system says (explain_write_failure); otherwise HDF5's stack, shortened.
+std::string io_failure_reason(int saved_errno, const std::string& path) {
+  const std::string stack = hdf5_error_text();
+  static const std::pair<const char*, int> kMpiClasses[] = {
+      {"MPI_ERR_NO_SPACE", ENOSPC}, {"MPI_ERR_QUOTA", EDQUOT},       {"MPI_ERR_READ_ONLY", EROFS},
+      {"MPI_ERR_ACCESS", EACCES},   {"MPI_ERR_NO_SUCH_FILE", ENOENT}, {"MPI_ERR_FILE_EXISTS", EEXIST},
+  };
+  for (const auto& [name, value] : kMpiClasses)
+    if (stack.find(name) != std::string::npos) return os_error_text(value);
+  std::smatch match;
+  static const std::regex quoted_errno(R"(errno = ([0-9]+))");
+  if (std::regex_search(stack, match, quoted_errno)) {
+    const int value = std::stoi(match[1].str());
+    if (value != 0) return os_error_text(value);
+  }
+  for (int value : {ENOSPC, EDQUOT, EROFS, EACCES, EPERM, EIO, EFBIG, ENOENT, ESTALE})
+    if (saved_errno == value) return os_error_text(value);
+  // MPI-IO often reports a failed write as a short one, errno lost: ask the
+  // file system what is wrong with it.
+  const std::string explained = path.empty() ? "" : explain_write_failure(path);
+  if (!explained.empty()) return explained;
+  return "HDF5: " + shorten(stack.empty() ? std::string("call failed") : stack, 600);
+}
+
+// Why HDF5 could not read a file's structure, for "<path> is damaged" messages.
+std::string damage_reason() {
+  const std::string stack = hdf5_error_text();
+  std::smatch match;
+  static const std::regex truncated(R"(truncated file: eof = ([0-9]+).*stored_eof = ([0-9]+))");
+  if (std::regex_search(stack, match, truncated))
+    return "the file is truncated: it has " + match[1].str() + " bytes, its HDF5 superblock says " +
+           match[2].str() + " (a copy or write that was cut off?)";
+  if (stack.find("checksum") != std::string::npos)
+    return "HDF5 metadata fails its checksum (the file was modified or damaged on disk)";
+  return "HDF5: " + shorten(stack.empty() ? std::string("call failed") : stack, 400);
+}
 
 // ---- small helpers -------------------------------------------------------------
 
@@ -157,9 +217,82 @@ T take(const char*& in) {
   return value;
 }
 
+// ---- checksums -------------------------------------------------------------------
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;  // 2^64 / phi
+
+inline uint64_t mix64(uint64_t x) {  // SplitMix64's finaliser: a bijection
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// The checksum terms of elements [first_index, first_index + count) at `data`
+// (their bit patterns), and how many of them are NaN or infinite.
+struct RangeDigest {
+  uint64_t checksum = 0;
+  int64_t non_finite = 0;
+};
+
+template <class Word>
+RangeDigest digest_words(const unsigned char* data, int64_t first_index, int64_t count, Word exponent_mask) {
+  // Sums are associative modulo 2^64, so threads may split the range.
+  const auto combine = [](RangeDigest a, RangeDigest b) {
+    return RangeDigest{a.checksum + b.checksum, a.non_finite + b.non_finite};
+  };
+  return at::parallel_reduce(
+      int64_t{0}, count, int64_t{1} << 16, RangeDigest{},
+      [&](int64_t begin, int64_t end, RangeDigest out) {
+        uint64_t offset = static_cast<uint64_t>(first_index + begin + 1) * kGolden;
+        for (int64_t i = begin; i < end; ++i) {
+          Word word;
+          std::memcpy(&word, data + i * static_cast<int64_t>(sizeof(Word)), sizeof(Word));
+          out.checksum += mix64(static_cast<uint64_t>(word) + offset);
+          offset += kGolden;
+          // All exponent bits set: infinity or NaN (a zero mask: integers).
+          out.non_finite += exponent_mask != 0 && (word & exponent_mask) == exponent_mask;
+        }
+        return out;
+      },
+      combine);
+}
+
+// `dtype`: an index into dtype_table().
+RangeDigest digest(const void* data, int dtype, int64_t first_index, int64_t count) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  if (count <= 0) return {};
+  switch (dtype_table()[static_cast<size_t>(dtype)].scalar_type) {
+    case at::kFloat: return digest_words<uint32_t>(bytes, first_index, count, 0x7F800000u);
+    case at::kDouble: return digest_words<uint64_t>(bytes, first_index, count, 0x7FF0000000000000ull);
+    case at::kInt: return digest_words<uint32_t>(bytes, first_index, count, 0u);
+    case at::kLong: return digest_words<uint64_t>(bytes, first_index, count, 0ull);
+    default: break;
+  }
+  ST_ASSERT(false, "checkpoint checksum: unexpected dtype");
+  return {};
+}
+
+std::string hex(uint64_t value) { return str_format("0x%016llx", static_cast<unsigned long long>(value)); }
+
+// The Error for a dataset whose data does not match what was written.
+[[noreturn]] void checksum_mismatch(const std::string& path, const std::string& dataset, uint64_t stored,
+                                    uint64_t computed) {
+  throw Error(path + ": tensor " + dataset + " fails its checksum (stored " + hex(stored) + ", data gives " +
+              hex(computed) + "): the file was damaged after it was written; use another checkpoint");
+}
+
+[[noreturn]] void non_finite_values(const std::string& path, const std::string& dataset, int64_t count) {
+  throw Error(path + ": tensor " + dataset + " holds " + std::to_string(count) +
+              " non-finite values (NaN or infinity); refusing to load it (the run had diverged, or the file is "
+              "damaged); use an earlier checkpoint");
+}
+
 // Allgather of every rank's slice metadata (names, shapes, ranges), so that all
 // ranks agree on which datasets exist and validate them identically.
-std::vector<SliceRecord> exchange_records(const std::vector<SliceRecord>& mine, MPI_Comm comm) {
+std::vector<SliceRecord> exchange_records(const std::vector<SliceRecord>& mine, MPI_Comm comm,
+                                         const std::string& phase) {
   std::string bytes;
   put<int64_t>(bytes, static_cast<int64_t>(mine.size()));
   for (const auto& r : mine) {
@@ -171,22 +304,10 @@ std::vector<SliceRecord> exchange_records(const std::vector<SliceRecord>& mine, 
     put<int64_t>(bytes, r.begin);
     put<int64_t>(bytes, r.count);
   }
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  int my_length = static_cast<int>(bytes.size());
-  std::vector<int> lengths(size), offsets(size);
-  ST_CHECK_MPI(MPI_Allgather(&my_length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
-  int total = 0;
-  for (int i = 0; i < size; ++i) {
-    offsets[i] = total;
-    total += lengths[i];
-  }
-  std::string all(static_cast<size_t>(total), '\0');
-  ST_CHECK_MPI(MPI_Allgatherv(bytes.data(), my_length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
-                              MPI_CHAR, comm));
+  const std::vector<std::string> all = all_gather_strings(bytes, comm, phase);
   std::vector<SliceRecord> records;
-  for (int rank = 0; rank < size; ++rank) {
-    const char* in = all.data() + offsets[rank];
+  for (int rank = 0; rank < static_cast<int>(all.size()); ++rank) {
+    const char* in = all[static_cast<size_t>(rank)].data();
     auto num_records = take<int64_t>(in);
     for (int64_t i = 0; i < num_records; ++i) {
       SliceRecord r;
@@ -331,9 +452,12 @@ PropertyList collective_transfer() {
 
 // One collective H5Dread or H5Dwrite of this rank's ranges of a dataset (none
 // -> empty selection). `ranges` are (begin, count) sorted by begin, disjoint;
-// `buffer` holds their elements back to back.
-void transfer(bool writing, hid_t dataset, const TensorPlan& plan, const std::vector<std::pair<int64_t, int64_t>>& ranges,
-              void* buffer, hid_t dxpl) {
+// `buffer` holds their elements back to back. Returns "" or why it failed
+// (the OS's reason where there is one); the caller agrees on failure with the
+// other ranks (throw_if_any_failed), so every rank throws alike.
+std::string transfer(bool writing, hid_t dataset, const TensorPlan& plan,
+                     const std::vector<std::pair<int64_t, int64_t>>& ranges, void* buffer, hid_t dxpl,
+                     const std::string& file_path) {
   Dataspace file_space = make_file_space(plan.shape);
   int64_t total = 0;
   bool first = true;
@@ -351,22 +475,25 @@ void transfer(bool writing, hid_t dataset, const TensorPlan& plan, const std::ve
     buffer = dummy;
   }
   hid_t memory_type = dtype_table()[plan.dtype].memory_type;
-  if (writing)
-    ST_CHECK_HDF5(H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer));
-  else
-    ST_CHECK_HDF5(H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer));
+  errno = 0;
+  const herr_t status = writing ? H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer)
+                                : H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer);
+  return status < 0 ? io_failure_reason(errno, writing ? file_path : std::string()) : std::string();
 }
 
-bool link_exists(hid_t location, const std::string& path) {
-  // H5Lexists fails (rather than returning false) when an intermediate group is
-  // missing, so walk the path one component at a time.
+// Whether `path` exists in the file. H5Lexists fails (rather than returning
+// false) when an intermediate group is missing, so walk the path one
+// component at a time. Error naming `file_path` when the file's structure
+// cannot be read.
+bool link_exists(hid_t location, const std::string& path, const std::string& file_path) {
   std::string prefix;
   std::stringstream parts(path);
   std::string part;
   while (std::getline(parts, part, '/')) {
     if (part.empty()) continue;
     prefix += "/" + part;
-    htri_t exists = ST_CHECK_HDF5(H5Lexists(location, prefix.c_str(), H5P_DEFAULT));
+    const htri_t exists = H5Lexists(location, prefix.c_str(), H5P_DEFAULT);
+    if (exists < 0) throw Error(file_path + ": cannot read " + prefix + ": " + damage_reason());
     if (!exists) return false;
   }
   return true;
@@ -379,19 +506,55 @@ std::string file_directory(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Rank 0 decides, every rank learns the outcome: an empty string means success.
-std::string broadcast_string(std::string text, MPI_Comm comm) {
-  int64_t length = static_cast<int64_t>(text.size());
-  ST_CHECK_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, 0, comm));
-  text.resize(static_cast<size_t>(length));
-  if (length > 0) ST_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, 0, comm));
-  return text;
-}
-
 int rank_of(MPI_Comm comm) {
   int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   return rank;
+}
+
+int size_of(MPI_Comm comm) {
+  int size = 1;
+  ST_CHECK_MPI(MPI_Comm_size(comm, &size));
+  return size;
+}
+
+// The flat ranges of [0, numel) that `records` do not cover, sorted.
+std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<SliceRecord>& records, int64_t numel) {
+  std::vector<std::pair<int64_t, int64_t>> covered;
+  for (const auto& r : records)
+    if (r.count > 0) covered.emplace_back(r.begin, r.begin + r.count);
+  std::sort(covered.begin(), covered.end());
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  int64_t next = 0;
+  for (const auto& [begin, end] : covered) {
+    if (begin > next) gaps.emplace_back(next, begin - next);
+    next = std::max(next, end);
+  }
+  if (next < numel) gaps.emplace_back(next, numel - next);
+  return gaps;
+}
+
+// The parts of [begin, begin + count) that no record of a rank below `rank`
+// covers: the elements whose checksum terms `rank` adds, so that each element
+// of a dataset read by several ranks is counted once. Sorted (begin, count).
+std::vector<std::pair<int64_t, int64_t>> first_claims(const std::vector<SliceRecord>& records, int rank,
+                                                      int64_t begin, int64_t count) {
+  std::vector<std::pair<int64_t, int64_t>> lower;
+  for (const auto& r : records)
+    if (r.rank < rank && r.count > 0) lower.emplace_back(r.begin, r.begin + r.count);
+  std::sort(lower.begin(), lower.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t position = begin;
+  const int64_t end = begin + count;
+  for (const auto& [b, e] : lower) {
+    if (e <= position) continue;
+    if (b >= end) break;
+    if (b > position) out.emplace_back(position, b - position);
+    position = std::max(position, e);
+    if (position >= end) break;
+  }
+  if (position < end) out.emplace_back(position, end - position);
+  return out;
 }
 
 }  // namespace
@@ -428,37 +591,40 @@ struct CheckpointWriter::Impl {
   bool committed = false;
   std::vector<std::string> written_groups;
 
-  void write_attribute(const std::string& key, hid_t file_type, hid_t memory_type, hid_t space, const void* value) {
-    if (ST_CHECK_HDF5(H5Aexists(file.get(), key.c_str()))) ST_CHECK_HDF5(H5Adelete(file.get(), key.c_str()));
-    Attribute attribute(ST_CHECK_HDF5(H5Acreate2(file.get(), key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)));
+  std::string phase(const std::string& what) const { return "checkpoint write " + final_path + ": " + what; }
+  // `location`: the file (root attributes) or a dataset. A collective metadata
+  // operation: every rank passes the same value.
+  void write_attribute(hid_t location, const std::string& key, hid_t file_type, hid_t memory_type, hid_t space,
+                       const void* value) {
+    if (ST_CHECK_HDF5(H5Aexists(location, key.c_str()))) ST_CHECK_HDF5(H5Adelete(location, key.c_str()));
+    Attribute attribute(ST_CHECK_HDF5(H5Acreate2(location, key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)));
     ST_CHECK_HDF5(H5Awrite(attribute.get(), memory_type, value));
   }
   void check_open(const char* method) const {
-    if (!file.get() || file.get() < 0)
+    if (!file.valid())
       throw Error(std::string("CheckpointWriter::") + method + " called after commit() on " + final_path);
+  }
+  std::string write_failure(const std::string& what, const std::string& reason) const {
+    return "cannot write checkpoint " + temporary_path + (what.empty() ? "" : " (" + what + ")") + ": " + reason;
   }
 };
 
 CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm) : impl_(std::make_unique<Impl>()) {
+  silence_hdf5_printing();
   Impl& w = *impl_;
   w.final_path = final_path;
   w.comm = comm;
-  MPI_Comm_rank(comm, &w.rank);
-  MPI_Comm_size(comm, &w.size);
+  w.rank = rank_of(comm);
+  w.size = size_of(comm);
 
-  std::string job_id;
-  std::string problem;
-  if (w.rank == 0) {
-    const char* slurm = std::getenv("SLURM_JOB_ID");
-    job_id = slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
+  const std::string job_id = rank0_value(comm, w.phase("checking the directory"), [&] {
     struct stat info {};
-    std::string directory = file_directory(final_path);
+    const std::string directory = file_directory(final_path);
     if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
-      problem = "checkpoint directory " + directory + " does not exist (writing " + final_path + ")";
-  }
-  problem = broadcast_string(problem, comm);
-  if (!problem.empty()) throw Error(problem);
-  job_id = broadcast_string(job_id, comm);
+      throw Error("checkpoint directory " + directory + " does not exist (writing " + final_path + ")");
+    const char* slurm = std::getenv("SLURM_JOB_ID");
+    return slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
+  });
   w.temporary_path = final_path + ".tmp-" + job_id;
 
   PropertyList fapl(ST_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
@@ -470,18 +636,40 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
   // The 1.8 format stores large groups and attributes (> 64 KiB, e.g. a long
   // config) in dense storage; h5py and HDF5 >= 1.8 read it.
   ST_CHECK_HDF5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18));
-  w.file = File(ST_CHECK_HDF5(H5Fcreate(w.temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())));
+  std::string problem;
+  {
+    PhaseGuard guard(comm, w.phase("creating " + w.temporary_path));
+    errno = 0;
+    w.file = File(H5Fcreate(w.temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+    if (!w.file.valid()) problem = "cannot create checkpoint " + w.temporary_path + ": " + io_failure_reason(errno, w.temporary_path);
+  }
+  try {
+    throw_if_any_failed(problem, comm, w.phase("creating the file"));
+  } catch (const Error&) {
+    if (w.file.valid()) {
+      PhaseGuard guard(comm, w.phase("closing the file that could not be created everywhere"));
+      w.file.close();
+    }
+    if (w.rank == 0) std::remove(w.temporary_path.c_str());
+    throw;
+  }
 
   set_attribute(kFormatAttribute, kFormatVersion);
   set_attribute(kWorldSizeAttribute, static_cast<int64_t>(w.size));
+  set_attribute(kChecksumAlgorithmAttribute, kChecksumAlgorithm);
 }
 
 CheckpointWriter::~CheckpointWriter() {
   if (!impl_ || impl_->committed) return;
-  // Not committed (an exception, or the caller gave up): the partial file must
-  // never be mistaken for a checkpoint, so it goes away; final_path is untouched.
-  impl_->file = File();
-  if (impl_->rank == 0) std::remove(impl_->temporary_path.c_str());
+  // Not committed (an exception, a full disk, or the caller gave up): the
+  // partial file must never be mistaken for a checkpoint and must not keep
+  // the disk full, so it goes away; final_path is untouched.
+  Impl& w = *impl_;
+  if (w.file.valid()) {
+    PhaseGuard guard(w.comm, w.phase("closing the abandoned file"));
+    w.file.close();  // collective; a failure (the disk is still full) changes nothing here
+  }
+  if (w.rank == 0) std::remove(w.temporary_path.c_str());
 }
 
 const std::string& CheckpointWriter::final_path() const { return impl_->final_path; }
@@ -513,27 +701,80 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   // Validation happens on the gathered records, so every rank throws alike.
   if (std::find(w.written_groups.begin(), w.written_groups.end(), group) != w.written_groups.end())
     throw Error(where + ": group written twice in one checkpoint");
-  std::map<std::string, TensorPlan> plans =
-      plan_group(exchange_records(mine, w.comm), where, /*require_exact_cover=*/true);
+  std::map<std::string, TensorPlan> plans = plan_group(
+      exchange_records(mine, w.comm, w.phase("/" + group + ": exchanging the slices")), where,
+      /*require_exact_cover=*/true);
   w.written_groups.push_back(group);
+
+  // A full disk is found before anything of the group is written. The margin
+  // covers HDF5's metadata (object headers, the group's B-tree).
+  uint64_t group_bytes = uint64_t{1} << 20;
+  for (const auto& [name, plan] : plans)
+    group_bytes += static_cast<uint64_t>(numel_of(plan.shape)) *
+                       at::elementSize(dtype_table()[static_cast<size_t>(plan.dtype)].scalar_type) + 4096;
+  on_rank0(w.comm, w.phase("/" + group + ": checking free space"), [&] {
+    require_free_space(file_directory(w.final_path), group_bytes, "checkpoint " + w.final_path + " (/" + group + ")");
+  });
+
+  std::map<std::string, std::vector<size_t>> my_slices_by_name;
+  for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
+
+  // Each rank hashes what it owns; the sum over ranks is the dataset's checksum.
+  std::vector<uint64_t> checksums;
+  for (const auto& [name, plan] : plans) {
+    uint64_t sum = 0;
+    for (size_t i : my_slices_by_name[name])
+      sum += digest(host_data[i].data_ptr(), plan.dtype, slices[i].begin, host_data[i].numel()).checksum;
+    checksums.push_back(sum);
+  }
+  all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, w.comm,
+                      w.phase("/" + group + ": combining checksums"));
 
   PropertyList link_create(ST_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
   ST_CHECK_HDF5(H5Pset_create_intermediate_group(link_create.get(), 1));
-  Group group_id(ST_CHECK_HDF5(H5Gcreate2(w.file.get(), group.c_str(), link_create.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  Group group_id;
+  {
+    PhaseGuard guard(w.comm, w.phase("creating /" + group));
+    group_id = Group(ST_CHECK_HDF5(H5Gcreate2(w.file.get(), group.c_str(), link_create.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  }
 
   PropertyList dataset_create(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE)));
   // Every element is written (exact cover is checked above): skip the fill pass.
   ST_CHECK_HDF5(H5Pset_alloc_time(dataset_create.get(), H5D_ALLOC_TIME_EARLY));
   ST_CHECK_HDF5(H5Pset_fill_time(dataset_create.get(), H5D_FILL_TIME_NEVER));
   PropertyList dxpl = collective_transfer();
+  Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
 
-  std::map<std::string, std::vector<size_t>> my_slices_by_name;
-  for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
+  // All datasets first (their space is allocated at creation), so rank 0 can
+  // reserve the group's bytes in the file before anything is written: a full
+  // disk or a quota then fails here, cleanly, instead of inside a collective
+  // MPI-IO write, after which parallel HDF5 may not be able to close the file.
+  std::vector<Dataset> datasets;
+  uint64_t end_of_data = 0;
+  {
+    PhaseGuard guard(w.comm, w.phase("creating the datasets of /" + group));
+    size_t index = 0;
+    for (const auto& [name, plan] : plans) {
+      const uint64_t checksum = checksums[index++];
+      Dataspace file_space = make_file_space(plan.shape);
+      Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), dtype_table()[plan.dtype].file_type,
+                                               file_space.get(), H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
+      w.write_attribute(dataset.get(), kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(), &checksum);
+      const haddr_t offset = H5Dget_offset(dataset.get());
+      if (offset != HADDR_UNDEF)
+        end_of_data = std::max<uint64_t>(end_of_data, offset + H5Dget_storage_size(dataset.get()));
+      datasets.push_back(std::move(dataset));
+    }
+  }
+  on_rank0(w.comm, w.phase("/" + group + ": reserving its space"), [&] {
+    reserve_file_space(w.temporary_path, end_of_data, "checkpoint " + w.final_path + " (/" + group + ")");
+  });
 
+  size_t index = 0;
   for (const auto& [name, plan] : plans) {
-    Dataspace file_space = make_file_space(plan.shape);
-    Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), dtype_table()[plan.dtype].file_type,
-                                             file_space.get(), H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
+    Dataset& dataset = datasets[index++];
+    const std::string full = join_group(group, name);
+    PhaseGuard guard(w.comm, w.phase(full));
     if (numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
 
     std::vector<std::pair<int64_t, int64_t>> ranges;
@@ -548,113 +789,179 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
       buffer = at::cat(pieces);
     }
     for (size_t i : order) ranges.emplace_back(slices[i].begin, host_data[i].numel());
-    transfer(/*writing=*/true, dataset.get(), plan, ranges, buffer.defined() ? buffer.data_ptr() : nullptr,
-             dxpl.get());
-    dataset.close();
+    std::string problem = transfer(/*writing=*/true, dataset.get(), plan, ranges,
+                                   buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), w.temporary_path);
+    if (!problem.empty()) problem = w.write_failure(full, problem);
+    throw_if_any_failed(problem, w.comm, w.phase(full + ": agreeing on the write"));
   }
-  group_id.close();
+  for (Dataset& dataset : datasets) dataset.close_or_abort();
+  group_id.close_or_abort();
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, int64_t value) {
   Impl& w = *impl_;
   w.check_open("set_attribute");
-  ST_CHECK_MPI(MPI_Bcast(&value, 1, MPI_INT64_T, 0, w.comm));
+  value = broadcast_value(value, w.comm, w.phase("attribute " + key));
+  PhaseGuard guard(w.comm, w.phase("attribute " + key));
   Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-  w.write_attribute(key, H5T_STD_I64LE, H5T_NATIVE_INT64, scalar.get(), &value);
+  w.write_attribute(w.file.get(), key, H5T_STD_I64LE, H5T_NATIVE_INT64, scalar.get(), &value);
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, double value) {
   Impl& w = *impl_;
   w.check_open("set_attribute");
-  ST_CHECK_MPI(MPI_Bcast(&value, 1, MPI_DOUBLE, 0, w.comm));
+  value = broadcast_value(value, w.comm, w.phase("attribute " + key));
+  PhaseGuard guard(w.comm, w.phase("attribute " + key));
   Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-  w.write_attribute(key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar.get(), &value);
+  w.write_attribute(w.file.get(), key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar.get(), &value);
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, const std::string& value) {
   Impl& w = *impl_;
   w.check_open("set_attribute");
-  std::string text = broadcast_string(value, w.comm);
+  std::string text = broadcast_string(value, w.comm, w.phase("attribute " + key));
   if (text.find('\0') != std::string::npos)
     throw Error(w.final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
+  PhaseGuard guard(w.comm, w.phase("attribute " + key));
   // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
   Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
   ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
   ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
   Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
   const char* pointer = text.c_str();
-  w.write_attribute(key, type.get(), type.get(), scalar.get(), &pointer);
+  w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, const std::vector<uint8_t>& bytes) {
   Impl& w = *impl_;
   w.check_open("set_attribute");
-  std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm);
+  std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm, w.phase("attribute " + key));
+  PhaseGuard guard(w.comm, w.phase("attribute " + key));
   hsize_t length = text.size();
   Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
-  w.write_attribute(key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
+  w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
 }
 
 void CheckpointWriter::commit() {
   Impl& w = *impl_;
   w.check_open("commit");
-  ST_CHECK_HDF5(H5Fflush(w.file.get(), H5F_SCOPE_GLOBAL));
-  w.file.close();
-  ST_CHECK_MPI(MPI_Barrier(w.comm));
   std::string problem;
-  if (w.rank == 0) {
-    // Data must be on disk before the name says "complete".
-    int fd = open(w.temporary_path.c_str(), O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) problem = "cannot fsync " + w.temporary_path + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    if (problem.empty() && std::rename(w.temporary_path.c_str(), w.final_path.c_str()) != 0)
-      problem = "cannot rename " + w.temporary_path + " to " + w.final_path + ": " + std::strerror(errno);
-    if (problem.empty()) {
-      int directory = open(file_directory(w.final_path).c_str(), O_RDONLY | O_DIRECTORY);
-      if (directory >= 0) {
-        fsync(directory);
-        ::close(directory);
-      }
-    }
+  {
+    // Metadata is written here, collectively: a full disk may show only now.
+    PhaseGuard guard(w.comm, w.phase("flushing and closing " + w.temporary_path));
+    errno = 0;
+    if (H5Fflush(w.file.get(), H5F_SCOPE_GLOBAL) < 0) problem = w.write_failure("", io_failure_reason(errno, w.temporary_path));
+    errno = 0;
+    if (w.file.close() < 0 && problem.empty()) problem = w.write_failure("", io_failure_reason(errno, w.temporary_path));
   }
-  problem = broadcast_string(problem, w.comm);  // also the closing barrier
-  if (!problem.empty()) throw Error(problem);
+  throw_if_any_failed(problem, w.comm, w.phase("agreeing on the flush"));
+  barrier(w.comm, w.phase("every rank closed the file"));
+  on_rank0(w.comm, w.phase("renaming it to its final name"), [&] {
+    // Data must be on disk before the name says "complete".
+    const int fd = open(w.temporary_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      throw Error("cannot write checkpoint " + w.temporary_path + " (fsync): " + os_error_text(error));
+    }
+    ::close(fd);
+    if (std::rename(w.temporary_path.c_str(), w.final_path.c_str()) != 0)
+      throw Error("cannot rename " + w.temporary_path + " to " + w.final_path + ": " + os_error_text(errno));
+    const int directory = open(file_directory(w.final_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory >= 0) {
+      fsync(directory);
+      ::close(directory);
+    }
+  });
   w.committed = true;
 }
 
 // ---- reader ----------------------------------------------------------------------
 
+namespace {
+
+// Local checks of a checkpoint file before any collective open: it exists, is
+// HDF5, opens (not truncated, superblock intact) and is a shardtrain
+// checkpoint of a version this build reads. Error naming the file otherwise.
+void check_checkpoint_file(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) throw Error("checkpoint " + path + " does not exist");
+  errno = 0;
+  const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 == 0) throw Error(path + " is not an HDF5 file (not a shardtrain checkpoint)");
+  if (is_hdf5 < 0) {
+    const int error = errno;
+    throw Error("cannot read checkpoint " + path + ": " + (error != 0 ? os_error_text(error) : damage_reason()));
+  }
+  File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw Error(path + " is damaged: " + damage_reason());
+  const htri_t has_format = H5Aexists(file.get(), kFormatAttribute);
+  if (has_format < 0) throw Error(path + " is damaged: " + damage_reason());
+  if (!has_format)
+    throw Error(path + " is an HDF5 file but not a shardtrain checkpoint (no '" + kFormatAttribute + "' attribute)");
+  Attribute attribute(H5Aopen(file.get(), kFormatAttribute, H5P_DEFAULT));
+  int64_t version = 0;
+  if (!attribute.valid() || H5Aread(attribute.get(), H5T_NATIVE_INT64, &version) < 0)
+    throw Error(path + " is damaged: " + damage_reason());
+  if (version != kFormatVersion)
+    throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this build reads version " +
+                std::to_string(kFormatVersion));
+}
+
+}  // namespace
+
 struct CheckpointReader::Impl {
   std::string path;
   MPI_Comm comm = MPI_COMM_NULL;
   File file;
+  bool has_checksums = false;
 
+  ~Impl() {
+    if (!file.valid()) return;
+    PhaseGuard guard(comm, phase("closing"));  // H5Fclose of an MPI-IO file is collective
+    file.close();
+  }
+
+  std::string phase(const std::string& what) const { return "checkpoint read " + path + ": " + what; }
+  // An HDF5 metadata call that failed: the file's structure is damaged.
+  template <class T>
+  T ok(T status, const std::string& what) const {
+    if (status < 0) throw Error(path + ": cannot read " + what + ": " + damage_reason());
+    return status;
+  }
   Dataset open_dataset(const std::string& group, const std::string& name) const {
     const std::string full = join_group(group, name);
-    {
-      QuietHdf5Errors quiet;
-      if (!link_exists(file.get(), full))
-        throw Error(path + ": dataset " + full + " does not exist in the checkpoint");
-    }
-    return Dataset(ST_CHECK_HDF5(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT)));
+    if (!link_exists(file.get(), full, path)) throw Error(path + ": dataset " + full + " does not exist in the checkpoint");
+    return Dataset(ok(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT), "dataset " + full));
   }
-  std::vector<int64_t> dataset_shape(hid_t dataset) const {
-    Dataspace space(ST_CHECK_HDF5(H5Dget_space(dataset)));
-    int ndim = ST_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()));
+  std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& full) const {
+    Dataspace space(ok(H5Dget_space(dataset), "the shape of " + full));
+    int ndim = ok(H5Sget_simple_extent_ndims(space.get()), "the shape of " + full);
     std::vector<hsize_t> dims(static_cast<size_t>(ndim));
-    if (ndim > 0) ST_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+    if (ndim > 0) ok(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "the shape of " + full);
     return std::vector<int64_t>(dims.begin(), dims.end());
   }
   int dataset_dtype(hid_t dataset, const std::string& full) const {
-    Datatype type(ST_CHECK_HDF5(H5Dget_type(dataset)));
+    Datatype type(ok(H5Dget_type(dataset), "the type of " + full));
     int code = dtype_code_of_file_type(type.get());
     if (code < 0) throw Error(path + ": dataset " + full + " has a type shardtrain cannot read");
     return code;
   }
+  // The checksum written with the dataset; nullopt for a file without checksums.
+  std::optional<uint64_t> stored_checksum(hid_t dataset, const std::string& full) const {
+    if (!has_checksums) return std::nullopt;
+    if (!ok(H5Aexists(dataset, kChecksumAttribute), "the checksum of " + full))
+      throw Error(path + ": tensor " + full + " has no checksum although the file has them: the file was "
+                  "modified after it was written; use another checkpoint");
+    Attribute attribute(ok(H5Aopen(dataset, kChecksumAttribute, H5P_DEFAULT), "the checksum of " + full));
+    uint64_t value = 0;
+    ok(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value), "the checksum of " + full);
+    return value;
+  }
   Attribute open_attribute(const std::string& key) const {
-    if (!ST_CHECK_HDF5(H5Aexists(file.get(), key.c_str())))
+    if (!ok(H5Aexists(file.get(), key.c_str()), "attribute '" + key + "'"))
       throw Error(path + ": checkpoint has no attribute '" + key + "'");
-    return Attribute(ST_CHECK_HDF5(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT)));
+    return Attribute(ok(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT), "attribute '" + key + "'"));
   }
   [[noreturn]] void wrong_kind(const std::string& key, const char* wanted) const {
     throw Error(path + ": attribute '" + key + "' is not " + wanted);
@@ -662,64 +969,65 @@ struct CheckpointReader::Impl {
 };
 
 CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : impl_(std::make_unique<Impl>()) {
+  silence_hdf5_printing();
   Impl& r = *impl_;
   r.path = path;
   r.comm = comm;
-  std::string problem;
-  if (rank_of(comm) == 0) {
-    struct stat info {};
-    if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
-      problem = "checkpoint " + path + " does not exist";
-    } else {
-      QuietHdf5Errors quiet;
-      if (H5Fis_hdf5(path.c_str()) <= 0) problem = path + " is not an HDF5 file (not a shardtrain checkpoint)";
-    }
-  }
-  problem = broadcast_string(problem, comm);
-  if (!problem.empty()) throw Error(problem);
+  on_rank0(comm, r.phase("checking the file"), [&] { check_checkpoint_file(path); });
 
   PropertyList fapl(ST_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
   ST_CHECK_HDF5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
-  r.file = File(ST_CHECK_HDF5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get())));
-  if (!has_attribute(kFormatAttribute))
-    throw Error(path + " is an HDF5 file but not a shardtrain checkpoint (no '" + kFormatAttribute +
-                "' attribute)");
-  int64_t version = int_attribute(kFormatAttribute);
-  if (version != kFormatVersion)
-    throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this build reads version " +
-                std::to_string(kFormatVersion));
+  std::string problem;
+  {
+    PhaseGuard guard(comm, r.phase("opening"));
+    errno = 0;
+    r.file = File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+    if (!r.file.valid()) problem = "cannot open checkpoint " + path + ": " + io_failure_reason(errno, "");
+  }
+  throw_if_any_failed(problem, comm, r.phase("agreeing on the open"));
+  r.has_checksums = has_attribute(kChecksumAlgorithmAttribute);
+  if (r.has_checksums) {
+    const std::string algorithm = string_attribute(kChecksumAlgorithmAttribute);
+    if (algorithm != kChecksumAlgorithm)
+      throw Error(path + ": checksums of kind '" + algorithm + "', this build knows '" + kChecksumAlgorithm + "'");
+  } else {
+    // Once per file and process: a resume scans a run folder and opens its files more than once.
+    static std::mutex mutex;
+    static std::set<std::string> told;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (told.insert(path).second)
+      log_warn("%s was written without checksums (by an older shardtrain): its data cannot be verified",
+               path.c_str());
+  }
 }
 
 CheckpointReader::~CheckpointReader() = default;
 
 const std::string& CheckpointReader::path() const { return impl_->path; }
+bool CheckpointReader::has_checksums() const { return impl_->has_checksums; }
 
 std::vector<std::string> CheckpointReader::names(const std::string& group) const {
   const Impl& r = *impl_;
   check_group_name(group);
-  {
-    QuietHdf5Errors quiet;
-    if (!link_exists(r.file.get(), "/" + group))
-      throw Error(r.path + ": group /" + group + " does not exist in the checkpoint");
-  }
-  Group group_id(ST_CHECK_HDF5(H5Gopen2(r.file.get(), group.c_str(), H5P_DEFAULT)));
+  if (!link_exists(r.file.get(), "/" + group, r.path))
+    throw Error(r.path + ": group /" + group + " does not exist in the checkpoint");
+  Group group_id(r.ok(H5Gopen2(r.file.get(), group.c_str(), H5P_DEFAULT), "group /" + group));
   std::vector<std::string> out;
   auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
     static_cast<std::vector<std::string>*>(data)->emplace_back(name);
     return 0;
   };
-  ST_CHECK_HDF5(H5Literate(group_id.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &out));
+  r.ok(H5Literate(group_id.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &out), "group /" + group);
   return out;
 }
 
 bool CheckpointReader::has(const std::string& group, const std::string& name) const {
-  QuietHdf5Errors quiet;
-  return link_exists(impl_->file.get(), join_group(group, name));
+  return link_exists(impl_->file.get(), join_group(group, name), impl_->path);
 }
 
 std::vector<int64_t> CheckpointReader::shape(const std::string& group, const std::string& name) const {
   Dataset dataset = impl_->open_dataset(group, name);
-  return impl_->dataset_shape(dataset.get());
+  return impl_->dataset_shape(dataset.get(), join_group(group, name));
 }
 
 at::ScalarType CheckpointReader::dtype(const std::string& group, const std::string& name) const {
@@ -745,75 +1053,128 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     mine.push_back(std::move(record));
   }
   std::map<std::string, TensorPlan> plans =
-      plan_group(exchange_records(mine, r.comm), where, /*require_exact_cover=*/false);
+      plan_group(exchange_records(mine, r.comm, r.phase("/" + group + ": exchanging the requests")), where,
+                 /*require_exact_cover=*/false);
 
   // Validate everything first: every rank checks the same union of requests,
   // so an Error is thrown on all ranks before any collective read starts.
   const auto& table = dtype_table();
   std::vector<Dataset> datasets;
+  std::vector<std::optional<uint64_t>> stored;
   for (const auto& [name, plan] : plans) {
     const std::string full = join_group(group, name);
     Dataset dataset = r.open_dataset(group, name);
-    std::vector<int64_t> file_shape = r.dataset_shape(dataset.get());
+    std::vector<int64_t> file_shape = r.dataset_shape(dataset.get(), full);
     int file_dtype = r.dataset_dtype(dataset.get(), full);
     if (file_shape != plan.shape || file_dtype != plan.dtype)
       throw Error(r.path + ": dataset " + full + " is " + table[file_dtype].name + " " + shape_string(file_shape) +
                   " in the checkpoint but " + table[plan.dtype].name + " " + shape_string(plan.shape) +
                   " was expected");
+    stored.push_back(r.stored_checksum(dataset.get(), full));
     datasets.push_back(std::move(dataset));
   }
 
   std::map<std::string, std::vector<size_t>> my_slices_by_name;
   for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
   PropertyList dxpl = collective_transfer();
+  // Per dataset: this rank's share of the checksum and of the non-finite count.
+  std::vector<uint64_t> checksums(plans.size(), 0);
+  std::vector<int64_t> non_finite(plans.size(), 0);
   size_t index = 0;
   for (const auto& [name, plan] : plans) {
-    Dataset& dataset = datasets[index++];
-    if (numel_of(plan.shape) == 0) continue;
-    std::vector<size_t> order = my_slices_by_name[name];
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slices[a].begin < slices[b].begin; });
+    const size_t k = index++;
+    Dataset& dataset = datasets[k];
+    const int64_t numel = numel_of(plan.shape);
+    if (numel == 0) continue;
+    const std::string full = join_group(group, name);
+    // What this rank reads: its slices, and on rank 0 whatever no rank asked
+    // for, so that the whole dataset is hashed. slice == -1 marks such a gap.
+    struct Piece {
+      int64_t begin, count;
+      long slice;
+    };
+    std::vector<Piece> pieces;
+    for (size_t i : my_slices_by_name[name])
+      if (slices[i].data.numel() > 0) pieces.push_back({slices[i].begin, slices[i].data.numel(), static_cast<long>(i)});
+    if (rank == 0)
+      for (const auto& [begin, count] : uncovered(plan.records, numel)) pieces.push_back({begin, count, -1});
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
     std::vector<std::pair<int64_t, int64_t>> ranges;
     int64_t total = 0;
-    for (size_t i : order) {
-      ranges.emplace_back(slices[i].begin, slices[i].data.numel());
-      total += slices[i].data.numel();
+    for (const Piece& p : pieces) {
+      ranges.emplace_back(p.begin, p.count);
+      total += p.count;
     }
-    // Read straight into the caller's tensor when it is one CPU contiguous
-    // slice; otherwise through a staging buffer.
-    at::Tensor direct;
-    if (order.size() == 1) {
-      const at::Tensor& data = slices[order[0]].data;
-      if (data.device().is_cpu() && data.is_contiguous()) direct = data;
+    // Read straight into the caller's tensor when it is the one CPU contiguous
+    // piece; otherwise through a staging buffer.
+    at::Tensor buffer;
+    if (pieces.size() == 1 && pieces[0].slice >= 0) {
+      const at::Tensor& data = slices[static_cast<size_t>(pieces[0].slice)].data;
+      if (data.device().is_cpu() && data.is_contiguous()) buffer = data;
     }
-    at::Tensor buffer = direct.defined() || total == 0
-                            ? direct
-                            : at::empty({total}, at::TensorOptions().dtype(table[plan.dtype].scalar_type));
-    transfer(/*writing=*/false, dataset.get(), plan, ranges, buffer.defined() ? buffer.data_ptr() : nullptr,
-             dxpl.get());
-    if (!direct.defined() && total > 0) {
-      int64_t offset = 0;
-      for (size_t i : order) {
-        at::Tensor& data = slices[i].data;
-        data.copy_(buffer.narrow(0, offset, data.numel()).view(data.sizes()));
-        offset += data.numel();
+    const bool direct = buffer.defined();
+    if (!direct && total > 0) buffer = at::empty({total}, at::TensorOptions().dtype(table[plan.dtype].scalar_type));
+    {
+      PhaseGuard guard(r.comm, r.phase(full));
+      std::string problem = transfer(/*writing=*/false, dataset.get(), plan, ranges,
+                                     buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), r.path);
+      throw_if_any_failed(problem.empty() ? problem : "cannot read checkpoint " + r.path + " (" + full + "): " + problem,
+                          r.comm, r.phase(full + ": agreeing on the read"));
+    }
+    const auto* bytes = buffer.defined() ? static_cast<const unsigned char*>(buffer.data_ptr()) : nullptr;
+    const int64_t element_size = static_cast<int64_t>(at::elementSize(table[plan.dtype].scalar_type));
+    int64_t offset = 0;
+    for (const Piece& p : pieces) {
+      // Elements a lower rank also read are hashed there, not here.
+      const auto claims = p.slice < 0 ? std::vector<std::pair<int64_t, int64_t>>{{p.begin, p.count}}
+                                      : first_claims(plan.records, rank, p.begin, p.count);
+      for (const auto& [begin, count] : claims) {
+        const RangeDigest d = digest(bytes + (offset + begin - p.begin) * element_size, plan.dtype, begin, count);
+        checksums[k] += d.checksum;
+        non_finite[k] += d.non_finite;
       }
+      if (!direct && p.slice >= 0) {
+        at::Tensor& data = slices[static_cast<size_t>(p.slice)].data;
+        data.copy_(buffer.narrow(0, offset, p.count).view(data.sizes()));
+      }
+      offset += p.count;
     }
+  }
+
+  all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, r.comm,
+                      r.phase("/" + group + ": combining checksums"));
+  all_reduce_in_place(non_finite.data(), static_cast<int>(non_finite.size()), MPI_INT64_T, MPI_SUM, r.comm,
+                      r.phase("/" + group + ": counting non-finite values"));
+  index = 0;
+  for (const auto& [name, plan] : plans) {
+    const size_t k = index++;
+    const std::string full = join_group(group, name);
+    if (stored[k] && *stored[k] != checksums[k]) checksum_mismatch(r.path, full, *stored[k], checksums[k]);
+    if (non_finite[k] > 0) non_finite_values(r.path, full, non_finite[k]);
   }
 }
 
 at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::string& name) const {
   const Impl& r = *impl_;
+  const std::string full = join_group(group, name);
   Dataset dataset = r.open_dataset(group, name);
-  std::vector<int64_t> shape = r.dataset_shape(dataset.get());
-  const DtypeInfo& info = dtype_table()[r.dataset_dtype(dataset.get(), join_group(group, name))];
+  std::vector<int64_t> shape = r.dataset_shape(dataset.get(), full);
+  const int code = r.dataset_dtype(dataset.get(), full);
+  const DtypeInfo& info = dtype_table()[static_cast<size_t>(code)];
+  const std::optional<uint64_t> stored = r.stored_checksum(dataset.get(), full);
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(info.scalar_type));
-  if (out.numel() > 0)
-    ST_CHECK_HDF5(H5Dread(dataset.get(), info.memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()));
+  if (out.numel() == 0) return out;
+  errno = 0;
+  if (H5Dread(dataset.get(), info.memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()) < 0)
+    throw Error("cannot read checkpoint " + r.path + " (" + full + "): " + io_failure_reason(errno, ""));
+  const RangeDigest d = digest(out.data_ptr(), code, 0, out.numel());
+  if (stored && *stored != d.checksum) checksum_mismatch(r.path, full, *stored, d.checksum);
+  if (d.non_finite > 0) non_finite_values(r.path, full, d.non_finite);
   return out;
 }
 
 bool CheckpointReader::has_attribute(const std::string& key) const {
-  return ST_CHECK_HDF5(H5Aexists(impl_->file.get(), key.c_str())) > 0;
+  return impl_->ok(H5Aexists(impl_->file.get(), key.c_str()), "attribute '" + key + "'") > 0;
 }
 
 std::vector<std::string> CheckpointReader::attribute_names() const {
@@ -822,42 +1183,48 @@ std::vector<std::string> CheckpointReader::attribute_names() const {
     static_cast<std::vector<std::string>*>(data)->emplace_back(name);
     return 0;
   };
-  ST_CHECK_HDF5(H5Aiterate2(impl_->file.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &out));
+  impl_->ok(H5Aiterate2(impl_->file.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &out), "the attributes");
   return out;
 }
 
 int64_t CheckpointReader::int_attribute(const std::string& key) const {
-  Attribute attribute = impl_->open_attribute(key);
-  Datatype type(ST_CHECK_HDF5(H5Aget_type(attribute.get())));
-  Dataspace space(ST_CHECK_HDF5(H5Aget_space(attribute.get())));
+  const Impl& r = *impl_;
+  Attribute attribute = r.open_attribute(key);
+  const std::string what = "attribute '" + key + "'";
+  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
-    impl_->wrong_kind(key, "an integer");
+    r.wrong_kind(key, "an integer");
   int64_t value = 0;
-  ST_CHECK_HDF5(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value));
+  r.ok(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), what);
   return value;
 }
 
 double CheckpointReader::double_attribute(const std::string& key) const {
-  Attribute attribute = impl_->open_attribute(key);
-  Datatype type(ST_CHECK_HDF5(H5Aget_type(attribute.get())));
-  Dataspace space(ST_CHECK_HDF5(H5Aget_space(attribute.get())));
+  const Impl& r = *impl_;
+  Attribute attribute = r.open_attribute(key);
+  const std::string what = "attribute '" + key + "'";
+  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_FLOAT || H5Sget_simple_extent_npoints(space.get()) != 1)
-    impl_->wrong_kind(key, "a floating-point number");
+    r.wrong_kind(key, "a floating-point number");
   double value = 0;
-  ST_CHECK_HDF5(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value));
+  r.ok(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value), what);
   return value;
 }
 
 std::string CheckpointReader::string_attribute(const std::string& key) const {
-  Attribute attribute = impl_->open_attribute(key);
-  Datatype type(ST_CHECK_HDF5(H5Aget_type(attribute.get())));
-  if (H5Tget_class(type.get()) != H5T_STRING) impl_->wrong_kind(key, "a string");
-  if (ST_CHECK_HDF5(H5Tis_variable_str(type.get()))) {
+  const Impl& r = *impl_;
+  Attribute attribute = r.open_attribute(key);
+  const std::string what = "attribute '" + key + "'";
+  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  if (H5Tget_class(type.get()) != H5T_STRING) r.wrong_kind(key, "a string");
+  if (r.ok(H5Tis_variable_str(type.get()), what)) {
     Datatype memory_type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
     ST_CHECK_HDF5(H5Tset_size(memory_type.get(), H5T_VARIABLE));
     ST_CHECK_HDF5(H5Tset_cset(memory_type.get(), H5Tget_cset(type.get())));
     char* pointer = nullptr;
-    ST_CHECK_HDF5(H5Aread(attribute.get(), memory_type.get(), &pointer));
+    r.ok(H5Aread(attribute.get(), memory_type.get(), &pointer), what);
     std::string value = pointer ? pointer : "";
     H5free_memory(pointer);
     return value;
@@ -865,21 +1232,111 @@ std::string CheckpointReader::string_attribute(const std::string& key) const {
   // Fixed-length strings (e.g. written by other tools): size bytes, NUL padded.
   size_t size = H5Tget_size(type.get());
   std::string value(size, '\0');
-  ST_CHECK_HDF5(H5Aread(attribute.get(), type.get(), value.data()));
+  r.ok(H5Aread(attribute.get(), type.get(), value.data()), what);
   value.resize(std::strlen(value.c_str()));
   return value;
 }
 
 std::vector<uint8_t> CheckpointReader::bytes_attribute(const std::string& key) const {
-  Attribute attribute = impl_->open_attribute(key);
-  Datatype type(ST_CHECK_HDF5(H5Aget_type(attribute.get())));
-  Dataspace space(ST_CHECK_HDF5(H5Aget_space(attribute.get())));
+  const Impl& r = *impl_;
+  Attribute attribute = r.open_attribute(key);
+  const std::string what = "attribute '" + key + "'";
+  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
       H5Sget_simple_extent_ndims(space.get()) != 1)
-    impl_->wrong_kind(key, "bytes (a 1-D uint8 array)");
+    r.wrong_kind(key, "bytes (a 1-D uint8 array)");
   std::vector<uint8_t> value(static_cast<size_t>(H5Sget_simple_extent_npoints(space.get())));
-  if (!value.empty()) ST_CHECK_HDF5(H5Aread(attribute.get(), H5T_NATIVE_UINT8, value.data()));
+  if (!value.empty()) r.ok(H5Aread(attribute.get(), H5T_NATIVE_UINT8, value.data()), what);
   return value;
+}
+
+// ---- verification ------------------------------------------------------------------
+
+CheckpointVerification verify_checkpoint(const std::string& path) {
+  silence_hdf5_printing();
+  check_checkpoint_file(path);
+  File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw Error(path + " is damaged: " + damage_reason());
+  auto require = [&](htri_t status, const std::string& what) {
+    if (status < 0) throw Error(path + ": cannot read " + what + ": " + damage_reason());
+    return status > 0;
+  };
+  if (!require(H5Aexists(file.get(), kWorldSizeAttribute), "its attributes"))
+    throw Error(path + ": the checkpoint has no '" + std::string(kWorldSizeAttribute) +
+                "' attribute (every shardtrain checkpoint has one): the file is damaged");
+  CheckpointVerification report;
+  report.has_checksums = require(H5Aexists(file.get(), kChecksumAlgorithmAttribute), "its attributes");
+
+  // Every object of the file, groups and datasets, in name order.
+  std::vector<std::string> links;
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    return 0;
+  };
+  require(H5Lvisit(file.get(), H5_INDEX_NAME, H5_ITER_INC, collect, &links), "the list of its tensors");
+
+  constexpr int64_t kChunkElements = int64_t{16} << 20;
+  const auto& table = dtype_table();
+  for (const std::string& link : links) {
+    const std::string full = "/" + link;
+    const hid_t object = H5Oopen(file.get(), full.c_str(), H5P_DEFAULT);
+    require(object, full);
+    const H5I_type_t kind = H5Iget_type(object);
+    H5Oclose(object);
+    if (kind != H5I_DATASET) continue;
+    Dataset dataset(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT));
+    require(dataset.get(), "dataset " + full);
+    Datatype type(H5Dget_type(dataset.get()));
+    require(type.get(), "the type of " + full);
+    const int code = dtype_code_of_file_type(type.get());
+    if (code < 0) throw Error(path + ": dataset " + full + " has a type shardtrain cannot read");
+    Dataspace space(H5Dget_space(dataset.get()));
+    require(space.get(), "the shape of " + full);
+    const int ndim = H5Sget_simple_extent_ndims(space.get());
+    require(ndim, "the shape of " + full);
+    std::vector<hsize_t> dims(static_cast<size_t>(ndim));
+    if (ndim > 0) require(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "the shape of " + full);
+    const std::vector<int64_t> shape(dims.begin(), dims.end());
+    std::optional<uint64_t> stored;
+    if (report.has_checksums) {
+      if (!require(H5Aexists(dataset.get(), kChecksumAttribute), "the checksum of " + full))
+        throw Error(path + ": tensor " + full + " has no checksum although the file has them: the file was "
+                    "modified after it was written");
+      Attribute attribute(H5Aopen(dataset.get(), kChecksumAttribute, H5P_DEFAULT));
+      uint64_t value = 0;
+      require(attribute.valid() ? H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) : -1, "the checksum of " + full);
+      stored = value;
+    }
+    const int64_t numel = numel_of(shape);
+    const auto element_size = static_cast<int64_t>(at::elementSize(table[static_cast<size_t>(code)].scalar_type));
+    RangeDigest total;
+    at::Tensor buffer;
+    for (int64_t begin = 0; begin < numel; begin += kChunkElements) {
+      const int64_t count = std::min(kChunkElements, numel - begin);
+      if (!buffer.defined() || buffer.numel() < count)
+        buffer = at::empty({count}, at::TensorOptions().dtype(table[static_cast<size_t>(code)].scalar_type));
+      Dataspace file_space = make_file_space(shape);
+      bool first = true;
+      select_flat_range(file_space.get(), shape, begin, begin + count, &first);
+      const hsize_t length = static_cast<hsize_t>(count);
+      Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
+      errno = 0;
+      if (H5Dread(dataset.get(), table[static_cast<size_t>(code)].memory_type, memory_space.get(), file_space.get(),
+                  H5P_DEFAULT, buffer.data_ptr()) < 0)
+        throw Error("cannot read checkpoint " + path + " (" + full + "): " + io_failure_reason(errno, ""));
+      const RangeDigest d = digest(buffer.data_ptr(), code, begin, count);
+      total.checksum += d.checksum;
+      total.non_finite += d.non_finite;
+    }
+    if (stored && *stored != total.checksum) checksum_mismatch(path, full, *stored, total.checksum);
+    if (total.non_finite > 0) non_finite_values(path, full, total.non_finite);
+    ++report.num_datasets;
+    if (stored) ++report.num_verified;
+    report.num_bytes += numel * element_size;
+    report.datasets.push_back(full);
+  }
+  return report;
 }
 
 }  // namespace shardtrain

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
 
 namespace shardtrain {
@@ -25,9 +26,9 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 // Whether every rank has `value`; Error on all ranks (naming `what`) when the
 // ranks disagree, because the collective calls that follow would not match.
 bool agreed_flag(bool value, MPI_Comm comm, const std::string& what) {
-  int mine = value ? 1 : 0, low = 0, high = 0;
-  ST_CHECK_MPI(MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, comm));
-  ST_CHECK_MPI(MPI_Allreduce(&mine, &high, 1, MPI_INT, MPI_MAX, comm));
+  const int64_t mine = value ? 1 : 0;
+  const int64_t low = min_over_ranks(mine, comm, what + ": agreeing on optimizer state");
+  const int64_t high = max_over_ranks(mine, comm, what + ": agreeing on optimizer state");
   if (low != high) throw Error(what + ": some ranks pass optimizer state and others do not");
   return low == 1;
 }

@@ -6,11 +6,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <new>
+#include <regex>
 #include <thread>
 
 #include "cli/commands.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/core/memory.h"
 
 namespace shardtrain {
 namespace {
@@ -26,13 +30,40 @@ bool all_ranks_failed(MPI_Comm comm) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   int done = 0;
   while (!done && std::chrono::steady_clock::now() < deadline) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
     if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return done != 0;
 }
 
-int report_failure(const World& world, MPI_Comm failure_comm, const std::string& message, int status) {
+// An allocation that failed, told as what ran out: never std::bad_alloc or
+// LibTorch's allocator text. `library_text` may hold "you tried to allocate N bytes".
+std::string out_of_memory_message(const std::string& library_text) {
+  std::string what = "an allocation failed";
+  std::smatch match;
+  static const std::regex bytes(R"(tried to allocate ([0-9]+) bytes)");
+  if (std::regex_search(library_text, match, bytes))
+    what = "an allocation of " + format_bytes(std::stod(match[1].str())) + " failed";
+  else if (library_text.find("CUDA out of memory") != std::string::npos)
+    what = "the GPU's memory is full (CUDA out of memory)";
+  const std::optional<AvailableMemory> available = available_memory();
+  return "out of memory: " + what +
+         (available ? " (" + format_bytes(static_cast<double>(available->bytes)) + " of host memory available now: " +
+                          available->source + ")"
+                    : std::string()) +
+         ". Lower train.batch_size, train.eval_batch_size or data.max_length, use a sharded parallel.strategy "
+         "(zero2, zero3) or fewer ranks per node";
+}
+
+bool is_allocator_failure(const std::string& text) {
+  return text.find("can't allocate memory") != std::string::npos ||
+         text.find("CUDA out of memory") != std::string::npos ||
+         text.find("Cannot allocate memory") != std::string::npos;
+}
+
+int report_failure(const World& world, MPI_Comm failure_comm, std::string message, int status) {
+  // A value quoted whole (a 1 MB line) must not flood the terminal.
+  message = shorten(message, 4000);
   if (world.size() == 1 || all_ranks_failed(failure_comm)) {
     if (world.rank() == 0) std::fprintf(stderr, "shardtrain: error: %s\n", message.c_str());
     return status;
@@ -48,7 +79,7 @@ int report_failure(const World& world, MPI_Comm failure_comm, const std::string&
 int run_cli(int argc, char** argv) {
   World world(&argc, &argv);
   MPI_Comm failure_comm = MPI_COMM_NULL;
-  MPI_Comm_dup(world.comm(), &failure_comm);
+  ST_CHECK_MPI(MPI_Comm_dup(world.comm(), &failure_comm));
 
   CLI::App app{"shardtrain: fine-tune BERT sequence classifiers with MPI (+ NCCL), sharded or not"};
   app.set_version_flag("--version", "shardtrain 0.1.0");
@@ -79,12 +110,15 @@ int run_cli(int argc, char** argv) {
     }
   } catch (const Error& e) {
     status = report_failure(world, failure_comm, e.what(), 2);
+  } catch (const std::bad_alloc&) {
+    status = report_failure(world, failure_comm, out_of_memory_message(""), 1);
   } catch (const c10::Error& e) {
-    status = report_failure(world, failure_comm, e.what_without_backtrace(), 1);
+    const std::string text = e.what_without_backtrace();
+    status = report_failure(world, failure_comm, is_allocator_failure(text) ? out_of_memory_message(text) : text, 1);
   } catch (const std::exception& e) {
     status = report_failure(world, failure_comm, e.what(), 1);
   }
-  MPI_Comm_free(&failure_comm);
+  ST_CHECK_MPI(MPI_Comm_free(&failure_comm));
   return status;
 }
 

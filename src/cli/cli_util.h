@@ -1,14 +1,12 @@
 // Private to the cli layer: small helpers shared by the subcommands.
 #pragma once
 
-#include <mpi.h>
-
 #include <filesystem>
 #include <string>
 #include <system_error>
 #include <utility>
 
-#include "shardtrain/comm/rank0.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 
@@ -45,14 +43,6 @@ void with_flag_names(F&& body) {
   } catch (const Error& e) {
     throw Error(config_keys_to_flags(e.what()));
   }
-}
-
-// Runs `body` on rank 0 only, then tells every rank whether it threw
-// shardtrain::Error, so that every rank throws the same Error and run_cli
-// reports it once with exit status 2 instead of aborting the job.
-template <class F>
-void on_rank0_for_all(const World& world, F&& body) {
-  run_on_rank0(world.comm(), std::forward<F>(body));
 }
 
 }  // namespace shardtrain

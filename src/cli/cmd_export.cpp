@@ -15,6 +15,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -76,12 +77,12 @@ void write_file(const fs::path& path, const std::string& content) {
 void run_export(const World& world, const ExportFlags& flags) {
   at::ScalarType dtype = at::kFloat;
   with_flag_names([&] { dtype = parse_dtype(flags.dtype); });
-  on_rank0_for_all(world, [&] { check_paths(flags); });
+  on_rank0(world.comm(), "export: checking the paths", [&] { check_paths(flags); });
 
   // Rank 0 alone streams the weights, one tensor at a time; the model is never
   // built, so no rank holds more than one tensor (train/checkpoint_model.h).
   CheckpointExport exported;
-  on_rank0_for_all(world, [&] {
+  on_rank0(world.comm(), "export: rank 0 writes " + flags.output, [&] {
     const fs::path folder(flags.output);
     std::error_code error;
     fs::create_directories(folder, error);

@@ -2,7 +2,8 @@
 // the weights: progress (step, epoch, sampler position), the job that wrote it,
 // the schedule, the metrics of its report, the model and whether optimizer
 // state is there. --json prints the same as one JSON object; --config prints
-// the resolved run config TOML stored with it. Rank 0 reads the file alone.
+// the resolved run config TOML stored with it; --verify reads every tensor and
+// checks it (checkpoint/checkpoint.h's checksums). Rank 0 reads the file alone.
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <mpi.h>
@@ -15,6 +16,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
@@ -29,6 +31,7 @@ struct InspectFlags {
   std::string path;
   bool json = false;
   bool config = false;
+  bool verify = false;
 };
 
 struct GroupSummary {
@@ -116,17 +119,6 @@ nlohmann::json summarize(const std::string& path) {
   return out;
 }
 
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  return unit == 0 ? str_format("%lld B", static_cast<long long>(bytes)) : str_format("%.1f %s", value, units[unit]);
-}
-
 // 108311810 -> "108,311,810"
 std::string grouped(int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value);
@@ -142,7 +134,7 @@ std::string metric_value(const nlohmann::json& value) {
 void print_text(const nlohmann::json& s) {
   const nlohmann::json& m = s["model"];
   auto i64 = [](const nlohmann::json& v) { return static_cast<long long>(v.get<int64_t>()); };
-  std::printf("checkpoint:  %s (%s)\n", s["path"].get<std::string>().c_str(), human_bytes(s["size_bytes"].get<int64_t>()).c_str());
+  std::printf("checkpoint:  %s (%s)\n", s["path"].get<std::string>().c_str(), format_bytes(static_cast<double>(s["size_bytes"].get<int64_t>())).c_str());
   std::printf("kind:        %s\n", s["kind"].get<std::string>().c_str());
   std::printf("progress:    step %lld, epoch %lld, %lld batches of the epoch consumed\n", i64(s["step"]),
               i64(s["epoch"]), i64(s["batches_consumed"]));
@@ -174,10 +166,10 @@ void print_text(const nlohmann::json& s) {
               i64(m["num_hidden_layers"]), i64(m["hidden_size"]), i64(m["num_attention_heads"]),
               i64(m["intermediate_size"]), i64(m["vocab_size"]), i64(m["num_labels"]), labels.c_str());
   std::printf("parameters:  %s in %lld tensors (%s)\n", grouped(m["num_parameters"].get<int64_t>()).c_str(),
-              i64(m["num_tensors"]), human_bytes(m["parameter_bytes"].get<int64_t>()).c_str());
+              i64(m["num_tensors"]), format_bytes(static_cast<double>(m["parameter_bytes"].get<int64_t>())).c_str());
   if (s["optimizer_state"].get<bool>())
     std::printf("optimizer:   AdamW state present (exp_avg, exp_avg_sq: %s)\n",
-                human_bytes(s["optimizer_bytes"].get<int64_t>()).c_str());
+                format_bytes(static_cast<double>(s["optimizer_bytes"].get<int64_t>())).c_str());
   else
     std::printf("optimizer:   no optimizer state (model only; a resumed run would restart AdamW)\n");
   const nlohmann::json& tokenizer = s["tokenizer"];
@@ -186,8 +178,37 @@ void print_text(const nlohmann::json& s) {
   std::printf("datasets:    %lld\n", i64(s["num_datasets"]));
 }
 
+// --verify: every dataset read in full against its checksum and for NaNs, the
+// attributes a training checkpoint needs, and the tensors against its model
+// config. Error (exit 2) naming the file and the first problem.
+void verify(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw Error(path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+  const CheckpointVerification v = verify_checkpoint(path);
+  CheckpointReader reader(path, MPI_COMM_SELF);
+  const TrainState state = read_train_state(reader);
+  const BertConfig config = BertConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
+  for (const FlatTensor& tensor : model_flat_tensors(config, path + " (attribute model_config_json)")) {
+    if (!reader.has("model", tensor.name))
+      throw Error(path + ": the checkpoint has no tensor /model/" + tensor.name + " of its model config");
+    if (reader.shape("model", tensor.name) != tensor.shape)
+      throw Error(path + ": tensor /model/" + tensor.name + " does not have the shape its model config gives");
+  }
+  std::printf("%s: OK: %lld datasets (%s) read in full, all finite; %s; training state (step %lld) and model "
+              "config readable\n",
+              path.c_str(), static_cast<long long>(v.num_datasets), format_bytes(static_cast<double>(v.num_bytes)).c_str(),
+              v.has_checksums ? str_format("%lld checksums match", static_cast<long long>(v.num_verified)).c_str()
+                              : "no checksums (written by an older shardtrain): their content could not be verified",
+              static_cast<long long>(state.step));
+  std::fflush(stdout);
+}
+
 void run_inspect(const World& world, const InspectFlags& flags) {
-  on_rank0_for_all(world, [&] {
+  on_rank0(world.comm(), "inspect: rank 0 reads " + flags.path, [&] {
+    if (flags.verify) {
+      verify(flags.path);
+      return;
+    }
     if (flags.config) {
       if (std::filesystem::is_directory(flags.path))
         throw Error(flags.path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
@@ -215,8 +236,13 @@ void add_inspect_command(CLI::App& root, World& world) {
       "inspect", "Summarise a training checkpoint: progress, schedule, metrics, model, optimizer state");
   sub->add_option("checkpoint", flags->path, "training checkpoint file (checkpoint_<n>.h5)")->required();
   auto* json = sub->add_flag("--json", flags->json, "print the summary as one JSON object");
-  sub->add_flag("--config", flags->config, "print the resolved run config (TOML) stored in the checkpoint")
-      ->excludes(json);
+  auto* config = sub->add_flag("--config", flags->config, "print the resolved run config (TOML) stored in the checkpoint")
+                     ->excludes(json);
+  sub->add_flag("--verify", flags->verify,
+                "read every tensor and check it against its checksum and for NaN/inf, and the training state; "
+                "exit 2 naming the first problem")
+      ->excludes(json)
+      ->excludes(config);
   sub->callback([&world, flags] { run_inspect(world, *flags); });
 }
 

@@ -11,9 +11,9 @@
 #include "cli/commands.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/curves.h"
-#include "shardtrain/train/run_folder.h"
 
 namespace shardtrain {
 namespace {
@@ -60,7 +60,7 @@ void add_plot_command(CLI::App& root, World& world) {
   command->add_option("--output,-o", flags->output, "the chart: FILE.svg, or FILE.png (needs librsvg at build time)")
       ->required();
   command->add_option("--title", flags->title, "title above the chart (default: the run names)");
-  command->callback([flags, &world]() { on_rank0_for_all(world, [&] { plot(*flags); }); });
+  command->callback([flags, &world]() { on_rank0(world.comm(), "plot: rank 0 draws " + flags->output, [&] { plot(*flags); }); });
 }
 
 }  // namespace shardtrain

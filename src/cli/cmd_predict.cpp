@@ -9,6 +9,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -61,7 +62,8 @@ void run_predict(const World& world, PredictFlags& flags) {
     log_warn("predict: skipped %lld bad rows of %s (--on-bad-row skip)", static_cast<long long>(result.num_bad_rows),
              options.data_path.c_str());
 
-  on_rank0_for_all(world, [&] { write_predictions_jsonl(result, flags.output); });
+  on_rank0(world.comm(), "predict: rank 0 writes " + flags.output,
+           [&] { write_predictions_jsonl(result, flags.output); });
 
   log_info("predict: %lld rows on %d ranks in %.3f s (%.1f rows/s, batch %lld per rank) -> %s",
            static_cast<long long>(result.num_rows), result.world_size, result.seconds,

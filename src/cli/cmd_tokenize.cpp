@@ -12,6 +12,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -129,7 +130,7 @@ void add_tokenize_command(CLI::App& root, World& world) {
   sub->add_option("--max-length", options->max_length, "truncate to this many ids, longest_first (0 = no truncation)");
   sub->add_option("--output", options->output, "output JSON-lines file, or - for stdout")->capture_default_str();
   sub->callback([&world, options] {
-    on_rank0_for_all(world, [&] { with_flag_names([&] { run_tokenize(*options); }); });
+    on_rank0(world.comm(), "tokenize: rank 0 tokenizes", [&] { with_flag_names([&] { run_tokenize(*options); }); });
   });
 }
 

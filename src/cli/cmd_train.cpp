@@ -1,14 +1,21 @@
 // `shardtrain train`: the main job (train/trainer.h does the work).
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "shardtrain/comm/mpi_helpers.h"
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/train/run_lock.h"
 #include "shardtrain/train/trainer.h"
 
 namespace shardtrain {
@@ -38,6 +45,23 @@ void add_train_command(CLI::App& root, World& world) {
       if (count > 0) log_info("restart %lld of this job (run.max_failures %lld)", count,
                               static_cast<long long>(config.run.max_failures));
     }
+    // Every blocking phase (checkpoint I/O, gathers, broadcasts) times out as collectives do.
+    set_default_phase_timeout_s(config.run.collective_timeout_s);
+    // One job per run folder for the whole run (train/run_lock.h); once this
+    // job holds it, temporary files in it are left over from dead jobs.
+    std::unique_ptr<RunLock> lock;
+    on_rank0(world.comm(), "taking the run folder's lock", [&] {
+      const std::string run_dir = (std::filesystem::path(config.run.storage_path) / config.run.name).string();
+      std::error_code error;
+      std::filesystem::create_directories(run_dir, error);
+      if (error || !std::filesystem::is_directory(run_dir))
+        throw Error("run.storage_path: cannot create the run folder '" + run_dir + "': " + error.message());
+      lock = std::make_unique<RunLock>(run_dir);
+      if (!lock->took_over().empty())
+        log_warn("took over the run folder's lock from %s", lock->took_over().c_str());
+      for (const std::string& path : remove_stale_temp_files(run_dir))
+        log_warn("removed %s, a temporary file of an earlier job that did not finish", path.c_str());
+    });
     TrainOptions options;
     // The saved config records what the DeepSpeed JSON resolved to, as comments.
     for (const auto& line : deepspeed_lines) options.config_toml += "# " + line + "\n";

@@ -12,6 +12,7 @@
 
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/optim/schedule.h"
 
@@ -20,7 +21,8 @@ namespace {
 
 // ---- value conversion: one function per field type ------------------------
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+// Values are quoted whole unless very long (a 1 MB line pasted by mistake).
+std::string quote(const std::string& s) { return "'" + shorten(s) + "'"; }
 
 void parse_value(const std::string& key, const std::string& text, std::string& out) { out = text; }
 
@@ -69,6 +71,9 @@ void parse_value(const std::string& key, const std::string& text, bool& out) {
 
 std::string format_double(double value) {
   char buffer[64];
+  // Whole numbers as digits: the shortest %g of 10 is "1e+01".
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15)
+    return std::to_string(static_cast<long long>(value)) + ".0";
   std::snprintf(buffer, sizeof(buffer), "%.17g", value);
   // Shortest representation that reads back to the same double.
   for (int precision = 1; precision <= 17; ++precision) {
@@ -114,6 +119,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string suggestion_for(const std::string& key) {
+  if (key.size() > 100) return "";  // no key is that long; the distances would cost seconds
   std::string best;
   // Suggest only close matches: a third of the key's length, at least 2 edits.
   size_t best_distance = std::max<size_t>(3, key.size() / 3 + 1);
@@ -260,6 +266,9 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
   }
 
   // Derived values: filled once here so nothing downstream guesses them.
+  if (config.run.name.empty() && keys_set.count("run.name"))
+    throw Error("run.name = '': must not be empty (it names the run folder under run.storage_path); leave the key "
+                "out to use the config file's name");
   if (config.run.name.empty()) config.run.name = file.empty() ? "shardtrain" : stem_of(file);
   if (config.model.vocab.empty() && !config.model.path.empty()) config.model.vocab = config.model.path + "/vocab.txt";
   if (config.data.format == FileFormat::kAuto && !config.data.train_file.empty()) {
@@ -334,6 +343,8 @@ void validate_model(const ModelConfig& m) {
   require(!m.vocab.empty(), "model.vocab: needed when model.path is not set (a vocab.txt)");
   require(is_file(m.vocab), "model.vocab = " + quote(m.vocab) + ": no such file");
   non_negative("model.num_labels", m.num_labels);
+  require(m.num_labels <= kMaxNumLabels, "model.num_labels = " + std::to_string(m.num_labels) + ": more than the " +
+                                             std::to_string(kMaxNumLabels) + " labels a classifier may have");
   if (m.hidden_dropout_prob) probability("model.hidden_dropout_prob", *m.hidden_dropout_prob);
   if (m.attention_probs_dropout_prob) probability("model.attention_probs_dropout_prob", *m.attention_probs_dropout_prob);
 }

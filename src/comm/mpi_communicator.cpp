@@ -15,6 +15,7 @@
 
 #include "comm/arrival_board.h"
 #include "comm/collective_args.h"
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -29,7 +30,7 @@ std::mutex& mpi_mutex() {
 bool mpi_thread_multiple() {
   static const bool multiple = [] {
     int provided = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&provided);
+    ST_CHECK_MPI(MPI_Query_thread(&provided));
     return provided >= MPI_THREAD_MULTIPLE;
   }();
   return multiple;
@@ -193,6 +194,7 @@ struct MpiCommunicator::Launch {
 };
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  PhaseGuard guard(comm, "MpiCommunicator set-up", timeout_s);
   ST_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   ST_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
@@ -211,12 +213,14 @@ MpiCommunicator::~MpiCommunicator() {
   board_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  // A destructor must not throw (that would std::terminate mid-unwind): warn.
+  if (comm_ != MPI_COMM_NULL && !finalized && MPI_Comm_free(&comm_) != MPI_SUCCESS)
+    log_warn("MPI_Comm_free failed while shutting down a communicator");
 }
 
 std::unique_ptr<Work> MpiCommunicator::start(const char* operation, Launch&& launch) {
   ++sequence_;
-  board_->enter(sequence_);
+  board_->enter(sequence_, operation);
   ++stats_.num_collectives;
   stats_.bytes_sent += bytes_on_wire(launch.kind, launch.total_bytes, size_);
   MPI_Request request = MPI_REQUEST_NULL;
@@ -362,6 +366,7 @@ void MpiCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  PhaseGuard guard(comm_, "MpiCommunicator::split", timeout_s_);
   MPI_Comm sub = MPI_COMM_NULL;
   ST_CHECK_MPI(with_mpi([&] { return MPI_Comm_split(comm_, color, key, &sub); }));
   auto out = std::make_unique<MpiCommunicator>(sub, timeout_s_);

@@ -9,6 +9,7 @@
 
 #include "comm/arrival_board.h"
 #include "comm/collective_args.h"
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/cuda_check.h"
 #include "shardtrain/core/log.h"
@@ -239,6 +240,8 @@ int NcclCommunicator::device_for_local_rank(int local_rank) {
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s)
     : device_(device), timeout_s_(timeout_s) {
+  // Covers the MPI set-up, the broadcast of the NCCL id and ncclCommInitRank.
+  PhaseGuard guard(comm, "NcclCommunicator set-up", timeout_s);
   ST_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   ST_CHECK_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
@@ -264,13 +267,15 @@ NcclCommunicator::~NcclCommunicator() {
   board_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  // A destructor must not throw (that would std::terminate mid-unwind): warn.
+  if (comm_ != MPI_COMM_NULL && !finalized && MPI_Comm_free(&comm_) != MPI_SUCCESS)
+    log_warn("MPI_Comm_free failed while shutting down a communicator");
 }
 
 std::unique_ptr<Work> NcclCommunicator::start(const char* operation, const Launch& launch) {
   DeviceGuard guard(device_);
   ++sequence_;
-  board_->enter(sequence_);
+  board_->enter(sequence_, operation);
   ++stats_.num_collectives;
   stats_.bytes_sent += bytes_on_wire(launch.kind, launch.total_bytes, size_);
   for (const auto& tensor : launch.tensors) record_stream(tensor, handles_->stream, device_);
@@ -433,6 +438,7 @@ void NcclCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  PhaseGuard guard(comm_, "NcclCommunicator::split", timeout_s_);
   MPI_Comm sub = MPI_COMM_NULL;
   ST_CHECK_MPI(MPI_Comm_split(comm_, color, key, &sub));
   auto out = std::make_unique<NcclCommunicator>(sub, device_, timeout_s_);

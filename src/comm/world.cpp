@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -50,6 +51,7 @@ World::World(int* argc, char*** argv) {
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   set_log_rank(rank_);
 
+  PhaseGuard guard(comm_, "start-up: finding the ranks of each node");
   MPI_Comm node_comm = MPI_COMM_NULL;
   ST_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
   ST_CHECK_MPI(MPI_Comm_rank(node_comm, &local_rank_));
@@ -63,7 +65,10 @@ World::World(int* argc, char*** argv) {
     ST_CHECK_MPI(MPI_Comm_free(&leaders));
   }
   int layout[2] = {node_index_, num_nodes_};
-  ST_CHECK_MPI(MPI_Bcast(layout, 2, MPI_INT, 0, node_comm));
+  {
+    PhaseGuard node_guard(node_comm, "start-up: sharing the node index");
+    ST_CHECK_MPI(MPI_Bcast(layout, 2, MPI_INT, 0, node_comm));
+  }
   node_index_ = layout[0];
   num_nodes_ = layout[1];
   ST_CHECK_MPI(MPI_Comm_free(&node_comm));
@@ -79,19 +84,22 @@ World::World(int* argc, char*** argv) {
 }
 
 World::~World() {
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  // A destructor must not throw (that would std::terminate mid-unwind): warn.
+  if (comm_ != MPI_COMM_NULL && MPI_Comm_free(&comm_) != MPI_SUCCESS) log_warn("MPI_Comm_free failed at shutdown");
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized && MPI_Finalize() != MPI_SUCCESS) log_warn("MPI_Finalize failed at shutdown");
 }
 
 int World::max_over_ranks(int value) const {
+  PhaseGuard guard(comm_, "World::max_over_ranks");
   int out = value;
   ST_CHECK_MPI(MPI_Allreduce(&value, &out, 1, MPI_INT, MPI_MAX, comm_));
   return out;
 }
 
 int World::min_over_ranks(int value) const {
+  PhaseGuard guard(comm_, "World::min_over_ranks");
   int out = value;
   ST_CHECK_MPI(MPI_Allreduce(&value, &out, 1, MPI_INT, MPI_MIN, comm_));
   return out;

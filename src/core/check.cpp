@@ -56,9 +56,18 @@ herr_t collect_hdf5_message(unsigned n, const H5E_error2_t* error, void* data) {
 }
 }  // namespace
 
-void fail_hdf5(const char* call, const char* file, int line) {
+}  // namespace detail
+
+std::string hdf5_error_text() {
   std::string message;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_hdf5_message, &message);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, detail::collect_hdf5_message, &message);
+  return message;
+}
+
+namespace detail {
+
+void fail_hdf5(const char* call, const char* file, int line) {
+  std::string message = hdf5_error_text();
   if (message.empty()) message = "call failed";
   fatal("HDF5", file, line, message + " (in " + call + ")");
 }

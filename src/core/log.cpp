@@ -58,6 +58,25 @@ std::string str_format(const char* format, ...) {
   return out;
 }
 
+std::string shorten(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  // Back up to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "... (" + std::to_string(text.size() - end) + " more bytes)";
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (!(bytes >= 0)) return "?";
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? str_format("%.0f B", bytes) : str_format("%.1f %s", bytes, units[unit]);
+}
+
 void log_info(const char* format, ...) {
   if (g_rank != 0) return;
   va_list args;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -57,7 +58,10 @@ Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indic
 
 PaddingStats PaddingStats::sum_over_ranks(MPI_Comm comm) const {
   int64_t local[2] = {real_tokens, total_tokens}, global[2] = {real_tokens, total_tokens};
-  if (comm != MPI_COMM_NULL) ST_CHECK_MPI(MPI_Allreduce(local, global, 2, MPI_INT64_T, MPI_SUM, comm));
+  if (comm != MPI_COMM_NULL) {
+    PhaseGuard guard(comm, "padding statistics (PaddingStats::sum_over_ranks)");
+    ST_CHECK_MPI(MPI_Allreduce(local, global, 2, MPI_INT64_T, MPI_SUM, comm));
+  }
   PaddingStats result;
   result.real_tokens = global[0];
   result.total_tokens = global[1];

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -96,7 +97,10 @@ TokenizedDataset build_dataset(const RawTable& table, const EncodeFn& encode, MP
 
   // Agree on failure before any gather, so a failing rank cannot strand the others.
   int failed = local.error.empty() ? 0 : 1, any_failed = failed;
-  if (world_size > 1) ST_CHECK_MPI(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm));
+  if (world_size > 1) {
+    PhaseGuard guard(comm, "tokenizing " + table.path + ": agreeing on errors");
+    ST_CHECK_MPI(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, comm));
+  }
   if (failed) throw Error(local.error);
   if (any_failed) throw Error(table.path + ": tokenization failed on another rank (its message names the row)");
 
@@ -106,6 +110,7 @@ TokenizedDataset build_dataset(const RawTable& table, const EncodeFn& encode, MP
     dataset.input_ids = std::move(local.ids);
     dataset.token_type_ids = std::move(local.types);
   } else {
+    PhaseGuard guard(comm, "tokenizing " + table.path + ": gathering the tokens of every rank");
     std::vector<int> row_counts(world_size), row_displs(world_size);
     for (int r = 0; r < world_size; ++r) {
       auto [rb, re] = row_slice(num_rows, r, world_size);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 
 namespace shardtrain {
@@ -240,8 +242,9 @@ class TableBuilder {
 
   // Throws (kError) or counts (kSkip) a bad row.
   void bad_row(int64_t line, const std::string& what) {
+    // A row can be a megabyte: whatever of it the message quotes is cut.
     if (options_.on_bad_row == BadRowPolicy::kError)
-      throw Error(str_format("%s:%lld: %s", table_.path.c_str(), static_cast<long long>(line), what.c_str()));
+      throw Error(str_format("%s:%lld: %s", table_.path.c_str(), static_cast<long long>(line), shorten(what, 400).c_str()));
     ++table_.num_bad_rows;
   }
 
@@ -250,7 +253,7 @@ class TableBuilder {
   std::optional<std::string> check_label(const std::string& label, float* value, int64_t* fixed_id) const {
     if (options_.label_mode == LabelMode::kRegression) {
       auto v = parse_float(label);
-      if (!v) return "label '" + label + "' is not a number (regression labels must be floats)";
+      if (!v) return "label '" + shorten(label, 60) + "' is not a number (regression labels must be floats)";
       *value = *v;
       return std::nullopt;
     }
@@ -260,7 +263,7 @@ class TableBuilder {
       if (it == fixed_names_.end()) {
         std::string known;
         for (const auto& name : options_.label_names) known += (known.empty() ? "" : ", ") + name;
-        return "label '" + label + "' is not one of the training labels (" + known + ")";
+        return "label '" + shorten(label, 60) + "' is not one of the training labels (" + shorten(known) + ")";
       }
       *fixed_id = it->second;
     }
@@ -285,6 +288,97 @@ class TableBuilder {
     else raw_labels_.push_back(label);
   }
 
+  static bool is_integer(const std::string& label) { return parse_int(label).has_value(); }
+  static bool is_negative(const std::string& label) {
+    const auto v = parse_int(label);
+    return v && *v < 0;
+  }
+
+  // Rows whose label is of the other kind than most (an integer among names,
+  // a name or "1.5" among integers) are bad rows. With as many of each kind
+  // there is no stray one: the labels are names.
+  void drop_stray_kinds() {
+    int64_t num_ints = 0;
+    for (const auto& s : raw_labels_) num_ints += is_integer(s);
+    const int64_t num_names = static_cast<int64_t>(raw_labels_.size()) - num_ints;
+    if (num_ints == 0 || num_names == 0 || num_ints == num_names) return;
+    const bool ints_stray = num_ints < num_names;
+    const std::string kind = ints_stray ? "names" : "integers (class ids)";
+    std::vector<bool> keep(raw_labels_.size(), true);
+    for (size_t i = 0; i < raw_labels_.size(); ++i) {
+      if (is_integer(raw_labels_[i]) != ints_stray) continue;
+      bad_row(table_.line_numbers[i],
+              str_format("label '%s' is %s, but %lld of the %zu labels are %s; every label must be of one kind",
+                         shorten(raw_labels_[i], 60).c_str(), ints_stray ? "an integer" : "not an integer",
+                         static_cast<long long>(ints_stray ? num_names : num_ints), raw_labels_.size(), kind.c_str()));
+      keep[i] = false;
+    }
+    drop_rows(keep);
+  }
+
+  // Integer class ids against ReaderOptions::num_classes (see reader.h).
+  void check_class_ids(std::vector<int64_t>& ids) {
+    const int64_t n = options_.num_classes;
+    std::vector<int64_t> distinct(ids);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    // Rows with an id outside [0, limit) are stray; no id reaches kMaxNumLabels
+    // (a label value of 1e9 is a mistake, not a billion-class model).
+    int64_t limit = kMaxNumLabels;
+    if (n > 0) {
+      limit = n;
+    } else if (n == kInferClasses) {
+      limit = 0;  // the smallest id no row has
+      for (int64_t id : distinct)
+        if (id == limit) ++limit;
+    }
+    std::string found;
+    for (size_t k = 0; k < distinct.size() && k < 12; ++k) found += (k ? ", " : "") + std::to_string(distinct[k]);
+    if (distinct.size() > 12) found += ", ...";
+    std::vector<bool> keep(ids.size(), true);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < limit) continue;
+      std::string why;
+      if (n > 0)
+        why = str_format("label %lld is outside the %lld classes of %s (0..%lld)", static_cast<long long>(ids[i]),
+                         static_cast<long long>(n), options_.class_source.c_str(), static_cast<long long>(n - 1));
+      else if (limit == kMaxNumLabels)
+        why = str_format("label %lld: class ids must be below %lld (the most labels a classifier may have)",
+                         static_cast<long long>(ids[i]), static_cast<long long>(kMaxNumLabels));
+      else
+        why = str_format("label %lld: integer labels are the class ids 0..K-1, each used by some row, but no row has "
+                         "label %lld (labels found: %s); fix the row, or set model.num_labels",
+                         static_cast<long long>(ids[i]), static_cast<long long>(limit), found.c_str());
+      bad_row(table_.line_numbers[i], why);
+      keep[i] = false;
+    }
+    if (std::find(keep.begin(), keep.end(), false) == keep.end()) return;
+    std::vector<int64_t> kept;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (keep[i]) kept.push_back(ids[i]);
+    ids = std::move(kept);
+    drop_rows(keep);
+  }
+
+  // Removes the rows (and their raw labels) with keep[i] false.
+  void drop_rows(const std::vector<bool>& keep) {
+    size_t out = 0;
+    for (size_t i = 0; i < keep.size(); ++i) {
+      if (!keep[i]) continue;
+      if (out != i) {  // a string moved onto itself would be left empty
+        table_.text_a[out] = std::move(table_.text_a[i]);
+        if (table_.has_text_b) table_.text_b[out] = std::move(table_.text_b[i]);
+        table_.line_numbers[out] = table_.line_numbers[i];
+        raw_labels_[out] = std::move(raw_labels_[i]);
+      }
+      ++out;
+    }
+    table_.text_a.resize(out);
+    if (table_.has_text_b) table_.text_b.resize(out);
+    table_.line_numbers.resize(out);
+    raw_labels_.resize(out);
+  }
+
   RawTable finish() {
     Labels& labels = table_.labels;
     if (!has_label_) {
@@ -298,16 +392,17 @@ class TableBuilder {
       labels.names = options_.label_names;
     } else {
       labels.kind = LabelKind::kClass;
-      bool all_ints = options_.label_mode == LabelMode::kAuto;
+      bool all_ints = false;
       std::vector<int64_t> ints;
-      ints.reserve(raw_labels_.size());
-      for (const auto& s : raw_labels_) {
-        if (!all_ints) break;
-        auto v = parse_int(s);
-        if (!v || *v < 0) all_ints = false;
-        else ints.push_back(*v);
+      if (options_.label_mode == LabelMode::kAuto) {
+        drop_stray_kinds();
+        // Negative integers are no class ids: such a set ("-1" / "1") is names, as it always was.
+        all_ints = std::all_of(raw_labels_.begin(), raw_labels_.end(), is_integer) &&
+                   std::none_of(raw_labels_.begin(), raw_labels_.end(), is_negative);
       }
       if (all_ints) {
+        for (const auto& s : raw_labels_) ints.push_back(*parse_int(s));
+        check_class_ids(ints);
         labels.class_ids = std::move(ints);
       } else {
         std::vector<std::string> names = raw_labels_;
@@ -345,7 +440,7 @@ int resolve_column(const std::vector<std::string>& header, const std::string& sp
   }
   std::string names;
   for (const auto& h : header) names += (names.empty() ? "'" : ", '") + h + "'";
-  throw Error(path + ": " + key + " = '" + spec + "' is not a column; the header has " + names);
+  throw Error(path + ": " + key + " = '" + shorten(spec, 100) + "' is not a column; the header has " + shorten(names, 400));
 }
 
 void read_delimited(const std::vector<Record>& records, const std::string& path, const ReaderOptions& options,

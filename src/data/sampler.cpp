@@ -7,7 +7,9 @@
 #include <numeric>
 #include <string>
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/memory.h"
 
 namespace shardtrain {
 
@@ -62,11 +64,22 @@ DistributedSampler::DistributedSampler(SamplerOptions options) : options_(std::m
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
     throw Error(str_format("sampler: rank %d outside world of %d", options_.rank, options_.world_size));
   if (options_.num_examples < 0) throw Error("sampler: negative dataset size");
+  if (options_.batch_size > (int64_t{1} << 40) / options_.world_size)
+    throw Error(str_format("train.batch_size = %lld x %d ranks: no global batch is that large (at most 2^40 examples)",
+                           static_cast<long long>(options_.batch_size), options_.world_size));
   if (options_.bucket_window_batches > 0 &&
       static_cast<int64_t>(options_.lengths.size()) != options_.num_examples)
     throw Error("sampler: length bucketing needs one length per example");
   const int64_t g = global_batch_size();
   num_batches_ = options_.drop_last ? options_.num_examples / g : (options_.num_examples + g - 1) / g;
+  // The epoch's order is padded to whole global batches and held in memory: a
+  // huge batch size must be refused here, not by the kernel's OOM killer.
+  require_memory(8.0 * static_cast<double>(num_batches_) * static_cast<double>(g),
+                 str_format("the sampler's order of %lld examples padded to global batches of %lld "
+                            "(train.batch_size %lld x %d ranks)",
+                            static_cast<long long>(options_.num_examples), static_cast<long long>(g),
+                            static_cast<long long>(options_.batch_size), options_.world_size),
+                 "; lower train.batch_size");
   set_epoch(0);
 }
 
@@ -197,10 +210,13 @@ std::vector<T> gather_vector(const std::vector<T>& local, const EvalPlan& plan, 
                            local.size(), static_cast<long long>(count)));
   ST_ASSERT(count <= INT_MAX, "eval results too large for one MPI gather");
   std::vector<T> gathered(count * plan.world_size);
-  if (plan.world_size == 1) gathered = local;
-  else
+  if (plan.world_size == 1) {
+    gathered = local;
+  } else {
+    PhaseGuard guard(comm, "eval gather (gather_for_metrics)");
     ST_CHECK_MPI(MPI_Allgather(local.data(), static_cast<int>(count), type, gathered.data(),
                                static_cast<int>(count), type, comm));
+  }
   return drop_eval_padding(plan, gathered, vpe);
 }
 
@@ -227,10 +243,13 @@ at::Tensor gather_for_metrics(const at::Tensor& local, const EvalPlan& plan, MPI
   std::vector<int64_t> shape = contiguous.sizes().vec();
   shape[0] *= plan.world_size;
   at::Tensor gathered = torch::empty(shape, contiguous.options());
-  if (plan.world_size == 1) gathered.copy_(contiguous);
-  else
+  if (plan.world_size == 1) {
+    gathered.copy_(contiguous);
+  } else {
+    PhaseGuard guard(comm, "eval gather (gather_for_metrics)");
     ST_CHECK_MPI(MPI_Allgather(contiguous.data_ptr(), static_cast<int>(bytes), MPI_BYTE, gathered.data_ptr(),
                                static_cast<int>(bytes), MPI_BYTE, comm));
+  }
   std::vector<int64_t> selection = eval_gather_selection(plan);
   return gathered.index_select(0, torch::tensor(selection, torch::kInt64));
 }

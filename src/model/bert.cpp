@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/core/memory.h"
 
 namespace shardtrain {
 namespace {
@@ -174,7 +176,10 @@ BertConfig BertConfig::from_json(const std::string& text, const std::string& sou
       config_error(source, "num_labels", "is " + j["num_labels"].dump() + " but id2label has " +
                                              std::to_string(c.num_labels) + " entries");
   } else {
-    c.set_num_labels(read_int(j, "num_labels", 2, source));
+    const int64_t n = read_int(j, "num_labels", 2, source);
+    if (n > kMaxNumLabels)
+      config_error(source, "num_labels", std::to_string(n) + " is more than " + std::to_string(kMaxNumLabels) + " labels");
+    c.set_num_labels(n);
   }
 
   static const std::set<std::string> modelled = {
@@ -200,6 +205,10 @@ BertConfig BertConfig::from_file(const std::string& path) {
 }
 
 void BertConfig::set_num_labels(int64_t n) {
+  // Checked here, not only in validate(): the names are allocated right below.
+  if (n > kMaxNumLabels)
+    throw Error("num_labels = " + std::to_string(n) + " is more than the " + std::to_string(kMaxNumLabels) +
+                " labels a classifier may have");
   num_labels = n;
   id2label.clear();
   for (int64_t i = 0; i < std::max<int64_t>(n, 0); ++i) id2label.push_back("LABEL_" + std::to_string(i));
@@ -217,6 +226,28 @@ void BertConfig::validate(const std::string& source) const {
   positive("max_position_embeddings", max_position_embeddings);
   positive("type_vocab_size", type_vocab_size);
   positive("num_labels", num_labels);
+  // Token ids are int32 in the tokenized data and the collated batches.
+  if (vocab_size > std::numeric_limits<int32_t>::max())
+    config_error(source, "vocab_size", std::to_string(vocab_size) + " is more than " +
+                                           std::to_string(std::numeric_limits<int32_t>::max()) +
+                                           " (token ids are 32-bit)");
+  if (num_labels > kMaxNumLabels)
+    config_error(source, "num_labels", std::to_string(num_labels) + " is more than " +
+                                           std::to_string(kMaxNumLabels) + " labels");
+  {
+    // In doubles, so that no product overflows before the check.
+    const double D = static_cast<double>(hidden_size), I = static_cast<double>(intermediate_size);
+    const double parameters =
+        (static_cast<double>(vocab_size) + static_cast<double>(max_position_embeddings) +
+         static_cast<double>(type_vocab_size)) * D +
+        static_cast<double>(num_hidden_layers) * (4 * D * D + 2 * D * I) + D * static_cast<double>(num_labels);
+    if (parameters > std::ldexp(1.0, 50))
+      config_error(source, "hidden_size",
+                   str_format("this config makes a model of about %.3g parameters (vocab_size %lld, hidden_size "
+                              "%lld, %lld layers, intermediate_size %lld): no machine holds it",
+                              parameters, static_cast<long long>(vocab_size), static_cast<long long>(hidden_size),
+                              static_cast<long long>(num_hidden_layers), static_cast<long long>(intermediate_size)));
+  }
   if (hidden_size % num_attention_heads != 0)
     config_error(source, "hidden_size", std::to_string(hidden_size) + " is not a multiple of num_attention_heads (" +
                                             std::to_string(num_attention_heads) + ")");
@@ -410,6 +441,17 @@ at::Tensor BertPooler::forward(const at::Tensor& hidden) { return at::tanh(dense
 
 BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config) : config_(config) {
   config_.validate();
+  // Sizes come from files (config.json, a checkpoint's attribute): a model
+  // that cannot fit is refused before LibTorch's allocator fails on it.
+  require_memory(4.0 * static_cast<double>(config_.num_parameters()),
+                 str_format("the model (%lld parameters in fp32: vocab_size %lld, hidden_size %lld, %lld layers, "
+                            "intermediate_size %lld, %lld labels)",
+                            static_cast<long long>(config_.num_parameters()), static_cast<long long>(config_.vocab_size),
+                            static_cast<long long>(config_.hidden_size),
+                            static_cast<long long>(config_.num_hidden_layers),
+                            static_cast<long long>(config_.intermediate_size),
+                            static_cast<long long>(config_.num_labels)),
+                 "; use a smaller model config");
   auto bert = register_module("bert", std::make_shared<torch::nn::Module>());
   embeddings_ = bert->register_module("embeddings", std::make_shared<BertEmbeddings>(config_));
   auto encoder = bert->register_module("encoder", std::make_shared<torch::nn::Module>());

@@ -1,5 +1,6 @@
 #include "shardtrain/parallel/topology.h"
 
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -50,6 +51,7 @@ Topology Topology::detect(MPI_Comm comm, const ParallelConfig& parallel) {
   int rank = 0, world = 1;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   ST_CHECK_MPI(MPI_Comm_size(comm, &world));
+  PhaseGuard guard(comm, "finding the ranks of each node (Topology::detect)");
   MPI_Comm node = MPI_COMM_NULL;
   ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   int local_rank = 0, local_size = 1;

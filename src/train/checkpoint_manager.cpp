@@ -7,8 +7,12 @@
 #include <filesystem>
 #include <regex>
 
-#include "shardtrain/comm/rank0.h"
+#include <sys/stat.h>
+
+#include "shardtrain/comm/mpi_helpers.h"
+#include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/parallel/strategy.h"
 
@@ -54,6 +58,27 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return best_index < 0 ? "" : run_dir + "/" + fs::path(best).filename().string();
 }
 
+int64_t highest_checkpoint_index(const std::string& run_dir) {
+  static const std::regex pattern(R"(checkpoint_([0-9]+)\.h5(\.damaged(-[0-9]+)?)?)");
+  std::error_code ec;
+  int64_t highest = 0;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (std::regex_match(name, match, pattern)) highest = std::max<int64_t>(highest, std::stoll(match[1].str()));
+  }
+  return highest;
+}
+
+std::string set_aside_damaged_checkpoint(const std::string& path) {
+  std::string target = path + ".damaged";
+  struct stat info {};
+  for (int n = 2; lstat(target.c_str(), &info) == 0; ++n) target = path + ".damaged-" + std::to_string(n);
+  if (std::rename(path.c_str(), target.c_str()) != 0)
+    throw Error("cannot set the damaged checkpoint " + path + " aside as " + target + ": " + os_error_text(errno));
+  return target;
+}
+
 CheckpointManager::CheckpointManager(std::string run_dir, const CheckpointConfig& config, MPI_Comm comm)
     : run_dir_(std::move(run_dir)), config_(config), comm_(comm) {
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
@@ -64,30 +89,52 @@ CheckpointManager::CheckpointManager(std::string run_dir, const CheckpointConfig
       const int64_t index = checkpoint_index(path);
       if (index < 0) continue;
       Kept k{index, run_dir_ + "/" + entry.path().filename().string(), std::nullopt};
+      // An unreadable one stays in the list unscored: resume_path() verifies
+      // and sets it aside, keep-best-N ranks it last.
       try {
         CheckpointReader reader(path, MPI_COMM_SELF);
         if (reader.has_attribute("metrics_json"))
           k.score = score_of(reader.string_attribute("metrics_json"), config_.score_attribute);
-      } catch (const Error& e) {
-        log_warn("%s: not a readable checkpoint, left alone (%s)", path.c_str(), e.what());
-        continue;
+      } catch (const Error&) {
       }
       kept_.push_back(k);
     }
     std::sort(kept_.begin(), kept_.end(), [](const Kept& a, const Kept& b) { return a.index < b.index; });
-    if (!kept_.empty()) next_index_ = kept_.back().index + 1;
+    next_index_ = highest_checkpoint_index(run_dir_) + 1;
   }
-  next_index_ = broadcast_int(next_index_, comm_);
+  next_index_ = broadcast_value<int64_t>(next_index_, comm_, "scanning the run folder's checkpoints");
 }
 
-std::string CheckpointManager::resume_path(const std::string& requested) const {
+std::string CheckpointManager::resume_path(const std::string& requested) {
   if (!requested.empty()) {
-    run_on_rank0(comm_, [&] {
+    on_rank0(comm_, "verifying the checkpoint to resume from", [&] {
       if (!fs::is_regular_file(requested)) throw Error("--resume: no checkpoint file '" + requested + "'");
+      try {
+        verify_checkpoint(requested);
+      } catch (const Error& e) {
+        throw Error(std::string("--resume: ") + e.what() + " (choose another checkpoint, or leave --resume out to "
+                    "resume from the run folder's newest intact one)");
+      }
     });
     return requested;
   }
-  return broadcast_string(rank_ == 0 ? latest_checkpoint(run_dir_) : "", comm_);
+  return rank0_value(comm_, "verifying the checkpoint to resume from", [&]() -> std::string {
+    while (!kept_.empty()) {
+      const std::string path = kept_.back().path;
+      try {
+        const double start = MPI_Wtime();
+        const CheckpointVerification v = verify_checkpoint(path);
+        log_info("%s verified: %lld datasets, %s read in %.1f s", path.c_str(), static_cast<long long>(v.num_datasets),
+                 format_bytes(static_cast<double>(v.num_bytes)).c_str(), MPI_Wtime() - start);
+        return path;
+      } catch (const Error& e) {
+        const std::string aside = set_aside_damaged_checkpoint(path);
+        log_warn("%s; set aside as %s (not deleted), trying the next older checkpoint", e.what(), aside.c_str());
+        kept_.pop_back();
+      }
+    }
+    return std::string();
+  });
 }
 
 TrainState CheckpointManager::restore(const std::string& path, Strategy& strategy,
@@ -111,7 +158,7 @@ std::string CheckpointManager::save(const std::vector<FlatTensor>& layout, const
                                     const TrainState& state) {
   const std::string path = checkpoint_path(run_dir_, next_index_++);
   write_train_checkpoint(path, layout, parts, state, comm_);
-  run_on_rank0(comm_, [&] {
+  on_rank0(comm_, "recording checkpoint " + path, [&] {
     kept_.push_back({checkpoint_index(path), path, score_of(state.metrics_json, config_.score_attribute)});
     prune();
   });
@@ -141,7 +188,7 @@ void CheckpointManager::prune() {
 }
 
 std::string CheckpointManager::newest() const {
-  return broadcast_string(rank_ == 0 && !kept_.empty() ? kept_.back().path : "", comm_);
+  return broadcast_string(rank_ == 0 && !kept_.empty() ? kept_.back().path : "", comm_, "the newest checkpoint");
 }
 
 std::string CheckpointManager::best() const {
@@ -155,7 +202,7 @@ std::string CheckpointManager::best() const {
     }
     if (best) best_path = best->path;
   }
-  return broadcast_string(best_path, comm_);
+  return broadcast_string(best_path, comm_, "the best checkpoint");
 }
 
 }  // namespace shardtrain

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/train/run_folder.h"
 
 #ifdef SHARDTRAIN_HAVE_RSVG
 #include <cairo.h>

@@ -7,11 +7,12 @@
 
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
-#include "shardtrain/train/run_folder.h"
+#include "shardtrain/train/preflight.h"
 #if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
 #include "shardtrain/comm/nccl_communicator.h"
 #endif
@@ -22,19 +23,21 @@ namespace shardtrain {
 namespace {
 
 ReaderOptions reader_options(const DataConfig& d, LabelMode mode) {
-  return ReaderOptions{d.format, d.text_a, d.text_b, d.label, mode, d.on_bad_row, {}};
+  ReaderOptions r;
+  r.format = d.format;
+  r.text_a = d.text_a;
+  r.text_b = d.text_b;
+  r.label = d.label;
+  r.label_mode = mode;
+  r.on_bad_row = d.on_bad_row;
+  return r;
 }
 
-void check_labels(const RawTable& table, int64_t num_labels) {
-  if (table.labels.kind != LabelKind::kClass) return;
-  for (size_t i = 0; i < table.labels.class_ids.size(); ++i) {
-    const int64_t id = table.labels.class_ids[i];
-    if (id < 0 || id >= num_labels)
-      throw Error(str_format("%s:%lld: label %lld is outside the model's %lld classes (model.num_labels; set "
-                             "model.num_labels)",
-                             table.path.c_str(), static_cast<long long>(table.line_numbers[i]),
-                             static_cast<long long>(id), static_cast<long long>(num_labels)));
-  }
+// The model's config.json: model.path's for a pretrained model (what
+// load_hf_folder reads), else model.config, or model.path's.
+std::string model_config_path(const ModelConfig& m) {
+  const bool from_folder = m.init == ModelInit::kPretrained || m.config.empty();
+  return from_folder ? (fs::path(m.path) / "config.json").string() : m.config;
 }
 
 // Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); without it
@@ -112,23 +115,44 @@ Tables read_tables(TrainJob& job) {
   const RunConfig& config = *job.config;
   const bool regression = config.model.num_labels == 1;
   const LabelMode label_mode = regression ? LabelMode::kRegression : LabelMode::kAuto;
-  Tables t{read_table(config.data.train_file, reader_options(config.data, label_mode)), std::nullopt};
+  // Integer labels: below model.num_labels, or (0) exactly the ids 0..K-1 of
+  // the training data; the eval data never adds classes (data/reader.h).
+  ReaderOptions train_options = reader_options(config.data, label_mode);
+  train_options.num_classes = config.model.num_labels > 1 ? config.model.num_labels : kInferClasses;
+  Tables t{read_table(config.data.train_file, train_options), std::nullopt};
   if (t.train.labels.kind == LabelKind::kNone) throw Error("data.label: the training data needs a label column");
   if (t.train.num_bad_rows > 0)
     log_warn("%s: skipped %lld bad rows (data.on_bad_row = skip)", config.data.train_file.c_str(),
              static_cast<long long>(t.train.num_bad_rows));
+  job.num_labels = config.model.num_labels > 0 ? config.model.num_labels
+                                                : std::max<int64_t>(t.train.labels.num_classes(), 2);
   if (!config.data.eval_file.empty()) {
     ReaderOptions r = reader_options(config.data, label_mode);
     r.label_names = t.train.labels.names;
+    r.num_classes = regression ? 0 : job.num_labels;
+    r.class_source = config.model.num_labels > 0 ? "model.num_labels"
+                                                 : "the training data (" + config.data.train_file + ")";
     t.eval = read_table(config.data.eval_file, r);
     if (t.eval->size() == 0) throw Error(config.data.eval_file + ": no rows to evaluate");
+    if (t.eval->num_bad_rows > 0)
+      log_warn("%s: skipped %lld bad rows (data.on_bad_row = skip)", config.data.eval_file.c_str(),
+               static_cast<long long>(t.eval->num_bad_rows));
   }
-  job.num_labels = config.model.num_labels > 0
-                       ? config.model.num_labels
-                       : std::max<int64_t>({t.train.labels.num_classes(), t.eval ? t.eval->labels.num_classes() : 0, 2});
-  check_labels(t.train, job.num_labels);
-  if (t.eval) check_labels(*t.eval, job.num_labels);
   return t;
+}
+
+// Refuses, before the model is built, a model that cannot take the data and a
+// run that cannot fit in this node's memory (train/preflight.h). The memory
+// estimate is of host memory, so it applies to CPU runs.
+void preflight(const TrainJob& job) {
+  const RunConfig& config = *job.config;
+  const std::string config_path = model_config_path(config.model);
+  BertConfig model = BertConfig::from_file(config_path);
+  model.set_num_labels(job.num_labels);
+  check_model_for_data(model, config.data, config_path);
+  if (config.run.device != Device::kCpu) return;
+  const MemoryEstimate need = estimate_rank_memory(config, model, job.topology.world_size);
+  check_memory_fits(need, config, model, job.topology.local_size, available_memory());
 }
 
 void build_model(TrainJob& job, const Tables& tables) {
@@ -144,9 +168,7 @@ void build_model(TrainJob& job, const Tables& tables) {
     if (!message.empty()) log_info("%s", message.c_str());
     job.model = hf.model;
   } else {
-    const std::string config_path =
-        !config.model.config.empty() ? config.model.config : (fs::path(config.model.path) / "config.json").string();
-    BertConfig bc = BertConfig::from_file(config_path);
+    BertConfig bc = BertConfig::from_file(model_config_path(config.model));
     bc.set_num_labels(job.num_labels);
     if (config.model.hidden_dropout_prob) bc.hidden_dropout_prob = *config.model.hidden_dropout_prob;
     if (config.model.attention_probs_dropout_prob)
@@ -250,6 +272,7 @@ TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions
   set_device_and_communicator(job);
   load_tokenizer(job);
   const Tables tables = read_tables(job);
+  preflight(job);
   build_model(job, tables);
   // Tokenize across ranks.
   const EncodeFn encode = make_encoder(*job.tokenizer, static_cast<int>(config.data.max_length));

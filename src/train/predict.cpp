@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/collator.h"
@@ -18,6 +19,7 @@
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/evaluate.h"
+#include "shardtrain/train/preflight.h"
 
 namespace shardtrain {
 namespace {
@@ -133,6 +135,10 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
                            options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
                            static_cast<long long>(config.vocab_size), loaded.config_source.c_str()));
 
+  DataConfig data;  // the one data setting the model must be able to take
+  data.text_b = options.text_b;
+  check_model_for_data(config, data, loaded.config_source);
+
   PredictResult result;
   result.regression = config.num_labels == 1 || config.problem_type == "regression";
   result.num_labels = config.num_labels;
@@ -140,13 +146,13 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   result.load_report = loaded.report;
   if (!result.regression && has_custom_label_names(config)) result.label_names = config.id2label;
 
-  const ReaderOptions reader{options.format,
-                             options.text_a,
-                             options.text_b,
-                             options.label,
-                             result.regression ? LabelMode::kRegression : LabelMode::kAuto,
-                             options.on_bad_row,
-                             {}};
+  ReaderOptions reader;
+  reader.format = options.format;
+  reader.text_a = options.text_a;
+  reader.text_b = options.text_b;
+  reader.label = options.label;
+  reader.label_mode = result.regression ? LabelMode::kRegression : LabelMode::kAuto;
+  reader.on_bad_row = options.on_bad_row;
   const RawTable table = read_table(options.data_path, reader);
   if (table.size() == 0) throw Error(options.data_path + ": no rows to predict");
   result.num_rows = table.size();
@@ -158,9 +164,7 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   const TokenizedDataset dataset = build_dataset(table, make_encoder(tokenizer, options.max_length), comm);
   result.logits = sharded_logits(*loaded.model, dataset, options.batch_size, tokenizer.pad_id(), at::kCPU, comm,
                                  &result.rows);
-  double elapsed = MPI_Wtime() - start;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm));
-  result.seconds = elapsed;
+  result.seconds = max_over_ranks(MPI_Wtime() - start, comm, "predict: the time taken");
   for (int64_t i = 0; i < result.num_rows; ++i)
     ST_ASSERT(result.rows[i] == i, "predict: gathered rows are not the input rows in order");
 

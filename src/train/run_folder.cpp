@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
-#include "shardtrain/comm/rank0.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 
 namespace fs = std::filesystem;
@@ -57,35 +57,10 @@ int64_t count_lines(const std::string& path) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write '" + tmp + "'");
-    out << content;
-    if (!out.flush()) throw Error("cannot write '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename '" + tmp + "' to '" + path + "'");
-}
-
-void append_line(const std::string& path, const std::string& line) {
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  if (!out) throw Error("cannot append to '" + path + "'");
-  out << line << '\n';
-}
-
-std::string read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(what + ": cannot read '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 RunFolder::RunFolder(const JobConfig& run, MPI_Comm comm) : comm_(comm) {
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   dir_ = (fs::path(run.storage_path) / run.name).string();
-  run_on_rank0(comm_, [&] {
+  on_rank0(comm_, "creating the run folder " + dir_, [&] {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec || !fs::is_directory(dir_))
@@ -101,7 +76,7 @@ RunFolder::~RunFolder() {
 std::string RunFolder::file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
 
 void RunFolder::start(const std::string& config_toml, std::optional<int64_t> resumed_step) {
-  run_on_rank0(comm_, [&] {
+  on_rank0(comm_, "writing the run folder's config.toml", [&] {
     const std::string result = file("result.jsonl"), progress = file("progress.csv");
     write_file_atomic(file("config.toml"), config_toml);
     if (!resumed_step) {

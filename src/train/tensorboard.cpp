@@ -13,8 +13,8 @@
 #include <system_error>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/train/run_folder.h"
 #include "tensorboard_event.pb.h"
 
 namespace shardtrain {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <memory>
 
-#include "shardtrain/comm/rank0.h"
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/checkpoint_manager.h"
@@ -153,7 +153,8 @@ class Reporter {
       report.metrics["checkpoint_seconds"] = MPI_Wtime() - start;
     }
     report.metrics["time_total_s"] = meter_.elapsed_total();
-    run_on_rank0(job_.comm, [&] { write(report); });
+    on_rank0(job_.comm, str_format("writing the report at step %lld", static_cast<long long>(at.step)),
+             [&] { write(report); });
     result_.reports.push_back(report);
   }
 
@@ -270,7 +271,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   Position at = resume(job, checkpoints, resume_path);
   folder.start(options.config_toml, resume_path.empty() ? std::nullopt : std::optional<int64_t>(at.step));
   std::unique_ptr<TensorBoardWriter> tensorboard;
-  run_on_rank0(comm, [&] { tensorboard = open_tensorboard(folder, resume_path, at.step); });
+  on_rank0(comm, "opening TensorBoard", [&] { tensorboard = open_tensorboard(folder, resume_path, at.step); });
   log_plan(job, folder);
   TrainResult result;
   result.run_dir = folder.dir();

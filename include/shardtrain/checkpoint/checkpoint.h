@@ -31,10 +31,29 @@
 // never has a checkpoint's name; an earlier checkpoint is never touched.
 // Naming, scanning and keeping checkpoints is train/checkpoint_manager.h's.
 //
-// Errors a user can fix (missing file, not a shardtrain checkpoint, missing
-// dataset or attribute, shape / dtype mismatch, slices that do not tile a
-// tensor) throw shardtrain::Error on every rank alike, naming the file and the
-// dataset. HDF5 or MPI failures abort the job (ST_CHECK_HDF5).
+// Integrity: every dataset carries a checksum attribute ("shardtrain_checksum",
+// uint64), written collectively: the sum, modulo 2^64, over the tensor's
+// elements i (row-major flat index) of mix64(bits(x_i) + (i + 1) * phi), where
+// bits is the element's bit pattern and mix64 SplitMix64's finaliser. A sum
+// does not depend on how the elements are split between ranks, so each rank
+// hashes its own slices and one reduction combines them: a file written at 4
+// ranks verifies at 1. One flipped bit changes the sum (mix64 is a bijection);
+// moved elements change it through the index. Every read checks it (read()
+// over the union of the ranks' requests, filling in what no rank asked for;
+// read_tensor() and verify_checkpoint() over the whole dataset) and refuses a
+// mismatch, and any NaN or infinity in a floating-point tensor, with an Error
+// naming the file and the tensor. Files written before checksums existed
+// still load; the reader says once that they cannot be verified.
+//
+// Errors a user can fix (missing file, not a shardtrain checkpoint, a
+// truncated or damaged file, missing dataset or attribute, shape / dtype
+// mismatch, slices that do not tile a tensor) throw shardtrain::Error on every
+// rank alike, naming the file and the dataset; HDF5's own error stack is never
+// printed. I/O failures (a full disk, no permission, a read-only file system)
+// are Errors too, with the operating system's reason and the path; the
+// temporary file of a failed write is removed. A rank that stops inside any
+// collective step (open, write, read, close, the commit's barrier) ends the
+// job after the phase timeout (comm/watchdog.h) instead of hanging it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -81,7 +100,8 @@ std::vector<TensorSlice> slices_of_shard(const std::vector<FlatTensor>& layout, 
 class CheckpointWriter {
  public:
   // Creates "<final_path>.tmp-<job id>" (job id: SLURM_JOB_ID, else rank 0's
-  // pid). Throws Error when the directory of final_path does not exist.
+  // pid). Throws Error when the directory of final_path does not exist or the
+  // file cannot be created (naming the OS's reason).
   CheckpointWriter(const std::string& final_path, MPI_Comm comm);
   // Without commit(): closes and removes the temporary file; final_path is
   // never touched. Collective (it closes the file on every rank).
@@ -94,7 +114,8 @@ class CheckpointWriter {
   // once per checkpoint). A rank lists only the slices it owns, possibly none.
   // The slices of all ranks together must cover each tensor exactly once,
   // otherwise Error (naming the tensor and the gap or overlap) before anything
-  // is written.
+  // is written. Error, before writing, when the file system has less free
+  // space than the group's bytes.
   void write_group(const std::string& group, const std::vector<TensorSlice>& slices);
 
   // Root-group attributes. The value of rank 0 is the one stored. Setting a key
@@ -127,8 +148,8 @@ class CheckpointWriter {
 // methods are local (any rank may call them alone); read() is collective.
 class CheckpointReader {
  public:
-  // Throws Error when the file does not exist, is not HDF5, or is not a
-  // shardtrain checkpoint.
+  // Throws Error when the file does not exist, is not HDF5, is truncated or
+  // damaged, or is not a shardtrain checkpoint.
   CheckpointReader(const std::string& path, MPI_Comm comm);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
@@ -146,10 +167,14 @@ class CheckpointReader {
   // of "/<group>/<name>". Ranks may request any ranges (overlapping across ranks
   // is fine; a rank's own slices of one tensor must not overlap). Every
   // requested dataset is validated before anything is read: Error, on all
-  // ranks, naming file, dataset and both shapes / dtypes on a mismatch.
+  // ranks, naming file, dataset and both shapes / dtypes on a mismatch. After
+  // reading, checksums and finiteness are checked (see the top of this file).
   void read(const std::string& group, std::vector<TensorSlice>& slices);
-  // A whole dataset as a CPU tensor of its shape and dtype (local, independent I/O).
+  // A whole dataset as a CPU tensor of its shape and dtype (local, independent
+  // I/O), its checksum and finiteness checked.
   at::Tensor read_tensor(const std::string& group, const std::string& name) const;
+  // False for a file written before checksums existed.
+  bool has_checksums() const;
 
   bool has_attribute(const std::string& key) const;
   std::vector<std::string> attribute_names() const;
@@ -163,5 +188,22 @@ class CheckpointReader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// What verify_checkpoint() checked.
+struct CheckpointVerification {
+  int64_t num_datasets = 0;          // datasets read in full
+  int64_t num_verified = 0;          // of them, with a checksum that matched
+  int64_t num_bytes = 0;             // bytes of data read
+  bool has_checksums = true;         // false: written before checksums existed
+  std::vector<std::string> datasets; // "/model/classifier.weight", ... in file order
+};
+
+// Local (one process, no MPI collective): opens `path`, checks the attributes
+// every checkpoint has (shardtrain_format_version, writer_world_size), and
+// reads every dataset in chunks of at most 16 Mi elements (bounded memory),
+// checking its checksum and that floating-point data is finite. Error naming
+// the file and the first problem (a truncated file, a damaged dataset, a
+// checksum mismatch, a NaN).
+CheckpointVerification verify_checkpoint(const std::string& path);
 
 }  // namespace shardtrain

@@ -28,6 +28,11 @@ class Error : public std::runtime_error {
 // The host name and world rank used in every fatal message ("node07:rank 3").
 std::string process_label();
 
+// HDF5's current error stack as one line, innermost last
+// ("H5Fopen: unable to open file; H5F_open: truncated file: eof = ..."), or ""
+// when it is empty. For messages that turn an HDF5 failure into an Error.
+std::string hdf5_error_text();
+
 namespace detail {
 [[noreturn]] void fail_mpi(int code, const char* call, const char* file, int line);
 [[noreturn]] void fail_hdf5(const char* call, const char* file, int line);

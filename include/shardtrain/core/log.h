@@ -19,4 +19,12 @@ void log_all(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // printf into a std::string.
 std::string str_format(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
+// `text` for a message: unchanged when it has at most `max_bytes` bytes, else
+// its first max_bytes bytes (never a split UTF-8 character) followed by
+// "... (N more bytes)", so that a 1 MB line or value never floods a terminal.
+std::string shorten(const std::string& text, size_t max_bytes = 200);
+
+// 1536 -> "1.5 KiB", 3.2e9 -> "3.0 GiB" (binary units, one decimal; "512 B" below 1 KiB).
+std::string format_bytes(double bytes);
+
 }  // namespace shardtrain

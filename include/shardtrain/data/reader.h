@@ -31,6 +31,20 @@
 // table's label_names as ReaderOptions::label_names: labels are then looked up
 // in it, and a label not in it is a bad row.
 //
+// A label set must be consistent (kAuto): all integers, or all names. One
+// stray "abc" or "1.5" among integers (or "7" among names) is a bad row, found
+// by its line: the kind of the fewer rows is the stray one. Integer labels are
+// also checked against ReaderOptions::num_classes:
+//   0              as given (any ids below kMaxNumLabels; prediction files)
+//   kInferClasses  the classes are inferred from this file (training data with
+//                  model.num_labels = 0): the ids must be exactly 0..K-1, each
+//                  used, so one stray "7" in a binary file is a bad row and not
+//                  an 8-class model. Rows whose id is at or above the smallest
+//                  unused one are the stray ones.
+//   n > 0          every id must be below n (model.num_labels; or an eval
+//                  file, with the training data's class count: eval labels
+//                  never add classes). class_source names where n comes from.
+//
 // Bad rows (wrong number of columns, missing field, unparsable label, invalid
 // UTF-8, malformed JSON or CSV quoting): with BadRowPolicy::kError the reader
 // throws shardtrain::Error("train.tsv:57: expected 5 columns, found 4"); with
@@ -71,7 +85,15 @@ struct ReaderOptions {
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
   // Fixed class mapping (a training table's label_names); empty = derive it.
   std::vector<std::string> label_names;
+  // Integer class ids allowed (see the top of this file): 0, kInferClasses or n > 0.
+  int64_t num_classes = 0;
+  // Where num_classes > 0 comes from, for messages ("model.num_labels",
+  // "the training data (train.tsv)").
+  std::string class_source = "model.num_labels";
 };
+
+// ReaderOptions::num_classes for training data whose classes are inferred.
+inline constexpr int64_t kInferClasses = -1;
 
 // Per-row labels in one of the LabelKinds; the unused vector stays empty.
 struct Labels {

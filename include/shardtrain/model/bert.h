@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "shardtrain/model/unit_model.h"
+#include "shardtrain/core/limits.h"
 
 namespace shardtrain {
 
@@ -70,10 +71,13 @@ struct BertConfig {
   // ["BertForSequenceClassification"], id2label/label2id, num_labels), pretty-printed.
   std::string to_json() const;
   // Throws shardtrain::Error naming the key for any invalid value
-  // (hidden_size % num_attention_heads != 0, non-positive sizes, p outside [0, 1), ...).
+  // (hidden_size % num_attention_heads != 0, non-positive sizes, p outside [0, 1),
+  // vocab_size beyond 32-bit token ids, more than kMaxNumLabels labels, more
+  // than 2^50 parameters, ...).
   void validate(const std::string& source = "config") const;
 
   // Sets num_labels and resets id2label to HF's default names "LABEL_<i>".
+  // Error when n is outside [1, kMaxNumLabels].
   void set_num_labels(int64_t n);
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   double effective_classifier_dropout() const {
@@ -140,7 +144,9 @@ class BertPooler : public torch::nn::Module {
 class BertForSequenceClassification : public torch::nn::Module, public UnitModel {
  public:
   // Builds the module tree with LibTorch's default init; call init_weights()
-  // (or load weights) before use. Validates `config`.
+  // (or load weights) before use. Validates `config`, and throws Error before
+  // allocating when its parameters do not fit in the available host memory
+  // (core/memory.h), naming the sizes.
   explicit BertForSequenceClassification(const BertConfig& config);
 
   const BertConfig& config() const { return config_; }

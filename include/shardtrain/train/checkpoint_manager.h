@@ -33,16 +33,30 @@ int64_t checkpoint_index(const std::string& path);
 // The complete checkpoint of `run_dir` with the highest index, or "" when
 // there is none or run_dir does not exist. Local, no MPI.
 std::string latest_checkpoint(const std::string& run_dir);
+// The highest checkpoint index used in `run_dir`, counting complete files and
+// set-aside ones ("checkpoint_000004.h5.damaged"), so a new checkpoint never
+// reuses the number of a damaged one; 0 when there is none. Local.
+int64_t highest_checkpoint_index(const std::string& run_dir);
+// Renames a checkpoint that failed to verify to "<path>.damaged" (or
+// "<path>.damaged-2", ... when that exists), so that latest_checkpoint() no
+// longer sees it and nothing is deleted; returns the new path. Local. Error
+// naming both paths and the reason when the rename fails.
+std::string set_aside_damaged_checkpoint(const std::string& path);
 
 class CheckpointManager {
  public:
   // Collective: rank 0 scans run_dir for the checkpoints there (and reads the
-  // score each was written with).
+  // score each was written with). New checkpoints are numbered after the
+  // highest index used, set-aside damaged ones included.
   CheckpointManager(std::string run_dir, const CheckpointConfig& config, MPI_Comm comm);
 
-  // Collective: the checkpoint to resume from: `requested` (Error when it is
-  // not a file) or the run folder's newest; "" = start fresh.
-  std::string resume_path(const std::string& requested) const;
+  // Collective: the checkpoint to resume from, verified in full on rank 0
+  // (verify_checkpoint: every dataset read, checksums compared):
+  //   `requested` (--resume): Error when it is not a file or fails to verify;
+  //   otherwise the run folder's newest that verifies: a damaged newer one is
+  //   set aside as "<name>.damaged" (never deleted) with a warning naming the
+  //   problem, and the next older one is tried; "" = none, start fresh.
+  std::string resume_path(const std::string& requested);
 
   // Collective: reads the training state of `path`, lets `check` refuse it
   // (throw Error: the same on every rank, since every rank reads the same

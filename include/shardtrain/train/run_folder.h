@@ -57,10 +57,4 @@ class RunFolder {
   int64_t num_reports_ = 0;
 };
 
-// Text files written whole through a temporary file and rename, appended, or
-// read; Error naming the path (and `what`, for reads) on failure.
-void write_file_atomic(const std::string& path, const std::string& content);
-void append_line(const std::string& path, const std::string& line);
-std::string read_file(const std::string& path, const std::string& what);
-
 }  // namespace shardtrain

@@ -1,0 +1,255 @@
+#include "shardtrain/core/fs_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+namespace {
+
+const char* errno_name(int value) {
+  switch (value) {
+    case ENOSPC: return "ENOSPC";
+    case EDQUOT: return "EDQUOT";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    case EROFS: return "EROFS";
+    case ENOENT: return "ENOENT";
+    case ENOTDIR: return "ENOTDIR";
+    case EISDIR: return "EISDIR";
+    case EEXIST: return "EEXIST";
+    case EIO: return "EIO";
+    case EFBIG: return "EFBIG";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case ELOOP: return "ELOOP";
+    case EXDEV: return "EXDEV";
+    case EBUSY: return "EBUSY";
+    case ESTALE: return "ESTALE";
+    case EINTR: return "EINTR";
+    default: return nullptr;
+  }
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Writes all of `data` (write(2) may write less than asked); errno on failure.
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {
+      errno = EIO;
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+[[noreturn]] void fail(const std::string& action, const std::string& path, int error) {
+  throw Error("cannot " + action + " " + path + ": " + os_error_text(error));
+}
+
+}  // namespace
+
+std::string os_error_text(int errno_value) {
+  const char* name = errno_name(errno_value);
+  std::string text = std::strerror(errno_value);
+  return name ? text + " (" + name + ")" : text + " (errno " + std::to_string(errno_value) + ")";
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("create", tmp, errno);
+  int error = 0;
+  std::string action;
+  if (!write_all(fd, content.data(), content.size())) {
+    error = errno;
+    action = "write";
+  } else if (::fsync(fd) != 0) {
+    // A full disk may only show at fsync on network and delayed-allocation file systems.
+    error = errno;
+    action = "write (fsync)";
+  }
+  if (::close(fd) != 0 && error == 0) {
+    error = errno;
+    action = "write (close)";
+  }
+  if (error == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = errno;
+    std::remove(tmp.c_str());
+    throw Error("cannot rename " + tmp + " to " + path + ": " + os_error_text(error));
+  }
+  if (error != 0) {
+    std::remove(tmp.c_str());
+    fail(action, tmp, error);
+  }
+  // The rename is durable only once the directory is on disk; a failure here
+  // loses nothing the next run cannot redo, so it is not an error.
+  const int directory = ::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory >= 0) {
+    ::fsync(directory);
+    ::close(directory);
+  }
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open for appending", path, errno);
+  struct stat before {};
+  const bool have_size = ::fstat(fd, &before) == 0;
+  const std::string text = line + "\n";
+  if (!write_all(fd, text.data(), text.size())) {
+    const int error = errno;
+    // A partial line would corrupt the report (a JSON line cut in two): cut it off.
+    if (have_size && ::ftruncate(fd, before.st_size) != 0) {
+      // Nothing more to do: the message below already says the write failed.
+    }
+    ::close(fd);
+    fail("append to", path, error);
+  }
+  if (::close(fd) != 0) fail("append to", path, errno);
+}
+
+std::string read_file(const std::string& path, const std::string& what) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(what + ": cannot read " + path + ": " + os_error_text(errno));
+  std::string out;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      close(fd);
+      throw Error(what + ": cannot read " + path + ": " + os_error_text(error));
+    }
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+std::optional<uint64_t> free_bytes(const std::string& directory) {
+  struct statvfs info {};
+  if (::statvfs(directory.c_str(), &info) != 0) return std::nullopt;
+  return static_cast<uint64_t>(info.f_bavail) * static_cast<uint64_t>(info.f_frsize);
+}
+
+void require_free_space(const std::string& directory, uint64_t bytes, const std::string& what) {
+  const std::optional<uint64_t> available = free_bytes(directory);
+  if (!available || *available >= bytes) return;
+  throw Error(os_error_text(ENOSPC) + ": " + what + " needs " + format_bytes(static_cast<double>(bytes)) + ", " +
+              format_bytes(static_cast<double>(*available)) + " are free on the file system of " + directory +
+              "; free some space (or move run.storage_path) and run again");
+}
+
+void reserve_file_space(const std::string& path, uint64_t end, const std::string& what) {
+  if (end == 0) return;
+#if defined(__linux__)
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail("open", path, errno);
+  int error = 0;
+  // fallocate(2), not posix_fallocate(3): where the file system cannot
+  // preallocate, glibc's fallback writes the whole range (the data is written
+  // right after anyway), and an error is what this is for.
+  while (::fallocate(fd, 0, 0, static_cast<off_t>(end)) != 0) {
+    if (errno == EINTR) continue;
+    error = errno;
+    break;
+  }
+  ::close(fd);
+  if (error == 0 || error == EOPNOTSUPP || error == ENOSYS || error == ENODEV) return;
+  const std::optional<uint64_t> available = free_bytes(directory_of(path));
+  const bool space = error == ENOSPC || error == EDQUOT;
+  throw Error(os_error_text(error) + ": reserving " + format_bytes(static_cast<double>(end)) + " for " + what +
+              " in " + path +
+              (space && available ? " (" + format_bytes(static_cast<double>(*available)) + " free on its file system)"
+                                  : "") +
+              (space ? "; free some space (or move run.storage_path) and run again" : ""));
+#else
+  (void)path;
+  (void)what;
+#endif
+}
+
+std::string explain_write_failure(const std::string& path) {
+  const std::string directory = directory_of(path);
+  struct statvfs info {};
+  if (::statvfs(directory.c_str(), &info) == 0) {
+    if (info.f_flag & ST_RDONLY) return os_error_text(EROFS);
+    const uint64_t available = static_cast<uint64_t>(info.f_bavail) * static_cast<uint64_t>(info.f_frsize);
+    // Below a megabyte no checkpoint write goes through: the disk is full.
+    if (available < (uint64_t{1} << 20))
+      return os_error_text(ENOSPC) + " (" + format_bytes(static_cast<double>(available)) + " free on the file system of " +
+             directory + ")";
+  }
+  struct rlimit limit {};
+  struct stat file {};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && ::stat(path.c_str(), &file) == 0 &&
+      static_cast<uint64_t>(file.st_size) + (uint64_t{1} << 20) >= static_cast<uint64_t>(limit.rlim_cur))
+    return os_error_text(EFBIG) + " (this process may write files of at most " +
+           format_bytes(static_cast<double>(limit.rlim_cur)) + ": ulimit -f)";
+  if (::access(directory.c_str(), W_OK) != 0 && (errno == EACCES || errno == EROFS)) return os_error_text(errno);
+  return "";
+}
+
+bool is_temp_file_name(const std::string& file_name) {
+  const auto at = file_name.rfind(".tmp");
+  if (at == std::string::npos || at == 0) return false;
+  const std::string tail = file_name.substr(at + 4);
+  if (tail.empty()) return true;
+  if (tail[0] != '-' || tail.size() == 1) return false;
+  for (size_t i = 1; i < tail.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(tail[i]);
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& run_dir, const std::string& keep_job_id) {
+  std::vector<std::string> removed;
+  DIR* directory = ::opendir(run_dir.c_str());
+  if (!directory) return removed;
+  const std::string keep_suffix = keep_job_id.empty() ? "" : ".tmp-" + keep_job_id;
+  std::vector<std::string> names;
+  while (dirent* entry = ::readdir(directory)) names.emplace_back(entry->d_name);
+  ::closedir(directory);
+  for (const std::string& name : names) {
+    if (!is_temp_file_name(name)) continue;
+    if (!keep_suffix.empty() && name.size() >= keep_suffix.size() &&
+        name.compare(name.size() - keep_suffix.size(), keep_suffix.size(), keep_suffix) == 0)
+      continue;
+    const std::string path = run_dir + "/" + name;
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0 || S_ISDIR(info.st_mode)) continue;
+    if (::unlink(path.c_str()) == 0) removed.push_back(path);
+  }
+  return removed;
+}
+
+}  // namespace shardtrain
