@@ -149,6 +149,11 @@ TEST_CASE("impossible combinations are refused with the keys involved") {
             .find("needs data.eval_file") != std::string::npos);
   CHECK(error_of(s.config(""), {{"model.init", "pretrained"}}).find("model.init = \"pretrained\" needs model.path") ==
         0);
+  CHECK(error_of(s.config(""), {{"train.early_stopping_patience", "3"}}) ==
+        "train.early_stopping_patience = 3 needs checkpoint.score_attribute (the metric that must improve, e.g. "
+        "\"eval_mcc\") and checkpoint.score_order");
+  CHECK(error_of(s.config(""), {{"train.early_stopping_threshold", "-0.1"}}) ==
+        "train.early_stopping_threshold = -0.1: must be >= 0");
 }
 
 TEST_CASE("the printed config reads back to the same config") {

@@ -243,6 +243,71 @@ TEST_CASE("eval counts every example once; checkpoints hold the parameters by na
   if (world_rank() == 0) fs::remove_all(dir);
 }
 
+TEST_CASE("early stopping: every rank stops at the same step, the reason is recorded, and it resumes exactly") {
+  const std::string dir = temp_dir("early");
+  RunConfig config = tiny_config(dir);
+  config.train.num_epochs = 3;
+  config.train.eval_every_steps = 1;
+  config.checkpoint.every_steps = 1;
+  config.checkpoint.score_attribute = "eval_accuracy";
+  config.checkpoint.score_order = ScoreOrder::kMax;
+  // No evaluation can beat the first by more than 2: the 2nd and 3rd do not
+  // improve, and training stops at step 3.
+  config.train.early_stopping_patience = 2;
+  config.train.early_stopping_threshold = 2.0;
+
+  config.run.name = "straight";
+  const TrainResult straight = train(config, MPI_COMM_WORLD, quiet());
+  CHECK(straight.finished);
+  CHECK(straight.stopped_early);
+  CHECK(straight.steps == 3);
+  CHECK(straight.num_training_steps > 3);
+  CHECK(straight.stop_reason.rfind("early stopping: eval_accuracy did not improve on its best ", 0) == 0);
+  CHECK(straight.stop_reason.find("(step 1) by more than 2 for 2 evaluations") != std::string::npos);
+  // Every rank stopped at the same step (a rank that went on would hang the others).
+  int64_t steps = straight.steps, low = 0, high = 0;
+  MPI_Allreduce(&steps, &low, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&steps, &high, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(low == high);
+  REQUIRE(straight.baseline.has_value());
+  CHECK(straight.baseline->metrics.count("eval_accuracy") == 1);
+  CHECK(straight.baseline->metrics.count("eval_loss") == 0);
+  if (world_rank() == 0) {
+    const auto lines = read_jsonl(dir + "/straight/result.jsonl");
+    REQUIRE(lines.size() == 3);
+    CHECK_FALSE(lines[1].contains("stop_reason"));
+    CHECK(lines[2]["stop_reason"].get<std::string>() == straight.stop_reason);
+    CHECK(lines[2]["step"] == 3);
+    CheckpointReader reader(checkpoint_path(dir + "/straight", 3), MPI_COMM_SELF);
+    const TrainState state = read_train_state(reader);
+    CHECK(state.early_stopped == 1);
+    CHECK(state.early_stopping_bad_evals == 2);
+    CHECK(state.early_stopping_best_step == 1);
+  }
+
+  // Interrupted after step 2 (its evaluation not made): the resumed run knows
+  // the best of step 1 and stops at step 3 too, with the same parameters.
+  config.run.name = "interrupted";
+  TrainOptions stop = quiet();
+  stop.stop_after_step = 2;
+  const TrainResult first = train(config, MPI_COMM_WORLD, stop);
+  CHECK_FALSE(first.finished);
+  const TrainResult second = train(config, MPI_COMM_WORLD, quiet());
+  CHECK(second.stopped_early);
+  CHECK(second.steps == 3);
+  CHECK(second.stop_reason == straight.stop_reason);
+  CHECK(at::equal(second.final_params, straight.final_params));
+
+  // A run that stopped early stays stopped when run again.
+  const TrainResult again = train(config, MPI_COMM_WORLD, quiet());
+  CHECK(again.finished);
+  CHECK(again.stopped_early);
+  CHECK(again.reports.empty());
+  CHECK(again.steps == 3);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
 TEST_CASE("resuming with a different global batch is refused with the fix in the message") {
   const std::string dir = temp_dir("mismatch");
   RunConfig config = tiny_config(dir);

@@ -20,6 +20,42 @@
 
 namespace shardtrain {
 
+namespace {
+
+// The last report's metrics beside the majority-class baseline (what a model
+// that learned nothing scores), and how training ended.
+void print_final_metrics(const TrainResult& result, const RunConfig& config) {
+  const TrainReport& last = result.reports.back();
+  const bool baseline = result.baseline.has_value();
+  std::printf("final metrics (step %lld)%s\n", static_cast<long long>(last.step),
+              baseline ? str_format("            %-8s  majority class (%lld)", "model",
+                                    static_cast<long long>(result.baseline->class_id)).c_str()
+                       : ":");
+  for (const auto& kv : last.metrics) {
+    if ((kv.first.rfind("eval_", 0) != 0 || kv.first == "eval_seconds") && kv.first != "train_loss") continue;
+    std::string line = str_format("  %-30s %8.4f", kv.first.c_str(), kv.second);
+    if (baseline) {
+      const auto it = result.baseline->metrics.find(kv.first);
+      if (it != result.baseline->metrics.end()) line += str_format("  %8.4f", it->second);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  if (baseline && !config.checkpoint.score_attribute.empty()) {
+    const std::string& key = config.checkpoint.score_attribute;
+    const auto model = last.metrics.find(key);
+    const auto guess = result.baseline->metrics.find(key);
+    if (model != last.metrics.end() && guess != result.baseline->metrics.end()) {
+      const bool maximize = config.checkpoint.score_order == ScoreOrder::kMax;
+      const bool beats = maximize ? model->second > guess->second : model->second < guess->second;
+      std::printf("%s %s the majority-class baseline (%.4f vs %.4f)\n", key.c_str(),
+                  beats ? "beats" : "does NOT beat", model->second, guess->second);
+    }
+  }
+  if (result.stopped_early) std::printf("stopped early: %s\n", result.stop_reason.c_str());
+}
+
+}  // namespace
+
 void add_train_command(CLI::App& root, World& world) {
   CLI::App* command = root.add_subcommand(
       "train", "Fine-tune a BERT classifier (run folder: <run.storage_path>/<run.name>; re-running resumes)");
@@ -71,14 +107,7 @@ void add_train_command(CLI::App& root, World& world) {
              world.num_threads(), options.config_toml.c_str());
     const TrainResult result = train(config, world.comm(), options);
     if (world.rank() != 0) return;
-    if (!result.reports.empty()) {
-      std::string metrics;
-      for (const auto& kv : result.reports.back().metrics)
-        if ((kv.first.rfind("eval_", 0) == 0 && kv.first != "eval_seconds") || kv.first == "train_loss")
-          metrics += str_format("  %s %.4f\n", kv.first.c_str(), kv.second);
-      std::printf("final metrics (step %lld):\n%s", static_cast<long long>(result.reports.back().step),
-                  metrics.c_str());
-    }
+    if (!result.reports.empty()) print_final_metrics(result, config);
     std::printf("run folder:        %s (result.jsonl, progress.csv, train.log)\n", result.run_dir.c_str());
     if (!result.last_checkpoint.empty()) std::printf("newest checkpoint: %s\n", result.last_checkpoint.c_str());
     if (!result.best_checkpoint.empty()) std::printf("best checkpoint:   %s\n", result.best_checkpoint.c_str());

@@ -479,6 +479,15 @@ void validate_parallel(const ParallelConfig& p, const std::set<std::string>& key
   unchanged("parallel.fsdp.buffer_dtype", p.fsdp.buffer_dtype == fsdp_defaults.buffer_dtype);
 }
 
+void validate_early_stopping(const TrainConfig& t, const CheckpointConfig& k) {
+  non_negative("train.early_stopping_patience", t.early_stopping_patience);
+  non_negative("train.early_stopping_threshold", t.early_stopping_threshold);
+  require(t.early_stopping_patience == 0 || !k.score_attribute.empty(),
+          "train.early_stopping_patience = " + std::to_string(t.early_stopping_patience) +
+              " needs checkpoint.score_attribute (the metric that must improve, e.g. \"eval_mcc\") and "
+              "checkpoint.score_order");
+}
+
 void validate_checkpoint(const CheckpointConfig& k, const DataConfig& d) {
   non_negative("checkpoint.every_steps", k.every_steps);
   non_negative("checkpoint.every_epochs", k.every_epochs);
@@ -516,6 +525,7 @@ void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_s
   validate_parallel(c.parallel, keys_set);
   validate_fsdp_dtypes(c.parallel, c.train, c.run);
   validate_checkpoint(c.checkpoint, c.data);
+  validate_early_stopping(c.train, c.checkpoint);
   validate_run(c.run);
 }
 

@@ -79,4 +79,17 @@ std::map<std::string, double> eval_metrics(const std::vector<float>& logits, con
   return m;
 }
 
+Baseline majority_baseline(const Labels& train, const Labels& eval, int64_t num_labels) {
+  ST_ASSERT(num_labels >= 2 && train.kind == LabelKind::kClass, "majority_baseline: needs class labels");
+  std::vector<int64_t> counts(static_cast<size_t>(num_labels), 0);
+  for (int64_t id : train.class_ids) ++counts[static_cast<size_t>(id)];
+  Baseline b;
+  b.class_id = std::max_element(counts.begin(), counts.end()) - counts.begin();  // the first of the most frequent
+  std::vector<float> logits(eval.class_ids.size() * static_cast<size_t>(num_labels), 0.0f);
+  for (size_t i = 0; i < eval.class_ids.size(); ++i) logits[i * static_cast<size_t>(num_labels) + b.class_id] = 1.0f;
+  b.metrics = eval_metrics(logits, eval, num_labels);
+  b.metrics.erase("eval_loss");
+  return b;
+}
+
 }  // namespace shardtrain

@@ -36,6 +36,11 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
   writer.set_attribute("loss_scale", state.loss_scale);
   writer.set_attribute("loss_scale_good_steps", state.loss_scale_good_steps);
   writer.set_attribute("loss_scale_hysteresis_left", state.loss_scale_hysteresis_left);
+  writer.set_attribute("early_stopping_best", state.early_stopping_best);
+  writer.set_attribute("early_stopping_best_step", state.early_stopping_best_step);
+  writer.set_attribute("early_stopping_bad_evals", state.early_stopping_bad_evals);
+  writer.set_attribute("early_stopped", state.early_stopped);
+  writer.set_attribute("stop_reason", state.stop_reason);
   writer.commit();
 }
 
@@ -71,6 +76,13 @@ TrainState read_train_state(const CheckpointReader& reader) {
     state.loss_scale = reader.double_attribute("loss_scale");
     state.loss_scale_good_steps = reader.int_attribute("loss_scale_good_steps");
     state.loss_scale_hysteresis_left = reader.int_attribute("loss_scale_hysteresis_left");
+  }
+  if (reader.has_attribute("early_stopped")) {
+    state.early_stopping_best = reader.double_attribute("early_stopping_best");
+    state.early_stopping_best_step = reader.int_attribute("early_stopping_best_step");
+    state.early_stopping_bad_evals = reader.int_attribute("early_stopping_bad_evals");
+    state.early_stopped = reader.int_attribute("early_stopped");
+    state.stop_reason = reader.string_attribute("stop_reason");
   }
   if (state.skipped_steps < 0 || state.skipped_steps > state.step)
     throw Error(path + ": attribute skipped_steps = " + std::to_string(state.skipped_steps) +

@@ -13,6 +13,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/train/curves.h"
+#include "shardtrain/train/early_stopping.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/job.h"
 #include "shardtrain/train/progress.h"
@@ -34,6 +35,8 @@ struct Position {
   double loss_sum = 0;         // training loss since the last report
   int64_t loss_count = 0;
   double trained_before = 0;   // seconds trained by earlier invocations
+  EarlyStoppingState early;    // train/early_stopping.h
+  std::string stop_reason;     // early.stopped: why
 };
 
 Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::string& path) {
@@ -71,6 +74,11 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
   at.loss_sum = state.loss_sum;
   at.loss_count = state.loss_count;
   at.trained_before = state.train_seconds;
+  if (!std::isnan(state.early_stopping_best)) at.early.best = state.early_stopping_best;
+  at.early.best_step = state.early_stopping_best_step;
+  at.early.bad_evals = state.early_stopping_bad_evals;
+  at.early.stopped = state.early_stopped != 0;
+  at.stop_reason = state.stop_reason;
   if (job.loss_scaler && state.loss_scale > 0)
     job.loss_scaler->load_state({state.loss_scale, state.loss_scale_good_steps, state.loss_scale_hysteresis_left,
                                  state.skipped_steps});
@@ -123,9 +131,10 @@ class Reporter {
   Reporter(TrainJob& job, CheckpointManager& checkpoints, RunFolder& folder, ProgressMeter& meter,
            TensorBoardWriter* tensorboard, const TrainOptions& options, TrainResult& result)
       : job_(job), checkpoints_(checkpoints), folder_(folder), meter_(meter), tensorboard_(tensorboard),
-        options_(options), result_(result) {}
+        options_(options), result_(result), early_(job.config->train, job.config->checkpoint) {}
 
   void report(Position& at, bool with_checkpoint, bool with_eval, int64_t epochs_done) {
+    // Throughout: `at` and the metrics are the same on every rank.
     meter_.end_line();
     TrainReport report;
     report.epoch = epochs_done;
@@ -144,7 +153,9 @@ class Reporter {
                                                        job_.tokenizer->pad_id(), job_.device, job_.comm);
       for (const auto& kv : eval_metrics(logits, job_.eval_data->labels, job_.num_labels)) report.metrics[kv.first] = kv.second;
       report.metrics["eval_seconds"] = MPI_Wtime() - start;
+      if (early_.enabled()) update_early_stopping(at, report);
     }
+    with_checkpoint = with_checkpoint || at.early.stopped;  // a stopped run stays stopped when re-run
     Json metrics = Json::object();
     for (const auto& kv : report.metrics) metrics[kv.first] = kv.second;
     if (with_checkpoint) {
@@ -159,6 +170,18 @@ class Reporter {
   }
 
  private:
+  // The metrics are the same on every rank (gathered logits); rank 0's
+  // decision is broadcast all the same, so that the ranks cannot part ways.
+  void update_early_stopping(Position& at, TrainReport& report) {
+    early_.load(at.early);
+    const int stop = early_.update(report.metrics, at.step) ? 1 : 0;
+    at.early = early_.state();
+    if (!broadcast_value<int>(stop, job_.comm, "early stopping: the decision")) return;
+    at.early.stopped = true;
+    at.stop_reason = "early stopping: " + early_.reason();
+    report.stop_reason = at.stop_reason;
+  }
+
   TrainState state_at(const Position& at, const Json& metrics) const {
     const TrainConfig& t = job_.config->train;
     TrainState state;
@@ -186,6 +209,11 @@ class Reporter {
       state.loss_scale_good_steps = s.good_steps;
       state.loss_scale_hysteresis_left = s.hysteresis_left;
     }
+    if (at.early.best) state.early_stopping_best = *at.early.best;
+    state.early_stopping_best_step = at.early.best_step;
+    state.early_stopping_bad_evals = at.early.bad_evals;
+    state.early_stopped = at.early.stopped ? 1 : 0;
+    state.stop_reason = at.stop_reason;
     return state;  // loss_sum / loss_count: reported just now, so 0
   }
 
@@ -197,6 +225,7 @@ class Reporter {
     line["training_iteration"] = folder_.num_reports() + 1;
     for (const auto& kv : report.metrics) line[kv.first] = kv.second;
     line["checkpoint"] = report.checkpoint.empty() ? Json(nullptr) : Json(report.checkpoint);
+    if (!report.stop_reason.empty()) line["stop_reason"] = report.stop_reason;
     folder_.append_result(line.dump());
     if (tensorboard_) {
       for (const auto& kv : report.metrics)
@@ -219,6 +248,9 @@ class Reporter {
     log_info("report %lld: epoch %lld step %lld%s%s", static_cast<long long>(folder_.num_reports()),
              static_cast<long long>(report.epoch), static_cast<long long>(report.step), summary.c_str(),
              report.checkpoint.empty() ? "" : (" -> " + report.checkpoint).c_str());
+    if (!report.stop_reason.empty())
+      log_info("stopping at step %lld of %lld: %s", static_cast<long long>(report.step),
+               static_cast<long long>(job_.plan.total_steps), report.stop_reason.c_str());
   }
 
   TrainJob& job_;
@@ -228,6 +260,7 @@ class Reporter {
   TensorBoardWriter* tensorboard_;
   const TrainOptions& options_;
   TrainResult& result_;
+  EarlyStopping early_;
 };
 
 void log_plan(const TrainJob& job, const RunFolder& folder) {
@@ -280,12 +313,15 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   ProgressMeter meter(config.train, job.plan.total_steps, job.plan.num_epochs, at.step, at.trained_before,
                       options.live_progress, folder, tensorboard.get());
   Reporter reporter(job, checkpoints, folder, meter, tensorboard.get(), options, result);
-  if (at.step >= job.plan.total_steps)
+  if (at.early.stopped)
+    log_info("%s: training stopped at step %lld (%s); nothing to do", resume_path.c_str(),
+             static_cast<long long>(at.step), at.stop_reason.c_str());
+  else if (at.step >= job.plan.total_steps)
     log_info("%s: training already finished at step %lld of %lld; nothing to do", resume_path.c_str(),
              static_cast<long long>(at.step), static_cast<long long>(job.plan.total_steps));
 
-  bool stopped = false;
-  while (!stopped && at.step < job.plan.total_steps && at.epoch < job.plan.num_epochs) {
+  bool stopped = false;  // by TrainOptions::stop_after_step
+  while (!stopped && !at.early.stopped && at.step < job.plan.total_steps && at.epoch < job.plan.num_epochs) {
     if (at.resume_batches >= 0)
       job.sampler->load_state({at.epoch, at.resume_batches});
     else
@@ -305,8 +341,9 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       const bool eval_now = config.train.eval_every_steps > 0 && at.step % config.train.eval_every_steps == 0;
       const bool checkpoint_now = checkpoints.due(at.step, false, at.epoch, false);
       if (eval_now || checkpoint_now) reporter.report(at, checkpoint_now, eval_now, at.epoch);
+      if (at.early.stopped) break;
     }
-    if (stopped) break;
+    if (stopped || at.early.stopped) break;
     epoch_end = job.epoch_done();
     if (epoch_end) ++at.epoch;
     const bool last = at.step >= job.plan.total_steps || at.epoch >= job.plan.num_epochs;
@@ -315,7 +352,11 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
 
   result.steps = at.step;
   result.skipped_steps = at.skipped;
-  result.finished = !stopped && at.step >= job.plan.total_steps;
+  result.stopped_early = at.early.stopped;
+  result.stop_reason = at.stop_reason;
+  result.finished = !stopped && (at.step >= job.plan.total_steps || at.early.stopped);
+  if (job.eval_data && job.num_labels >= 2 && job.train_data.labels.kind == LabelKind::kClass)
+    result.baseline = majority_baseline(job.train_data.labels, job.eval_data->labels, job.num_labels);
   result.best_checkpoint = checkpoints.best();
   result.last_checkpoint = checkpoints.newest();
   result.final_params = job.strategy->flat_params().narrow(0, 0, job.strategy->layout().numel()).to(at::kCPU).clone();

@@ -90,6 +90,9 @@ struct TrainConfig {
   Fp16Config fp16;
   int64_t eval_every_steps = 0;  // 0 = after each epoch only
   int64_t log_every_steps = 10;
+  // Early stopping on checkpoint.score_attribute (train/early_stopping.h); 0 = off.
+  int64_t early_stopping_patience = 0;
+  double early_stopping_threshold = 0.0;
 };
 
 struct FsdpConfig {
@@ -208,6 +211,10 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("train.mixed_precision", c.train.mixed_precision, "compute precision");
   visit("train.eval_every_steps", c.train.eval_every_steps, "also evaluate every N steps; 0 = per epoch only");
   visit("train.log_every_steps", c.train.log_every_steps, "progress line every N steps");
+  visit("train.early_stopping_patience", c.train.early_stopping_patience,
+        "stop after N evaluations in a row without checkpoint.score_attribute improving; 0 = off");
+  visit("train.early_stopping_threshold", c.train.early_stopping_threshold,
+        "early stopping: an improvement must exceed this much");
   // Sub-tables come after their section's plain keys (TOML cannot reopen [train]).
   visit("train.lr_scheduler_kwargs.num_cycles", c.train.lr_scheduler_kwargs.num_cycles,
         "cosine: waves (unset = 0.5, a half cosine); cosine_with_restarts: hard restarts (unset = 1)");

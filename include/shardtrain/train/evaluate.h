@@ -37,4 +37,14 @@ std::vector<float> sharded_logits(BertForSequenceClassification& model, const To
 // (num_labels 1) eval_loss = eval_mse, eval_pearson.
 std::map<std::string, double> eval_metrics(const std::vector<float>& logits, const Labels& labels, int64_t num_labels);
 
+// The majority-class baseline: what always predicting the training data's
+// most frequent class (ties: the smaller id) scores on `eval`, by the same
+// definitions as eval_metrics (eval_loss left out: a constant guess has none
+// worth comparing). For classification only; `class_id` is that class.
+struct Baseline {
+  int64_t class_id = 0;
+  std::map<std::string, double> metrics;
+};
+Baseline majority_baseline(const Labels& train, const Labels& eval, int64_t num_labels);
+
 }  // namespace shardtrain

@@ -16,6 +16,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,6 +59,14 @@ struct TrainState {
   double loss_scale = 0;
   int64_t loss_scale_good_steps = 0;
   int64_t loss_scale_hysteresis_left = 0;
+  // Early stopping (train/early_stopping.h): the best score (NaN: none yet)
+  // and its step, evaluations in a row without improvement, and whether
+  // training stopped early (1) and why. Older checkpoints read as none / 0.
+  double early_stopping_best = std::nan("");
+  int64_t early_stopping_best_step = 0;
+  int64_t early_stopping_bad_evals = 0;
+  int64_t early_stopped = 0;
+  std::string stop_reason;
 };
 
 // Collective: writes `final_path` atomically (CheckpointWriter: .tmp, then

@@ -16,7 +16,8 @@
 //              eval gathered exactly (train/evaluate.h), a line in result.jsonl
 //              (train/run_folder.h), TensorBoard scalars and curves.svg, a
 //              checkpoint when the manager says one is due
-//              (checkpoint.every_epochs / every_steps, keep-best-N)
+//              (checkpoint.every_epochs / every_steps, keep-best-N); early
+//              stopping on checkpoint.score_attribute (train/early_stopping.h)
 //
 // Mixed precision (train.mixed_precision): the strategy trains in the 16-bit
 // dtype with fp32 master weights; fp16 adds loss scaling, and a step whose
@@ -30,10 +31,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shardtrain/core/run_config.h"
+#include "shardtrain/train/evaluate.h"
 
 namespace shardtrain {
 
@@ -61,6 +64,7 @@ struct TrainReport {
   int64_t step = 0;   // optimizer steps done
   std::map<std::string, double> metrics;  // train_loss, eval_loss, eval_accuracy, eval_f1, ...
   std::string checkpoint;                 // written with this report, or ""
+  std::string stop_reason;                // "early stopping: ..." when training stops here, or ""
 };
 
 struct TrainResult {
@@ -70,6 +74,10 @@ struct TrainResult {
   int64_t skipped_steps = 0;       // of those, skipped for non-finite gradients (loss scaling)
   int64_t num_training_steps = 0;  // planned
   bool finished = false;           // false when stopped by stop_after_step
+  bool stopped_early = false;      // by early stopping (finished too)
+  std::string stop_reason;
+  // Classification with eval data: the majority class's scores, to compare with.
+  std::optional<Baseline> baseline;
   std::vector<TrainReport> reports;  // made by this invocation
   std::string last_checkpoint;
   std::string best_checkpoint;     // by checkpoint.score_attribute ("" without one)
