@@ -1,0 +1,112 @@
+// Activation checkpointing (model/activation_checkpoint.h): a block run with
+// checkpointed_forward gives the plain run's output, input gradient and
+// parameter gradients, bit for bit, with dropout on (the recomputation
+// replays the forward's random numbers); afterwards the generator is where the
+// plain run leaves it; parameter gradients arrive through AccumulateGrad (the
+// hooks strategies use fire once per parameter); no_grad is a plain call.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "shardtrain/model/activation_checkpoint.h"
+
+using namespace shardtrain;
+
+namespace activation_checkpoint_test {
+namespace {
+
+struct Block {
+  mutable torch::nn::Linear up{8, 16}, down{16, 8};
+  Block() {
+    torch::manual_seed(3);
+    up = torch::nn::Linear(8, 16);
+    down = torch::nn::Linear(16, 8);
+  }
+  std::vector<at::Tensor> params() const {
+    std::vector<at::Tensor> out = up->parameters();
+    for (const at::Tensor& p : down->parameters()) out.push_back(p);
+    return out;
+  }
+  at::Tensor forward(const at::Tensor& x) const {
+    at::Tensor h = at::gelu(up->forward(x));
+    h = at::dropout(h, 0.3, /*train=*/true);
+    return at::dropout(down->forward(h), 0.1, true) + x;
+  }
+};
+
+struct Outcome {
+  at::Tensor output, input_grad, after;  // `after`: a random draw after backward
+  std::vector<at::Tensor> grads;
+};
+
+struct CountingHook : public torch::autograd::FunctionPostHook {
+  explicit CountingHook(int& count) : count_(count) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ++count_;
+    return outputs;
+  }
+  int& count_;
+};
+
+Outcome run(bool checkpoint, int blocks) {
+  Block block;
+  torch::manual_seed(11);
+  at::Tensor x = at::randn({4, 5, 8}).requires_grad_(true);
+  at::Tensor h = x;
+  for (int i = 0; i < blocks; ++i)
+    h = checkpoint ? checkpointed_forward([&block](const at::Tensor& in) { return block.forward(in); }, h,
+                                          block.params())
+                   : block.forward(h);
+  at::Tensor loss = (h * h).sum();
+  loss.backward();
+  Outcome o{h.detach(), x.grad().clone(), at::rand({3}), {}};
+  for (const at::Tensor& p : block.params()) o.grads.push_back(p.grad().clone());
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("checkpointed blocks give the plain run's output and gradients, dropout on") {
+  for (int blocks : {1, 3}) {
+    const Outcome plain = run(false, blocks), checkpointed = run(true, blocks);
+    CHECK(at::equal(plain.output, checkpointed.output));
+    CHECK(at::equal(plain.input_grad, checkpointed.input_grad));
+    REQUIRE(plain.grads.size() == checkpointed.grads.size());
+    for (size_t k = 0; k < plain.grads.size(); ++k) CHECK(at::equal(plain.grads[k], checkpointed.grads[k]));
+    CHECK(at::equal(plain.after, checkpointed.after));  // the generator goes on as without checkpointing
+  }
+}
+
+TEST_CASE("parameter gradients pass through AccumulateGrad once each, from the checkpoint's own node") {
+  Block block;
+  int fired = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  for (const at::Tensor& p : block.params()) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(p);
+    accumulator->add_post_hook(std::make_unique<CountingHook>(fired));
+    accumulators.push_back(accumulator);
+  }
+  at::Tensor x = at::randn({2, 3, 8}).requires_grad_(true);
+  at::Tensor y = checkpointed_forward([&block](const at::Tensor& in) { return block.forward(in); }, x, block.params());
+  CHECK(y.grad_fn()->name() == "shardtrain::CheckpointBackward");
+  CHECK(y.grad_fn()->num_outputs() == 1 + block.params().size());
+  y.sum().backward();
+  CHECK(fired == static_cast<int>(block.params().size()));
+}
+
+TEST_CASE("under no_grad it is a plain call") {
+  Block block;
+  at::NoGradGuard no_grad;
+  at::Tensor x = at::randn({2, 3, 8});
+  torch::manual_seed(5);
+  const at::Tensor plain = block.forward(x);
+  torch::manual_seed(5);
+  const at::Tensor y = checkpointed_forward([&block](const at::Tensor& in) { return block.forward(in); }, x,
+                                            block.params());
+  CHECK(at::equal(plain, y));
+  CHECK_FALSE(y.requires_grad());
+}
+
+}  // namespace activation_checkpoint_test
