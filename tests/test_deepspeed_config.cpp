@@ -349,6 +349,30 @@ TEST_CASE("gradient_clipping: number, true, \"auto\", absent") {
                  "gradient_clipping = -1: expected a number >= 0"));
 }
 
+TEST_CASE("activation_checkpointing turns on model.gradient_checkpointing; its knobs are named") {
+  DsScratch s;
+  CHECK_FALSE(load(s.config(json::object()), 1).model.gradient_checkpointing);
+  std::vector<std::string> lines;
+  const json section = {{"partition_activations", true},          {"cpu_checkpointing", false},
+                        {"contiguous_memory_optimization", false}, {"number_checkpoints", nullptr},
+                        {"synchronize_checkpoint_boundary", false}, {"profile", false}};
+  CHECK(load(s.config({{"activation_checkpointing", section}}), 1, &lines).model.gradient_checkpointing);
+  CHECK(has_line(lines, "-> model.gradient_checkpointing = true"));
+  CHECK(has_line(lines, "activation_checkpointing.partition_activations = true -> accepted, no effect"));
+  CHECK(has_line(lines, "activation_checkpointing.number_checkpoints = null -> accepted, no effect"));
+  // The run config saying otherwise is a contradiction, named with both keys.
+  CHECK(contains(error_of([&] {
+                   load(s.config({{"activation_checkpointing", json::object()}}), 1, nullptr,
+                        {{"model.gradient_checkpointing", "false"}});
+                 }),
+                 "activation_checkpointing = {}: means model.gradient_checkpointing = true but the run config sets "
+                 "model.gradient_checkpointing = false"));
+  CHECK(contains(error_of([&] { load(s.config({{"activation_checkpointing", {{"profile", true}}}}), 1); }),
+                 "activation_checkpointing.profile = true: DeepSpeed's checkpointing profiler is not implemented"));
+  CHECK(contains(error_of([&] { load(s.config({{"activation_checkpointing", {{"partition", true}}}}), 1); }),
+                 "activation_checkpointing.partition = true: not a DeepSpeed activation_checkpointing key"));
+}
+
 TEST_CASE("optimizer: AdamW params as numbers, \"auto\" and DeepSpeed's defaults") {
   DsScratch s;
   json ds = {{"optimizer",
@@ -487,7 +511,7 @@ TEST_CASE("every key that is not implemented is named, all in one message") {
         {"offload_param", {{"device", "cpu"}, {"pin_memory", true}}},
         {"stage3_max_live_parameters", 1e9},
         {"sub_group_size", 1e9}}},
-      {"activation_checkpointing", {{"partition_activations", true}}},
+      {"activation_checkpointing", {{"cpu_checkpointing", true}}},
       {"wall_clock_breakdown", true},
       {"fp16", {{"enabled", false}}},
       {"scheduler", {{"type", "OneCycle"}, {"params", {{"cycle_max_lr", 1e-4}}}}},
@@ -499,8 +523,8 @@ TEST_CASE("every key that is not implemented is named, all in one message") {
   CHECK(contains(message, "zero_optimization.offload_param.device = \"cpu\": parameter offload is not implemented"));
   CHECK(contains(message, "zero_optimization.stage3_max_live_parameters = 1000000000.0: not implemented"));
   CHECK(contains(message, "zero_optimization.sub_group_size"));
-  CHECK(contains(message, "activation_checkpointing = {\"partition_activations\":true}: not a DeepSpeed key "
-                          "shardtrain implements"));
+  CHECK(contains(message, "activation_checkpointing.cpu_checkpointing = true: keeping checkpointed activations in "
+                          "host memory is not implemented"));
   CHECK(contains(message, "wall_clock_breakdown = true"));
   CHECK(contains(message, "scheduler.type = \"OneCycle\": not implemented"));
   CHECK(contains(message, "optimizer.params.amsgrad = true"));

@@ -1,6 +1,6 @@
 // About 800 lines, one file on purpose: one walk over a DeepSpeed JSON, one
 // Resolver per section (precision, zero_optimization, batch sizes, clipping,
-// optimizer, scheduler), all of them writing into the run config through the
+// optimizer, scheduler, activation_checkpointing), all of them writing into the run config through the
 // same assign() rule (a JSON value that contradicts a key the user set is an
 // error naming both) and collecting every problem into one message. The
 // sections are independent functions of the same class; the file is long
@@ -166,6 +166,7 @@ class Resolver {
   void resolve_clipping(const json* clipping);
   void resolve_optimizer(const json* optimizer);
   void resolve_scheduler(const json* scheduler);
+  void resolve_activation_checkpointing(const json* section);
 
   RunConfig& c_;
   const DeepSpeedContext& context_;
@@ -176,6 +177,7 @@ class Resolver {
 void Resolver::run(const json& root) {
   const json *micro = nullptr, *accumulation = nullptr, *total = nullptr, *clipping = nullptr;
   const json *fp16 = nullptr, *bf16 = nullptr, *zero = nullptr, *optimizer = nullptr, *scheduler = nullptr;
+  const json* activation_checkpointing = nullptr;
   std::string bf16_name = "bf16";
   for (const auto& item : root.items()) {
     const std::string& key = item.key();
@@ -192,6 +194,7 @@ void Resolver::run(const json& root) {
     } else if (key == "zero_optimization") zero = &v;
     else if (key == "optimizer") optimizer = &v;
     else if (key == "scheduler") scheduler = &v;
+    else if (key == "activation_checkpointing") activation_checkpointing = &v;
     else if (key == "steps_per_print") {
       if (auto n = integer(key, v, 1, false)) {
         if (assign("train.log_every_steps", c_.train.log_every_steps, *n, key, &v))
@@ -215,7 +218,8 @@ void Resolver::run(const json& root) {
     } else {
       problem(key, &v, "not a DeepSpeed key shardtrain implements (it reads train_batch_size, "
                        "train_micro_batch_size_per_gpu, gradient_accumulation_steps, gradient_clipping, fp16, bf16, "
-                       "zero_optimization, optimizer, scheduler, steps_per_print, wall_clock_breakdown)");
+                       "zero_optimization, optimizer, scheduler, activation_checkpointing, steps_per_print, "
+                       "wall_clock_breakdown)");
     }
   }
   resolve_precision(fp16, bf16, bf16_name);
@@ -224,6 +228,7 @@ void Resolver::run(const json& root) {
   resolve_clipping(clipping);
   resolve_optimizer(optimizer);
   resolve_scheduler(scheduler);
+  resolve_activation_checkpointing(activation_checkpointing);
 }
 
 void Resolver::resolve_precision(const json* fp16, const json* bf16, const std::string& bf16_name) {
@@ -905,6 +910,48 @@ DeepSpeedResolution apply_deepspeed_config(RunConfig& config, const DeepSpeedCon
   }
   for (auto& l : resolver.out.lines) l = "deepspeed: " + l;
   return resolver.out;
+}
+
+// DeepSpeed's activation_checkpointing section: its presence turns on
+// model.gradient_checkpointing (each encoder layer checkpointed, as HF's
+// gradient_checkpointing_enable() does under the DeepSpeed integration). The
+// knobs for model parallelism and DeepSpeed's own buffers have nothing to act
+// on here: accepted where they change nothing, refused where they would.
+void Resolver::resolve_activation_checkpointing(const json* section) {
+  const char* name = "activation_checkpointing";
+  if (!section) return;
+  if (!object(name, *section)) return;
+  if (assign("model.gradient_checkpointing", c_.model.gradient_checkpointing, true, name, section, false))
+    line(name, section, "model.gradient_checkpointing = true (every encoder layer recomputed in backward)");
+  for (const auto& item : section->items()) {
+    const std::string key = std::string(name) + "." + item.key();
+    const json& v = item.value();
+    if (item.key() == "number_checkpoints") {
+      if (v.is_null() || v.is_number_integer()) line(key, &v, "accepted, no effect: every encoder layer is a checkpoint");
+      else problem(key, &v, "expected an integer or null");
+      continue;
+    }
+    const std::optional<bool> b = boolean(key, v);
+    if (!b) continue;
+    if (item.key() == "partition_activations") {
+      line(key, &v, "accepted, no effect: activations are partitioned across model-parallel ranks, and there are "
+                    "none (data parallelism only)");
+    } else if (item.key() == "contiguous_memory_optimization") {
+      line(key, &v, "accepted, no effect: each checkpointed input is its own tensor");
+    } else if (item.key() == "synchronize_checkpoint_boundary") {
+      line(key, &v, "accepted, no effect on results (a device synchronization for timing)");
+    } else if (item.key() == "cpu_checkpointing" || item.key() == "profile") {
+      if (*b)
+        problem(key, &v, item.key() == "profile" ? "DeepSpeed's checkpointing profiler is not implemented; set it to false"
+                                                 : "keeping checkpointed activations in host memory is not "
+                                                   "implemented; set it to false");
+      else
+        line(key, &v, "accepted");
+    } else {
+      problem(key, &v, "not a DeepSpeed activation_checkpointing key (partition_activations, cpu_checkpointing, "
+                       "contiguous_memory_optimization, number_checkpoints, synchronize_checkpoint_boundary, profile)");
+    }
+  }
 }
 
 }  // namespace shardtrain

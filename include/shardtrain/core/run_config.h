@@ -29,6 +29,9 @@ struct ModelConfig {
   int64_t num_labels = 0;        // 0 = from the training data's labels
   std::optional<double> hidden_dropout_prob;           // unset = the model config's value
   std::optional<double> attention_probs_dropout_prob;  // unset = the model config's value
+  // Activation checkpointing (HF's name): each encoder layer keeps only its
+  // input and runs its forward again in backward (model/activation_checkpoint.h).
+  bool gradient_checkpointing = false;
 };
 
 struct DataConfig {
@@ -180,6 +183,8 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("model.hidden_dropout_prob", c.model.hidden_dropout_prob, "override the model's hidden dropout");
   visit("model.attention_probs_dropout_prob", c.model.attention_probs_dropout_prob,
         "override the model's attention dropout");
+  visit("model.gradient_checkpointing", c.model.gradient_checkpointing,
+        "recompute each encoder layer's forward in backward (less activation memory, about a third more compute)");
 
   visit("data.train_file", c.data.train_file, "training data (.tsv, .csv, .jsonl)");
   visit("data.eval_file", c.data.eval_file, "evaluation data; empty = no evaluation");
