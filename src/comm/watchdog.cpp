@@ -33,6 +33,7 @@ struct PhaseBoard {
 
 struct OpenPhase {
   std::string name;
+  std::string context;  // the phases it is inside ("training step 12"), for messages
   Clock::time_point deadline;
   double timeout_s = 0;
   const char* file = "";
@@ -113,7 +114,7 @@ class Watchdog {
     for (;;) {
       const OpenPhase* due = nullptr;
       for (const auto& [id, phase] : open_)
-        if (!due || phase.deadline < due->deadline) due = &phase;
+        if (phase.timeout_s > 0 && (!due || phase.deadline < due->deadline)) due = &phase;
       if (due && Clock::now() >= due->deadline) {
         OpenPhase expired = *due;
         lock.unlock();
@@ -139,10 +140,11 @@ class Watchdog {
             : std::string("world ranks that did not arrive: unknown (the communicator's arrival board was not "
                           "built yet)");
     fatal("phase timeout", phase.file, phase.line,
-          str_format("%s (phase #%llu on a communicator of %d ranks) did not complete within %.0f s; %s. Raise "
+          str_format("%s (phase #%llu on a communicator of %d ranks%s) did not complete within %.0f s; %s. Raise "
                      "run.collective_timeout_s if this phase is legitimately slow.",
                      phase.name.c_str(), static_cast<unsigned long long>(phase.sequence), phase.comm_size,
-                     phase.timeout_s, missing.c_str()));
+                     phase.context.empty() ? "" : (", during " + phase.context).c_str(), phase.timeout_s,
+                     missing.c_str()));
   }
 
   std::mutex mutex_;
@@ -279,8 +281,11 @@ PhaseGuard::PhaseGuard(MPI_Comm comm, std::string phase, double timeout_s, const
   ST_CHECK_MPI(MPI_Comm_size(comm, &size));
   OpenPhase open;
   open.name = phase;
-  open.timeout_s = timeout_s > 0 ? timeout_s : default_phase_timeout_s();
-  open.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(open.timeout_s));
+  open.context = current_phase_names();
+  open.timeout_s = timeout_s > 0 ? timeout_s : timeout_s < 0 ? -1.0 : default_phase_timeout_s();
+  open.deadline = open.timeout_s > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                          std::chrono::duration<double>(open.timeout_s))
+                                     : Clock::time_point::max();
   open.file = file;
   open.line = line;
   open.comm_size = size;

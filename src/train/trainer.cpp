@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "shardtrain/comm/mpi_helpers.h"
+#include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/checkpoint_manager.h"
@@ -102,6 +103,10 @@ StepRecord run_step(TrainJob& job, Position& at, const std::vector<Batch>& micro
   const auto& overflow = options.overflow_steps;
   step.poison_loss = job.topology.rank == options.overflow_rank &&
                      std::find(overflow.begin(), overflow.end(), at.step + 1) != overflow.end();
+  // Named, not timed: the collectives inside have their own timeout
+  // (docs/DESIGN.md, "Errors and hangs").
+  PhaseGuard phase(job.comm, str_format("training step %lld", static_cast<long long>(at.step + 1)),
+                   PhaseGuard::kNoDeadline);
   const StepResult r = train_step(*job.strategy, *job.model, micro, step);
   if (job.loss_scaler) job.loss_scaler->update(!r.applied);
   at.step += 1;
@@ -148,6 +153,8 @@ class Reporter {
     }
     if (with_eval && job_.eval_data) {
       const double start = MPI_Wtime();
+      PhaseGuard phase(job_.comm, str_format("evaluation at step %lld", static_cast<long long>(at.step)),
+                       PhaseGuard::kNoDeadline);
       const TrainConfig& t = job_.config->train;
       const std::vector<float> logits = sharded_logits(*job_.model, *job_.eval_data, t.eval_batch_size,
                                                        job_.tokenizer->pad_id(), job_.device, job_.comm);

@@ -28,7 +28,7 @@
 // heartbeat on every board a few times a second; a rank whose heartbeat stands
 // still is reported as stopped or frozen.
 //
-// Timeout: the guard's argument, or (0) the process default, which the job
+// Timeout: the guard's argument (kNoDeadline: none), or (0) the process default, which the job
 // sets once from run.collective_timeout_s (600 s until then). Guards nest; each
 // has its own deadline. A guard on a communicator of one rank (MPI_COMM_SELF)
 // has a deadline and no board. Cost: a mutex, a map insertion and a store per
@@ -60,6 +60,13 @@ double default_phase_timeout_s();
 
 class PhaseGuard {
  public:
+  // A phase with a name and no deadline: for compute of unbounded length (a
+  // training step, an evaluation). It does not time out itself, but it names
+  // where the job is: the timeouts of the collectives and guards inside it say
+  // "during training step 12", and other ranks' messages name it as this
+  // rank's last phase.
+  static constexpr double kNoDeadline = -1.0;
+
   // `phase` names the phase in messages ("checkpoint write <path> /model/x").
   // Collective over comm the first time a communicator is guarded (it builds
   // the board); afterwards local. file/line: where the guard is, for the message.
