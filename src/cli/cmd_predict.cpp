@@ -41,6 +41,7 @@ void run_predict(const World& world, PredictFlags& flags) {
     options.on_bad_row = parse_bad_row_policy(flags.on_bad_row);
   });
   check_output_path(flags);
+  world.log_binding();
 
   PredictResult result;
   with_flag_names([&] { result = predict_file(options, world.comm()); });
