@@ -38,6 +38,7 @@ struct DataConfig {
   int64_t max_length = 128;
   std::string on_bad_row = "error";  // error | skip
   bool drop_last = false;        // train: drop the incomplete last global batch instead of padding it
+  bool group_by_length = false;  // train: batch rows of similar length (changes batch composition; data/sampler.h)
 };
 
 struct TrainConfig {
@@ -152,6 +153,8 @@ void visit_config_keys(Config& c, Visitor&& visit) {
         Choices{"error", "skip"});
   visit("data.drop_last", c.data.drop_last, "drop the incomplete last global batch instead of padding it",
         Choices{});
+  visit("data.group_by_length", c.data.group_by_length,
+        "batch training rows of similar length (less padding; changes which rows share a batch)", Choices{});
 
   visit("train.num_epochs", c.train.num_epochs, "passes over the training data", Choices{});
   visit("train.max_steps", c.train.max_steps, "stop after this many optimizer steps; 0 = off", Choices{});
