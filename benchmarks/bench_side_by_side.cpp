@@ -13,7 +13,7 @@
 //   mpirun -np W bench_side_by_side train --model-dir DIR --data TSV --vocab VOCAB
 //       --batch-size B --seed 42 --batches FILE [--layout packed|padded]
 //       [--warmup 1] [--steps 3] [--dropout P] [--lr 2e-5] [--eval-data TSV]
-//       [--eval-batch-size 32]
+//       [--eval-batch-size 32] [--profile TRACE.json]
 //       Trains the model of DIR with DDP (parallel/ddp.h, default buckets) in
 //       the Trainer's step sequence (zero_grad, prepare_backward, forward +
 //       loss, backward, finish_backward, step(lr, max_grad_norm = 1): clipping
@@ -26,10 +26,12 @@
 //       the same layout. Rank 0 prints one JSON object: per-step losses (mean
 //       over ranks), per-step seconds (slowest rank), real tokens per global
 //       batch, the time from process start to the end of the first step, the
-//       eval pass's seconds.
+//       eval pass's seconds. --profile writes the last step as a Chrome trace
+//       (rank 0; benchmarks/profile_summary.py sums it per op).
 //
 // Until the Trainer runs packed batches this binary stands in for
 // `shardtrain train` (benchmarks/README.md says what the Trainer must call).
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -94,7 +96,7 @@ void write_json(const nlohmann::json& doc, const std::string& path) {
 }
 
 struct TrainArgs {
-  std::string model_dir, data, vocab, batches, layout = "packed", eval_data;
+  std::string model_dir, data, vocab, batches, layout = "packed", eval_data, profile;
   int64_t batch_size = 16, seed = 42, eval_batch_size = 32;
   int warmup = 1, steps = 3;
   double dropout = -1, lr = 2e-5;
@@ -152,6 +154,9 @@ int run_train(World& world, const TrainArgs& a) {
   double first_step_s = -1;
   for (int k = 0; k < total; ++k) {
     const std::vector<int64_t> rows = sampler.batch(k);
+    std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+    if (k + 1 == total && rank == 0 && !a.profile.empty())
+      profile = std::make_unique<torch::autograd::profiler::RecordProfile>(a.profile);
     const auto start = Clock::now();
     strategy->zero_grad();
     strategy->prepare_backward(true);
@@ -163,6 +168,7 @@ int run_train(World& world, const TrainArgs& a) {
     double reduced[2] = {loss.item<double>(), static_cast<double>(tokens)};
     ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, reduced, 2, MPI_DOUBLE, MPI_SUM, world.comm()));
     step_s.push_back(seconds_since(start));
+    profile.reset();  // writes the trace
     if (first_step_s < 0) first_step_s = seconds_since(kProcessStart);
     losses.push_back(reduced[0] / W);
     real_tokens.push_back(reduced[1]);
@@ -235,6 +241,7 @@ int run(World& world, int argc, char** argv) {
   train->add_option("--lr", t.lr, "constant learning rate");
   train->add_option("--eval-data", t.eval_data, "time one eval pass over this TSV");
   train->add_option("--eval-batch-size", t.eval_batch_size, "per rank")->check(CLI::PositiveNumber);
+  train->add_option("--profile", t.profile, "write the last step as a Chrome trace (rank 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
