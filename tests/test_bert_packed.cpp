@@ -6,7 +6,9 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -247,6 +249,52 @@ TEST_CASE("packed training with dropout learns a small task") {
   // Dropout draws other masks than the padded layout would; training still fits the batch.
   std::printf("packed training with dropout: loss %.4f -> %.4f\n", first, last);
   CHECK(last < 0.5 * first);
+}
+
+// The model's math written out with plain ATen ops and autograd (at::matmul,
+// at::softmax, at::dropout): what HF's eager BERT does, for the check below.
+at::Tensor reference_logits(BertForSequenceClassification& m, const Batch& b) {
+  const BertConfig& c = m.config();
+  const int64_t B = b.input_ids.size(0), L = b.input_ids.size(1), H = c.num_attention_heads, Dh = c.head_dim();
+  auto e = m.embeddings();
+  at::Tensor x = at::embedding(e->word_embeddings->weight, b.input_ids) +
+                 at::embedding(e->token_type_embeddings->weight, b.token_type_ids) +
+                 at::embedding(e->position_embeddings->weight, at::arange(L, at::kLong));
+  x = at::layer_norm(x, {c.hidden_size}, e->layer_norm->weight, e->layer_norm->bias, c.layer_norm_eps);
+  const at::Tensor mask = (1.0 - b.attention_mask.to(at::kFloat)).mul(std::numeric_limits<float>::lowest()).view({B, 1, 1, L});
+  for (const auto& layer : m.layers()) {
+    auto heads = [&](torch::nn::Linear& lin) { return lin(x).view({B, L, H, Dh}).transpose(1, 2); };
+    at::Tensor scores = at::matmul(heads(layer->query), heads(layer->key).transpose(-1, -2)) / std::sqrt(double(Dh)) + mask;
+    at::Tensor probs = at::dropout(at::softmax(scores, -1), c.attention_probs_dropout_prob, true);
+    at::Tensor context = at::matmul(probs, heads(layer->value)).transpose(1, 2).reshape({B, L, c.hidden_size});
+    at::Tensor attended = layer->attention_output_layer_norm(layer->attention_output_dense(context) + x);
+    x = layer->output_layer_norm(layer->output_dense(at::gelu(layer->intermediate_dense(attended))) + attended);
+  }
+  return m.classifier()(at::tanh(m.pooler()->dense(x.select(1, 0))));
+}
+
+TEST_CASE("attention dropout: the CPU attention kernel draws at::dropout's masks and backpropagates as autograd") {
+  BertConfig config = small_config();
+  config.attention_probs_dropout_prob = 0.3;  // the only dropout: the RNG feeds the attention masks alone
+  auto model = std::make_shared<BertForSequenceClassification>(config);
+  model->init_weights(12);
+  model->train();
+  const Batch padded = random_batch(5, 13, 97, 8);
+  torch::manual_seed(77);
+  const Outcome want = run(*model, padded.labels, [&] { return reference_logits(*model, padded); });
+  torch::manual_seed(77);
+  const Outcome got = run(*model, padded.labels, [&] {
+    return model->forward(padded.input_ids, padded.token_type_ids, padded.attention_mask);
+  });
+  // Another seed draws other masks: the comparison above is not blind to dropout.
+  torch::manual_seed(78);
+  const at::Tensor other = model->forward(padded.input_ids, padded.token_type_ids, padded.attention_mask);
+  CHECK(excess(got.logits, want.logits, kPackedTol) <= 0);
+  CHECK(excess(other, want.logits, kPackedTol) > 0);
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    CAPTURE(got.grads[i].first);
+    CHECK(excess(got.grads[i].second, want.grads[i].second, kPackedTol) <= 0);
+  }
 }
 
 TEST_CASE("word-embedding gradient: added in place into an existing dense .grad, equal to the dense one") {

@@ -7,7 +7,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -16,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "model/attention.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -450,18 +450,10 @@ at::Tensor BertLayer::attend(const at::Tensor& qkv, const at::Tensor& additive_m
   const int64_t B = qkv.size(0), L = qkv.size(1), D = qkv.size(2) / 3;
   const int64_t H = num_heads_, Dh = D / H;
   const bool training = is_training();
-  // view + permute is a stride change, not a copy; matmul/SDPA accept it.
+  // view + permute is a stride change, not a copy.
   const at::Tensor heads = qkv.view({B, L, 3, H, Dh}).permute({2, 0, 3, 1, 4});  // [3, B, H, L, Dh]
-  const at::Tensor q = heads[0], k = heads[1], v = heads[2];
-  at::Tensor context;  // [B, H, L, Dh]
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
-  context = at::scaled_dot_product_attention(q, k, v, additive_mask, training ? attention_dropout_p_ : 0.0, false);
-#else
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [B, H, L, L]
-  scores.div_(std::sqrt(static_cast<double>(Dh))).add_(additive_mask);
-  at::Tensor probs = maybe_dropout(at::softmax(scores, -1), attention_dropout_p_, training);
-  context = at::matmul(probs, v);
-#endif
+  const at::Tensor context =
+      detail::scaled_dot_attention(heads[0], heads[1], heads[2], additive_mask, attention_dropout_p_, training);
   return context.transpose(1, 2);  // [B, L, H, Dh]
 }
 
