@@ -272,12 +272,4 @@ int run(World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  World world(&argc, &argv);
-  try {
-    return run(world, argc, argv);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "bench_side_by_side: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_side_by_side", argc, argv, run); }

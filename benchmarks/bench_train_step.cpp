@@ -494,12 +494,4 @@ int run(World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  World world(&argc, &argv);
-  try {
-    return run(world, argc, argv);
-  } catch (const Error& e) {
-    if (world.rank() == 0) std::fprintf(stderr, "bench_train_step: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_train_step", argc, argv, run); }
