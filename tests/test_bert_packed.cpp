@@ -15,6 +15,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/bert.h"
+#include "shardtrain/model/dropout.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
 
@@ -252,7 +253,8 @@ TEST_CASE("packed training with dropout learns a small task") {
 }
 
 // The model's math written out with plain ATen ops and autograd (at::matmul,
-// at::softmax, at::dropout): what HF's eager BERT does, for the check below.
+// at::softmax; dropout from model/dropout.h, which draws the model's masks):
+// what HF's eager BERT does, for the check below.
 at::Tensor reference_logits(BertForSequenceClassification& m, const Batch& b) {
   const BertConfig& c = m.config();
   const int64_t B = b.input_ids.size(0), L = b.input_ids.size(1), H = c.num_attention_heads, Dh = c.head_dim();
@@ -265,7 +267,7 @@ at::Tensor reference_logits(BertForSequenceClassification& m, const Batch& b) {
   for (const auto& layer : m.layers()) {
     auto heads = [&](torch::nn::Linear& lin) { return lin(x).view({B, L, H, Dh}).transpose(1, 2); };
     at::Tensor scores = at::matmul(heads(layer->query), heads(layer->key).transpose(-1, -2)) / std::sqrt(double(Dh)) + mask;
-    at::Tensor probs = at::dropout(at::softmax(scores, -1), c.attention_probs_dropout_prob, true);
+    at::Tensor probs = shardtrain::dropout(at::softmax(scores, -1), c.attention_probs_dropout_prob, true);
     at::Tensor context = at::matmul(probs, heads(layer->value)).transpose(1, 2).reshape({B, L, c.hidden_size});
     at::Tensor attended = layer->attention_output_layer_norm(layer->attention_output_dense(context) + x);
     x = layer->output_layer_norm(layer->output_dense(at::gelu(layer->intermediate_dense(attended))) + attended);
@@ -273,7 +275,7 @@ at::Tensor reference_logits(BertForSequenceClassification& m, const Batch& b) {
   return m.classifier()(at::tanh(m.pooler()->dense(x.select(1, 0))));
 }
 
-TEST_CASE("attention dropout: the CPU attention kernel draws at::dropout's masks and backpropagates as autograd") {
+TEST_CASE("attention dropout: the CPU attention kernel applies dropout's masks and backpropagates as autograd") {
   BertConfig config = small_config();
   config.attention_probs_dropout_prob = 0.3;  // the only dropout: the RNG feeds the attention masks alone
   auto model = std::make_shared<BertForSequenceClassification>(config);

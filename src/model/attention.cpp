@@ -8,8 +8,16 @@
 
 #include <cmath>
 
+#include "shardtrain/model/dropout.h"
+
+// LibTorch 2.x has scaled_dot_product_attention; the kernel below is for 1.x.
+#if !(defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2)
+#define SHARDTRAIN_CPU_ATTENTION 1
+#endif
+
 namespace shardtrain {
 namespace detail {
+#if SHARDTRAIN_CPU_ATTENTION
 namespace {
 
 // out[n] = a[n] b[n] for n in [0, N): each thread one contiguous share of the
@@ -38,8 +46,7 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     const at::Tensor probs = at::softmax(scores, -1);
     at::Tensor noise, dropped = probs;
     if (training && dropout_p > 0) {
-      // at::dropout's own steps, so the masks are the ones it would draw.
-      noise = at::empty_like(probs).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
+      noise = dropout_noise(probs, dropout_p);  // dropout(probs) = probs * noise, as model/dropout.h
       dropped = probs * noise;
     }
     const at::Tensor context = batched_product(dropped, v3);  // [N, L, Dh]
@@ -68,23 +75,19 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
   }
 };
 
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  if (!training || p == 0.0) return x;
-  return at::dropout(x, p, true);
-}
-
 }  // namespace
+#endif
 
 at::Tensor scaled_dot_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& additive_mask, double dropout_p, bool training) {
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+#if !SHARDTRAIN_CPU_ATTENTION
   return at::scaled_dot_product_attention(q, k, v, additive_mask, training ? dropout_p : 0.0, false);
 #else
   if (q.device().is_cpu()) return CpuAttention::apply(q, k, v, additive_mask, dropout_p, training);
   const double Dh = static_cast<double>(q.size(-1));
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [B, H, L, L]
   scores.div_(std::sqrt(Dh)).add_(additive_mask);
-  return at::matmul(maybe_dropout(at::softmax(scores, -1), dropout_p, training), v);
+  return at::matmul(shardtrain::dropout(at::softmax(scores, -1), dropout_p, training), v);
 #endif
 }
 

@@ -4,7 +4,7 @@
 //
 // q, k, v [B, H, L, Dh] (any strides), additive_mask [B, 1, 1, L] -> [B, H, L, Dh].
 // The math of HF's eager attention, op for op (the same scale, mask, softmax
-// and dropout ops; dropout draws its mask exactly as at::dropout does).
+// and dropout ops; the dropout mask comes from model/dropout.h).
 //
 // Why not at::matmul: on the CPU, ATen's bmm runs one BLAS call per (batch,
 // head) matrix, B x H of them, each a tiny [L, Dh] x [Dh, L] product that BLAS

@@ -18,6 +18,7 @@
 #include "model/attention.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/model/dropout.h"
 
 namespace shardtrain {
 namespace {
@@ -111,10 +112,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  if (!training || p == 0.0) return x;
-  return at::dropout(x, p, true);
-}
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) { return shardtrain::dropout(x, p, training); }
 
 // The word-embedding lookup with the gradient bert.h describes. The weight is
 // kept in saved_data, not save_for_backward: backward reads only its .grad
