@@ -12,13 +12,14 @@
 //       "labels": [...]}. Rank r of W trains on positions r, r+W, ... of each.
 //   mpirun -np W bench_side_by_side train --model-dir DIR --data TSV --vocab VOCAB
 //       --batch-size B --seed 42 --batches FILE [--layout packed|padded]
-//       [--warmup 1] [--steps 3] [--dropout P] [--lr 2e-5] [--eval-data TSV]
+//       [--first-batch 0] [--warmup 1] [--steps 3] [--dropout P] [--lr 2e-5] [--eval-data TSV]
 //       [--eval-batch-size 32] [--profile TRACE.json]
 //       Trains the model of DIR with DDP (parallel/ddp.h, default buckets) in
 //       the Trainer's step sequence (zero_grad, prepare_backward, forward +
 //       loss, backward, finish_backward, step(lr, max_grad_norm = 1): clipping
 //       + AdamW with HF's no-decay groups, weight decay 0.01) on the
-//       sampler's batches, first checking they are the FILE's; tokenizes the
+//       sampler's global batches from --first-batch on, first checking they
+//       are the FILE's; tokenizes the
 //       TSV as `shardtrain train` does (bert-base-cased vocabulary, max length
 //       128). --layout packed runs collate_packed + forward_packed (unpadded,
 //       data/collator.h, model/bert.h), padded runs collate + forward. With
@@ -98,7 +99,7 @@ void write_json(const nlohmann::json& doc, const std::string& path) {
 struct TrainArgs {
   std::string model_dir, data, vocab, batches, layout = "packed", eval_data, profile;
   int64_t batch_size = 16, seed = 42, eval_batch_size = 32;
-  int warmup = 1, steps = 3;
+  int first_batch = 0, warmup = 1, steps = 3;
   double dropout = -1, lr = 2e-5;
 };
 
@@ -137,9 +138,11 @@ int run_train(World& world, const TrainArgs& a) {
   std::ifstream plan_file(a.batches);
   if (!plan_file) throw Error("--batches: cannot read " + a.batches);
   const nlohmann::json plan = nlohmann::json::parse(plan_file);
-  const int total = a.warmup + a.steps;
-  if (static_cast<int>(plan["batches"].size()) < total) throw Error("--batches: fewer batches than warmup + steps");
-  for (int k = 0; k < total; ++k)
+  const int total = a.warmup + a.steps, first = a.first_batch;
+  if (static_cast<int>(plan["batches"].size()) < first + total)
+    throw Error("--batches: fewer batches than first-batch + warmup + steps");
+  if (first + total > sampler.num_batches()) throw Error("--first-batch: past the end of the epoch");
+  for (int k = first; k < first + total; ++k)
     if (sampler.global_batch(k) != plan["batches"][k].get<std::vector<int64_t>>())
       throw Error(str_format("--batches: global batch %d differs from the sampler's (other seed, batch or world size?)", k));
 
@@ -152,10 +155,10 @@ int run_train(World& world, const TrainArgs& a) {
 
   std::vector<double> losses, step_s, real_tokens;
   double first_step_s = -1;
-  for (int k = 0; k < total; ++k) {
+  for (int k = first; k < first + total; ++k) {
     const std::vector<int64_t> rows = sampler.batch(k);
     std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
-    if (k + 1 == total && rank == 0 && !a.profile.empty())
+    if (k + 1 == first + total && rank == 0 && !a.profile.empty())
       profile = std::make_unique<torch::autograd::profiler::RecordProfile>(a.profile);
     const auto start = Clock::now();
     strategy->zero_grad();
@@ -235,6 +238,7 @@ int run(World& world, int argc, char** argv) {
   train->add_option("--batch-size", t.batch_size, "per rank")->check(CLI::PositiveNumber);
   train->add_option("--seed", t.seed, "sampler seed");
   train->add_option("--layout", t.layout, "packed (unpadded) or padded")->check(CLI::IsMember({"packed", "padded"}));
+  train->add_option("--first-batch", t.first_batch, "start at this global batch")->check(CLI::NonNegativeNumber);
   train->add_option("--warmup", t.warmup, "untimed first steps")->check(CLI::NonNegativeNumber);
   train->add_option("--steps", t.steps, "timed steps")->check(CLI::PositiveNumber);
   train->add_option("--dropout", t.dropout, "override both dropout probabilities");

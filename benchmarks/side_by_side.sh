@@ -25,13 +25,15 @@
 #    loss must equal PyTorch's within 1e-4 relative (the same fp32 math in
 #    another op order differs by ~1e-6 after a few AdamW steps; a wrong mask,
 #    batch or weight moves the loss by > 1e-3). A mismatch stops the script.
-# 4. timing: ROUNDS rounds; in each, every side runs WARMUP untimed + STEPS
-#    timed steps with dropout 0.1 (the models' default), sides alternating
-#    and their order reversed every other round. Per side: the median over
-#    rounds of (timed samples / timed seconds) and (timed real tokens / timed
-#    seconds), the ratio to PyTorch, the time from process start to the end
-#    of the first step, and (last round) one eval pass over MRPC dev (batch 32
-#    per rank, no grad).
+# 4. timing: ROUNDS rounds; in round r every side runs WARMUP untimed + STEPS
+#    timed steps on the next WARMUP + STEPS global batches of the epoch (the
+#    same batches for every side of a round, later ones in later rounds), with
+#    dropout 0.1 (the models' default), sides alternating and their order
+#    reversed every other round. Per side: the median over rounds of (timed
+#    samples / timed seconds), of (timed real tokens / timed seconds) and of
+#    the round's real-token ratio to PyTorch, the time from process start to
+#    the end of the first step, and (last round) one eval pass over MRPC dev
+#    (batch 32 per rank, no grad).
 #
 #   bash benchmarks/side_by_side.sh                     # everything (~25 min on 2 cores)
 #   MODELS=quickstart ROUNDS=2 bash benchmarks/side_by_side.sh
@@ -78,23 +80,23 @@ for split in train dev; do
 done
 echo "side_by_side: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# run_side SIDE MODEL_DIR RANKS THREADS BATCHES DROPOUT WARMUP STEPS [EVAL] -> one JSON line (rank 0)
+# run_side SIDE MODEL_DIR RANKS THREADS BATCHES FIRST DROPOUT WARMUP STEPS [EVAL] -> one JSON line (rank 0)
 run_side() {
-  local side=$1 model_dir=$2 ranks=$3 threads=$4 batches=$5 dropout=$6 warmup=$7 steps=$8 eval=${9:-}
+  local side=$1 model_dir=$2 ranks=$3 threads=$4 batches=$5 first=$6 dropout=$7 warmup=$8 steps=$9 eval=${10:-}
   local batch=$((16 / ranks))
   if [[ $side == pytorch ]]; then
     local eval_args=()
     [[ -n $eval ]] && eval_args=(--eval-ids "$OUT/dev_ids.jsonl")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$PY" benchmarks/side_by_side_reference.py \
       --model-dir "$model_dir" --ids "$OUT/train_ids.jsonl" --batches "$batches" --threads "$threads" \
-      --dropout "$dropout" --warmup "$warmup" --steps "$steps" --port $((20000 + RANDOM % 20000)) "${eval_args[@]}" \
+      --first-batch "$first" --dropout "$dropout" --warmup "$warmup" --steps "$steps" --port $((20000 + RANDOM % 20000)) "${eval_args[@]}" \
       2>>"$LOG"
   else
     local eval_args=()
     [[ -n $eval ]] && eval_args=(--eval-data "$DEV")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$BENCH" train --model-dir "$model_dir" \
       --data "$TRAIN" --vocab "$VOCAB" --batches "$batches" --batch-size "$batch" --layout "$side" \
-      --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2>>"$LOG"
+      --first-batch "$first" --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2>>"$LOG"
   fi
 }
 
@@ -114,13 +116,13 @@ for model in $MODELS; do
     ranks=${layout%x*}
     threads=${layout#*x}
     batches=$OUT/batches_${ranks}.json
-    needed=$((CHECK_STEPS > WARMUP + STEPS ? CHECK_STEPS : WARMUP + STEPS))
+    needed=$((CHECK_STEPS > ROUNDS * (WARMUP + STEPS) ? CHECK_STEPS : ROUNDS * (WARMUP + STEPS)))
     "$BENCH" batches --data "$TRAIN" --batch-size $((16 / ranks)) --world "$ranks" --seed 42 --steps "$needed" \
       --out "$batches" 2>/dev/null
 
     # ---- 3. check: equal math before timing ----
     for side in $SIDES; do
-      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0 0 "$CHECK_STEPS" | tag "$model" "$layout" check 0 >>"$RESULTS"
+      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0 0 0 "$CHECK_STEPS" | tag "$model" "$layout" check 0 >>"$RESULTS"
     done
     "$PY" - "$RESULTS" "$model" "$layout" <<'PYEOF'
 import json, sys
@@ -142,7 +144,8 @@ PYEOF
       eval_flag=""
       [[ $round -eq $ROUNDS ]] && eval_flag=eval
       for side in "${order[@]}"; do
-        run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0.1 "$WARMUP" "$STEPS" $eval_flag |
+        run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" $(((round - 1) * (WARMUP + STEPS))) 0.1 \
+          "$WARMUP" "$STEPS" $eval_flag |
           tag "$model" "$layout" time "$round" >>"$RESULTS"
       done
     done
@@ -155,23 +158,26 @@ runs = [json.loads(l) for l in open(sys.argv[1])]
 timed = [r for r in runs if r["phase"] == "time"]
 rows = []
 for key in sorted({(r["model"], r["layout_name"]) for r in timed}):
-    per_side = {}
+    per_side, pytorch_by_round = {}, {}
     for r in (r for r in timed if (r["model"], r["layout_name"]) == key):
         w = r["warmup"]
         seconds = sum(r["step_s"][w:])
         steps = len(r["step_s"]) - w
-        entry = per_side.setdefault(r["side_name"], {"samples_s": [], "tokens_s": [], "first": [], "eval": []})
+        entry = per_side.setdefault(r["side_name"], {"samples_s": [], "tokens_s": [], "first": [], "eval": [],
+                                                     "by_round": {}})
         entry["samples_s"].append(steps * r["global_batch"] / seconds)
         entry["tokens_s"].append(sum(r["real_tokens"][w:]) / seconds)
+        entry["by_round"][r["round"]] = entry["tokens_s"][-1]
         entry["first"].append(r["time_to_first_step_s"])
         if r.get("eval_s") is not None:
             entry["eval"].append(r["eval_s"])
-    ref = statistics.median(per_side["pytorch"]["tokens_s"]) if "pytorch" in per_side else None
+    ref = per_side.get("pytorch", {}).get("by_round", {})
     for side, e in per_side.items():
         tokens = statistics.median(e["tokens_s"])
+        ratios = [t / ref[k] for k, t in e["by_round"].items() if k in ref]
         rows.append({"model": key[0], "layout": key[1], "side": side,
                      "samples_per_s": statistics.median(e["samples_s"]), "real_tokens_per_s": tokens,
-                     "ratio_to_pytorch": tokens / ref if ref else None, "rounds": len(e["tokens_s"]),
+                     "ratio_to_pytorch": statistics.median(ratios) if ratios else None, "rounds": len(e["tokens_s"]),
                      "tokens_per_s_each_round": e["tokens_s"],
                      "time_to_first_step_s": statistics.median(e["first"]),
                      "eval_pass_s": e["eval"][0] if e["eval"] else None})

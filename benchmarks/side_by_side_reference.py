@@ -204,6 +204,7 @@ def main():
     parser.add_argument("--model-dir", required=True, help="config.json + model.safetensors")
     parser.add_argument("--ids", required=True, help="`shardtrain tokenize` JSONL of the training file")
     parser.add_argument("--batches", required=True, help="bench_side_by_side batches JSON")
+    parser.add_argument("--first-batch", type=int, default=0, help="start at this global batch")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, required=True)
@@ -212,6 +213,7 @@ def main():
     parser.add_argument("--eval-ids", help="`shardtrain tokenize` JSONL of an eval file: time one eval pass")
     parser.add_argument("--eval-batch-size", type=int, default=32)
     parser.add_argument("--port", type=int, default=29533)
+    parser.add_argument("--profile", help="write the last step as a Chrome trace (rank 0; profile_summary.py reads it)")
     args = parser.parse_args()
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
@@ -241,14 +243,18 @@ def main():
     plan = json.load(open(args.batches))
     assert plan["world_size"] == world, f"batches were printed for {plan['world_size']} ranks, running {world}"
     total_steps = args.warmup + args.steps
-    assert len(plan["batches"]) >= total_steps, "not enough batches printed"
+    assert len(plan["batches"]) >= args.first_batch + total_steps, "not enough batches printed"
 
     losses, step_s, real_tokens = [], [], []
     first_step_s = None
     for k in range(total_steps):
-        global_batch = plan["batches"][k]
+        global_batch = plan["batches"][args.first_batch + k]
         mine = global_batch[rank::world]
         ids, types, mask, labels = collate([rows[i] for i in mine], [plan["labels"][i] for i in mine])
+        profiling = args.profile and rank == 0 and k + 1 == total_steps
+        if profiling:
+            profiler = torch.autograd.profiler.profile()
+            profiler.__enter__()
         start = time.perf_counter()
         loss = F.cross_entropy(trained(ids, types, mask), labels)
         loss.backward()
@@ -259,6 +265,9 @@ def main():
         if world > 1:
             torch.distributed.all_reduce(value)
         elapsed = time.perf_counter() - start
+        if profiling:
+            profiler.__exit__(None, None, None)
+            profiler.export_chrome_trace(args.profile)
         if first_step_s is None:
             first_step_s = time.perf_counter() - PROCESS_START
         losses.append(value.item() / world)
