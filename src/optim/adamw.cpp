@@ -48,21 +48,56 @@ StepScalars make_scalars(const AdamWOptions& o, double lr, int64_t step, double 
 // kScale multiplies the gradient by the clip coefficient first: the same fp32
 // product clipping's separate grads.mul_(coef) pass would have stored.
 template <bool kDecay, bool kScale>
-void fused_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                int64_t begin, int64_t end, const StepScalars& s) {
+__attribute__((always_inline)) inline void fused_loop(float* __restrict p, const float* __restrict g,
+                                                      float* __restrict m, float* __restrict v, int64_t begin,
+                                                      int64_t end, const StepScalars& s) {
   for (int64_t i = begin; i < end; ++i) {
     float param = p[i];
     if (kDecay) param = param * s.decay;
     const float grad = kScale ? g[i] * s.grad_scale : g[i];
     const float exp_avg = m[i] * s.beta1 + s.one_minus_beta1 * grad;
     const float exp_avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
-    // __builtin_sqrtf instead of std::sqrt: exp_avg_sq >= 0, and the builtin
-    // lets GCC emit packed sqrt without the errno fallback call.
+    // exp_avg_sq >= 0; the file is compiled with -fno-math-errno (CMakeLists.txt)
+    // so that GCC emits packed sqrt without the errno branch and vectorizes.
     const float denom = __builtin_sqrtf(exp_avg_sq) / s.bias_correction2_sqrt + s.eps;
     p[i] = param + s.neg_step_size * exp_avg / denom;
     m[i] = exp_avg;
     v[i] = exp_avg_sq;
   }
+}
+
+// The loop is the optimizer's whole time, and the build targets the x86-64
+// baseline (SSE2: 4 floats per instruction; the packed divide and square root
+// bound it, not memory). So it is compiled a second time for AVX2 (8 floats)
+// and picked at run time. Not FMA: each multiply and add is rounded on its own
+// as before, so both versions give the same bits (add, multiply, divide and
+// square root are correctly rounded at any vector width).
+template <bool kDecay, bool kScale>
+void fused_span_baseline(float* __restrict p, const float* __restrict g, float* __restrict m,
+                         float* __restrict v, int64_t begin, int64_t end, const StepScalars& s) {
+  fused_loop<kDecay, kScale>(p, g, m, v, begin, end, s);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <bool kDecay, bool kScale>
+__attribute__((target("avx2"))) void fused_span_avx2(float* __restrict p, const float* __restrict g,
+                                                     float* __restrict m, float* __restrict v, int64_t begin,
+                                                     int64_t end, const StepScalars& s) {
+  fused_loop<kDecay, kScale>(p, g, m, v, begin, end, s);
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+template <bool kDecay, bool kScale>
+void fused_span(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const StepScalars& s) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx2()) return fused_span_avx2<kDecay, kScale>(p, g, m, v, begin, end, s);
+#endif
+  fused_span_baseline<kDecay, kScale>(p, g, m, v, begin, end, s);
 }
 
 template <bool kScale>
