@@ -13,7 +13,7 @@
 //   mpirun -np W bench_side_by_side train --model-dir DIR --data TSV --vocab VOCAB
 //       --batch-size B --seed 42 --batches FILE [--layout packed|padded]
 //       [--first-batch 0] [--warmup 1] [--steps 3] [--dropout P] [--lr 2e-5] [--eval-data TSV]
-//       [--eval-batch-size 32] [--profile TRACE.json]
+//       [--eval-batch-size 32] [--profile TRACE.json] [--turnstile DIR]
 //       Trains the model of DIR with DDP (parallel/ddp.h, default buckets) in
 //       the Trainer's step sequence (zero_grad, prepare_backward, forward +
 //       loss, backward, finish_backward, step(lr, max_grad_norm = 1): clipping
@@ -28,7 +28,11 @@
 //       over ranks), per-step seconds (slowest rank), real tokens per global
 //       batch, the time from process start to the end of the first step, the
 //       eval pass's seconds. --profile writes the last step as a Chrome trace
-//       (rank 0; benchmarks/profile_summary.py sums it per op).
+//       (rank 0; benchmarks/profile_summary.py sums it per op). --turnstile
+//       DIR: before each step (and the eval pass) rank r blocks reading the
+//       FIFO DIR/go.<r> and after it writes a line to DIR/done.<r>, so that
+//       side_by_side.sh can alternate the sides step by step (a blocked
+//       read uses no core).
 //
 // Until the Trainer runs packed batches this binary stands in for
 // `shardtrain train` (benchmarks/README.md says what the Trainer must call).
@@ -41,6 +45,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,7 +102,7 @@ void write_json(const nlohmann::json& doc, const std::string& path) {
 }
 
 struct TrainArgs {
-  std::string model_dir, data, vocab, batches, layout = "packed", eval_data, profile;
+  std::string model_dir, data, vocab, batches, layout = "packed", eval_data, profile, turnstile;
   int64_t batch_size = 16, seed = 42, eval_batch_size = 32;
   int first_batch = 0, warmup = 1, steps = 3;
   double dropout = -1, lr = 2e-5;
@@ -113,6 +118,20 @@ at::Tensor logits_of(BertForSequenceClassification& model, const TokenizedDatase
   const Batch b = collate(data, rows, /*pad_id=*/0);
   *real_tokens = b.num_real_tokens;
   return model.forward(b.input_ids, b.token_type_ids, b.attention_mask);
+}
+
+// The turn protocol of --turnstile (see the top of this file).
+void wait_turn(const TrainArgs& a, int rank) {
+  if (a.turnstile.empty()) return;
+  std::ifstream go(a.turnstile + "/go." + std::to_string(rank));
+  std::string line;
+  if (!std::getline(go, line)) throw Error("--turnstile: " + a.turnstile + "/go." + std::to_string(rank) + " closed");
+}
+
+void end_turn(const TrainArgs& a, int rank) {
+  if (a.turnstile.empty()) return;
+  std::ofstream done(a.turnstile + "/done." + std::to_string(rank));
+  done << "done" << std::endl;
 }
 
 at::Tensor labels_of(const TokenizedDataset& data, const std::vector<int64_t>& rows) {
@@ -153,10 +172,14 @@ int run_train(World& world, const TrainArgs& a) {
   std::unique_ptr<Strategy> strategy = make_strategy(parallel, model, comm, adamw, world.local_size());
   strategy->broadcast_parameters(0);
 
+  std::optional<TokenizedDataset> eval;
+  if (!a.eval_data.empty()) eval = build_dataset(read_mrpc(a.eval_data), make_encoder(tokenizer, 128), world.comm());
+
   std::vector<double> losses, step_s, real_tokens;
   double first_step_s = -1;
   for (int k = first; k < first + total; ++k) {
     const std::vector<int64_t> rows = sampler.batch(k);
+    wait_turn(a, rank);
     std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
     if (k + 1 == first + total && rank == 0 && !a.profile.empty())
       profile = std::make_unique<torch::autograd::profiler::RecordProfile>(a.profile);
@@ -175,25 +198,27 @@ int run_train(World& world, const TrainArgs& a) {
     if (first_step_s < 0) first_step_s = seconds_since(kProcessStart);
     losses.push_back(reduced[0] / W);
     real_tokens.push_back(reduced[1]);
+    end_turn(a, rank);
   }
-  step_s = shardtrain_bench::max_over_ranks(step_s, world.comm());
 
   double eval_s = -1;
-  if (!a.eval_data.empty()) {
-    const TokenizedDataset eval = build_dataset(read_mrpc(a.eval_data), make_encoder(tokenizer, 128), world.comm());
-    const EvalPlan eval_plan = make_eval_plan(eval.size(), a.eval_batch_size, W);
+  if (eval) {
+    const EvalPlan eval_plan = make_eval_plan(eval->size(), a.eval_batch_size, W);
     model.eval();
+    wait_turn(a, rank);
     ST_CHECK_MPI(MPI_Barrier(world.comm()));
     const auto start = Clock::now();
     {
       at::NoGradGuard no_grad;
       int64_t tokens = 0;
-      for (int64_t k = 0; k < eval_plan.num_batches; ++k) logits_of(model, eval, eval_batch(eval_plan, rank, k), packed, &tokens);
+      for (int64_t k = 0; k < eval_plan.num_batches; ++k) logits_of(model, *eval, eval_batch(eval_plan, rank, k), packed, &tokens);
     }
     ST_CHECK_MPI(MPI_Barrier(world.comm()));
     eval_s = seconds_since(start);
+    end_turn(a, rank);
     model.train();
   }
+  step_s = shardtrain_bench::max_over_ranks(step_s, world.comm());
 
   if (rank == 0) {
     const nlohmann::json doc = {{"side", "shardtrain"}, {"layout", a.layout}, {"ranks", W},
@@ -246,6 +271,7 @@ int run(World& world, int argc, char** argv) {
   train->add_option("--eval-data", t.eval_data, "time one eval pass over this TSV");
   train->add_option("--eval-batch-size", t.eval_batch_size, "per rank")->check(CLI::PositiveNumber);
   train->add_option("--profile", t.profile, "write the last step as a Chrome trace (rank 0)");
+  train->add_option("--turnstile", t.turnstile, "folder of the go.<rank> / done.<rank> FIFOs (side_by_side.sh)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -25,19 +25,22 @@
 #    loss must equal PyTorch's within 1e-4 relative (the same fp32 math in
 #    another op order differs by ~1e-6 after a few AdamW steps; a wrong mask,
 #    batch or weight moves the loss by > 1e-3). A mismatch stops the script.
-# 4. timing: ROUNDS rounds; in round r every side runs WARMUP untimed + STEPS
-#    timed steps on the next WARMUP + STEPS global batches of the epoch (the
-#    same batches for every side of a round, later ones in later rounds), with
-#    dropout 0.1 (the models' default), sides alternating and their order
-#    reversed every other round. Per side: the median over rounds of (timed
-#    samples / timed seconds), of (timed real tokens / timed seconds) and of
-#    the round's real-token ratio to PyTorch, the time from process start to
-#    the end of the first step, and (last round) one eval pass over MRPC dev
-#    (batch 32 per rank, no grad).
+# 4. timing, alternated step by step: all sides start at once, load and wait
+#    at a turnstile (each rank blocks reading a FIFO, using no core); then
+#    the script gives one step to one side at a time: step k of every side,
+#    in an order reversed every step, then step k + 1. So the sides run the
+#    same global batches (WARMUP untimed + STEPS timed, dropout 0.1, the
+#    models' default) minutes apart at most, and a burst of other work on the
+#    machine lands on all of them alike. A last turn times one eval pass over
+#    MRPC dev (batch 32 per rank, no grad). Per side: samples/s and real
+#    tokens/s over the timed steps, the ratio to PyTorch (its timed seconds /
+#    the side's: the same batches, the same tokens) and the range of the
+#    per-step ratios, the time from process start to the end of the first
+#    step (from the check run, which has the machine to itself), the eval pass.
 #
-#   bash benchmarks/side_by_side.sh                     # everything (~25 min on 2 cores)
-#   MODELS=quickstart ROUNDS=2 bash benchmarks/side_by_side.sh
-#   env: MODELS LAYOUTS SIDES ROUNDS WARMUP STEPS CHECK_STEPS OUT
+#   bash benchmarks/side_by_side.sh                     # everything (~15 min on an idle 2-core box)
+#   MODELS=quickstart STEPS=4 bash benchmarks/side_by_side.sh
+#   env: MODELS LAYOUTS SIDES WARMUP STEPS CHECK_STEPS OUT
 # Results: $OUT/results.jsonl (every run), $OUT/summary.json, the table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,9 +48,8 @@ ROOT=$PWD
 MODELS=${MODELS:-"bert-base quickstart"}
 LAYOUTS=${LAYOUTS:-"1x2 2x1"}
 SIDES=${SIDES:-"pytorch packed padded"}
-ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-1}
-STEPS=${STEPS:-3}
+STEPS=${STEPS:-6}
 CHECK_STEPS=${CHECK_STEPS:-3}
 OUT=${OUT:-$ROOT/build/side_by_side}
 PY=/usr/bin/python3  # Debian's python, where python3-torch installs
@@ -80,31 +82,32 @@ for split in train dev; do
 done
 echo "side_by_side: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# run_side SIDE MODEL_DIR RANKS THREADS BATCHES FIRST DROPOUT WARMUP STEPS [EVAL] -> one JSON line (rank 0)
+# run_side SIDE MODEL_DIR RANKS THREADS BATCHES DROPOUT WARMUP STEPS [TURNSTILE_DIR] -> one JSON line (rank 0)
+# With a turnstile folder: one step per turn, and a last turn for an eval pass.
 run_side() {
-  local side=$1 model_dir=$2 ranks=$3 threads=$4 batches=$5 first=$6 dropout=$7 warmup=$8 steps=$9 eval=${10:-}
+  local side=$1 model_dir=$2 ranks=$3 threads=$4 batches=$5 dropout=$6 warmup=$7 steps=$8 turns=${9:-}
   local batch=$((16 / ranks))
   if [[ $side == pytorch ]]; then
     local eval_args=()
-    [[ -n $eval ]] && eval_args=(--eval-ids "$OUT/dev_ids.jsonl")
+    [[ -n $turns ]] && eval_args=(--eval-ids "$OUT/dev_ids.jsonl" --turnstile "$turns")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$PY" benchmarks/side_by_side_reference.py \
       --model-dir "$model_dir" --ids "$OUT/train_ids.jsonl" --batches "$batches" --threads "$threads" \
-      --first-batch "$first" --dropout "$dropout" --warmup "$warmup" --steps "$steps" --port $((20000 + RANDOM % 20000)) "${eval_args[@]}" \
+      --dropout "$dropout" --warmup "$warmup" --steps "$steps" --port $((20000 + RANDOM % 20000)) "${eval_args[@]}" \
       2>>"$LOG"
   else
     local eval_args=()
-    [[ -n $eval ]] && eval_args=(--eval-data "$DEV")
+    [[ -n $turns ]] && eval_args=(--eval-data "$DEV" --turnstile "$turns")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$BENCH" train --model-dir "$model_dir" \
       --data "$TRAIN" --vocab "$VOCAB" --batches "$batches" --batch-size "$batch" --layout "$side" \
-      --first-batch "$first" --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2>>"$LOG"
+      --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2>>"$LOG"
   fi
 }
 
-# tag MODEL LAYOUT PHASE ROUND: adds the labels to a side's JSON line.
+# tag MODEL LAYOUT PHASE: adds the labels to a side's JSON line.
 tag() {
   "$PY" -c 'import json, sys
 d = json.loads(sys.stdin.read().strip().splitlines()[-1])
-d.update(model=sys.argv[1], layout_name=sys.argv[2], phase=sys.argv[3], round=int(sys.argv[4]))
+d.update(model=sys.argv[1], layout_name=sys.argv[2], phase=sys.argv[3])
 d["side_name"] = "pytorch" if d["side"] == "pytorch" else d["layout"]
 print(json.dumps(d))' "$@"
 }
@@ -116,13 +119,13 @@ for model in $MODELS; do
     ranks=${layout%x*}
     threads=${layout#*x}
     batches=$OUT/batches_${ranks}.json
-    needed=$((CHECK_STEPS > ROUNDS * (WARMUP + STEPS) ? CHECK_STEPS : ROUNDS * (WARMUP + STEPS)))
+    needed=$((CHECK_STEPS > WARMUP + STEPS ? CHECK_STEPS : WARMUP + STEPS))
     "$BENCH" batches --data "$TRAIN" --batch-size $((16 / ranks)) --world "$ranks" --seed 42 --steps "$needed" \
       --out "$batches" 2>/dev/null
 
     # ---- 3. check: equal math before timing ----
     for side in $SIDES; do
-      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0 0 0 "$CHECK_STEPS" | tag "$model" "$layout" check 0 >>"$RESULTS"
+      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0 0 "$CHECK_STEPS" | tag "$model" "$layout" check >>"$RESULTS"
     done
     "$PY" - "$RESULTS" "$model" "$layout" <<'PYEOF'
 import json, sys
@@ -137,58 +140,61 @@ for r in runs:
         sys.exit(f"side_by_side: {r['side_name']} does not compute what PyTorch computes (see above); not timing it")
 PYEOF
 
-    # ---- 4. timing, sides alternating ----
-    for round in $(seq 1 "$ROUNDS"); do
-      order=($SIDES)
-      if ((round % 2 == 0)); then order=($(printf '%s\n' "${order[@]}" | tac)); fi
-      eval_flag=""
-      [[ $round -eq $ROUNDS ]] && eval_flag=eval
-      for side in "${order[@]}"; do
-        run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" $(((round - 1) * (WARMUP + STEPS))) 0.1 \
-          "$WARMUP" "$STEPS" $eval_flag |
-          tag "$model" "$layout" time "$round" >>"$RESULTS"
-      done
+    # ---- 4. timing, the sides alternating step by step ----
+    turns=$OUT/turns_${model}_${layout}
+    rm -rf "$turns"
+    pids=()
+    for side in $SIDES; do
+      mkdir -p "$turns/$side"
+      for ((r = 0; r < ranks; ++r)); do mkfifo "$turns/$side/go.$r" "$turns/$side/done.$r"; done
+      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0.1 "$WARMUP" "$STEPS" "$turns/$side" \
+        >"$turns/$side.json" &
+      pids+=($!)
     done
+    order=($SIDES)
+    for ((turn = 0; turn < WARMUP + STEPS + 1; ++turn)); do  # the last turn: the eval pass
+      for side in "${order[@]}"; do
+        # A side that died leaves its FIFO unopened: give up after 30 minutes instead of hanging.
+        for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "echo go >'$turns/$side/go.$r'"; done
+        for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "read -r _ <'$turns/$side/done.$r'"; done
+      done
+      order=($(printf '%s\n' "${order[@]}" | tac))
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    for side in $SIDES; do tag "$model" "$layout" time <"$turns/$side.json" >>"$RESULTS"; done
   done
 done
 
 "$PY" - "$RESULTS" "$OUT/summary.json" <<'PYEOF'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-timed = [r for r in runs if r["phase"] == "time"]
 rows = []
-for key in sorted({(r["model"], r["layout_name"]) for r in timed}):
-    per_side, pytorch_by_round = {}, {}
-    for r in (r for r in timed if (r["model"], r["layout_name"]) == key):
+for key in sorted({(r["model"], r["layout_name"]) for r in runs if r["phase"] == "time"}):
+    timed = {r["side_name"]: r for r in runs if (r["model"], r["layout_name"]) == key and r["phase"] == "time"}
+    checks = {r["side_name"]: r for r in runs if (r["model"], r["layout_name"]) == key and r["phase"] == "check"}
+    ref = timed.get("pytorch")
+    for side, r in timed.items():
         w = r["warmup"]
-        seconds = sum(r["step_s"][w:])
-        steps = len(r["step_s"]) - w
-        entry = per_side.setdefault(r["side_name"], {"samples_s": [], "tokens_s": [], "first": [], "eval": [],
-                                                     "by_round": {}})
-        entry["samples_s"].append(steps * r["global_batch"] / seconds)
-        entry["tokens_s"].append(sum(r["real_tokens"][w:]) / seconds)
-        entry["by_round"][r["round"]] = entry["tokens_s"][-1]
-        entry["first"].append(r["time_to_first_step_s"])
-        if r.get("eval_s") is not None:
-            entry["eval"].append(r["eval_s"])
-    ref = per_side.get("pytorch", {}).get("by_round", {})
-    for side, e in per_side.items():
-        tokens = statistics.median(e["tokens_s"])
-        ratios = [t / ref[k] for k, t in e["by_round"].items() if k in ref]
-        rows.append({"model": key[0], "layout": key[1], "side": side,
-                     "samples_per_s": statistics.median(e["samples_s"]), "real_tokens_per_s": tokens,
-                     "ratio_to_pytorch": statistics.median(ratios) if ratios else None, "rounds": len(e["tokens_s"]),
-                     "tokens_per_s_each_round": e["tokens_s"],
-                     "time_to_first_step_s": statistics.median(e["first"]),
-                     "eval_pass_s": e["eval"][0] if e["eval"] else None})
+        seconds, steps = r["step_s"][w:], len(r["step_s"]) - w
+        tokens = sum(r["real_tokens"][w:])
+        row = {"model": key[0], "layout": key[1], "side": side, "timed_steps": steps,
+               "samples_per_s": steps * r["global_batch"] / sum(seconds), "real_tokens_per_s": tokens / sum(seconds),
+               "step_s": seconds, "time_to_first_step_s": checks[side]["time_to_first_step_s"],
+               "eval_pass_s": r.get("eval_s")}
+        if ref:
+            ref_seconds = ref["step_s"][ref["warmup"]:]
+            assert ref["real_tokens"][ref["warmup"]:] == r["real_tokens"][w:], "the sides ran different batches"
+            row["ratio_to_pytorch"] = sum(ref_seconds) / sum(seconds)
+            row["per_step_ratios"] = [a / b for a, b in zip(ref_seconds, seconds)]
+        rows.append(row)
 json.dump(rows, open(sys.argv[2], "w"), indent=2)
 print(f"{'model':10} {'layout':6} {'side':8} {'samples/s':>10} {'real tok/s':>11} {'x pytorch':>10} "
-      f"{'first step s':>13} {'eval pass s':>12}   real tok/s per round")
+      f"{'per-step x':>12} {'first step s':>13} {'eval pass s':>12}")
 for r in rows:
-    ratio = f"{r['ratio_to_pytorch']:.2f}" if r["ratio_to_pytorch"] else "-"
+    ratio = f"{r['ratio_to_pytorch']:.2f}" if "ratio_to_pytorch" in r else "-"
+    spread = (f"{min(r['per_step_ratios']):.2f}-{max(r['per_step_ratios']):.2f}" if "per_step_ratios" in r else "-")
     ev = f"{r['eval_pass_s']:.2f}" if r["eval_pass_s"] is not None else "-"
-    rounds = " ".join(f"{x:.0f}" for x in r["tokens_per_s_each_round"])
     print(f"{r['model']:10} {r['layout']:6} {r['side']:8} {r['samples_per_s']:10.2f} {r['real_tokens_per_s']:11.0f} "
-          f"{ratio:>10} {r['time_to_first_step_s']:13.2f} {ev:>12}   {rounds}")
+          f"{ratio:>10} {spread:>12} {r['time_to_first_step_s']:13.2f} {ev:>12}")
 PYEOF
 echo "side_by_side: load average at the end $(cut -d' ' -f1-3 /proc/loadavg); every run: $RESULTS"

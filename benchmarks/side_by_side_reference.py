@@ -214,6 +214,7 @@ def main():
     parser.add_argument("--eval-batch-size", type=int, default=32)
     parser.add_argument("--port", type=int, default=29533)
     parser.add_argument("--profile", help="write the last step as a Chrome trace (rank 0; profile_summary.py reads it)")
+    parser.add_argument("--turnstile", help="folder of go.<rank> / done.<rank> FIFOs: one step per turn (side_by_side.sh)")
     args = parser.parse_args()
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
@@ -245,12 +246,24 @@ def main():
     total_steps = args.warmup + args.steps
     assert len(plan["batches"]) >= args.first_batch + total_steps, "not enough batches printed"
 
+    def wait_turn():
+        if args.turnstile:
+            with open(os.path.join(args.turnstile, f"go.{rank}")) as go:
+                assert go.readline(), "turnstile closed"
+
+    def end_turn():
+        if args.turnstile:
+            with open(os.path.join(args.turnstile, f"done.{rank}"), "w") as done:
+                done.write("done\n")
+
+    eval_rows = [json.loads(line) for line in open(args.eval_ids)] if args.eval_ids else None
     losses, step_s, real_tokens = [], [], []
     first_step_s = None
     for k in range(total_steps):
         global_batch = plan["batches"][args.first_batch + k]
         mine = global_batch[rank::world]
         ids, types, mask, labels = collate([rows[i] for i in mine], [plan["labels"][i] for i in mine])
+        wait_turn()
         profiling = args.profile and rank == 0 and k + 1 == total_steps
         if profiling:
             profiler = torch.autograd.profiler.profile()
@@ -268,22 +281,19 @@ def main():
         if profiling:
             profiler.__exit__(None, None, None)
             profiler.export_chrome_trace(args.profile)
+        end_turn()
         if first_step_s is None:
             first_step_s = time.perf_counter() - PROCESS_START
         losses.append(value.item() / world)
         step_s.append(elapsed)
         real_tokens.append(sum(len(rows[i]["input_ids"]) for i in global_batch))
 
-    times = torch.tensor(step_s, dtype=torch.float64)
-    if world > 1:
-        torch.distributed.all_reduce(times, op=torch.distributed.ReduceOp.MAX)  # a step is as slow as its slowest rank
-
     eval_s = None
-    if args.eval_ids:
-        eval_rows = [json.loads(line) for line in open(args.eval_ids)]
+    if eval_rows:
         # Accelerate's even batches: rank r takes a contiguous block of each global batch.
         model.eval()
         G = args.eval_batch_size * world
+        wait_turn()
         if world > 1:
             torch.distributed.barrier()
         start = time.perf_counter()
@@ -297,7 +307,12 @@ def main():
         if world > 1:
             torch.distributed.barrier()
         eval_s = time.perf_counter() - start
+        end_turn()
         model.train()
+
+    times = torch.tensor(step_s, dtype=torch.float64)
+    if world > 1:
+        torch.distributed.all_reduce(times, op=torch.distributed.ReduceOp.MAX)  # a step is as slow as its slowest rank
 
     if rank == 0:
         print(json.dumps({"side": "pytorch", "ranks": world, "threads": args.threads, "warmup": args.warmup,
