@@ -42,9 +42,14 @@
 // Embedding lookups, LayerNorm, softmax, GELU, dropout and AdamW are not counted.
 //   MFU = training FLOPs / median step time / job peak
 //
+// The peak is measured under the run's own binding: in this process, with its
+// affinity mask and thread count, which the header prints per rank (a rank
+// pinned to one core measures one core's peak, and its steps run there too).
+//
 // Step time is the slowest rank's, per step. It is split into
 //   fwd_bwd   zero_grad + forward + loss + backward (bucket all-reduces launched
-//             from the gradient hooks overlap this part)
+//             from the gradient hooks overlap this part), itself split into
+//             forward (zero_grad + forward + loss) and backward
 //   finish    finish_backward(): launching the remaining reductions and waiting
 //   optim     step(): global-norm clipping + AdamW (+ the post-step gathers;
 //             with offload: waiting for the gradient copies, AdamW on the
@@ -56,7 +61,12 @@
 //   mpirun -np R bench_train_step [--model quickstart|bert-base|PATH/config.json]
 //       [--strategy ddp|zero1|zero2|zero3|fsdp|hybrid] [--offload-optimizer]
 //       [--device cpu|cuda] [--batch-size 16] [--seq-len 128] [--steps 10]
-//       [--warmup 2] [--peak-size 2048] [--seed 42] [--json FILE]
+//       [--warmup 2] [--peak-size 2048] [--seed 42] [--json FILE] [--profile TRACE.json]
+//
+// --profile writes one more step after the timed ones as a Chrome trace (torch's legacy
+// autograd profiler, every ATen op with its time; benchmarks/profile_summary.py
+// sums it per op). The profiler adds a few microseconds per op to that step.
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -175,6 +185,8 @@ int run(World& world, int argc, char** argv) {
       ->check(CLI::Range(int64_t{64}, int64_t{16384}));
   app.add_option("--seed", seed, "seed of the weights and the synthetic batches");
   app.add_option("--json", json_path, "write the results here (rank 0)");
+  std::string profile_path;
+  app.add_option("--profile", profile_path, "after the timed steps, profile one more: a Chrome trace (rank 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -217,6 +229,7 @@ int run(World& world, int argc, char** argv) {
   ST_CHECK_MPI(MPI_Allgather(&rank_gflops, 1, MPI_DOUBLE, all_gflops.data(), 1, MPI_DOUBLE, world.comm()));
   double job_peak_gflops = 0;
   for (double g : all_gflops) job_peak_gflops += g;
+  world.log_binding();
 
   // ---- model, strategy, data ----
   auto model = std::make_shared<BertForSequenceClassification>(config);
@@ -277,8 +290,10 @@ int run(World& world, int argc, char** argv) {
                 config.attention_probs_dropout_prob,
                 ddp ? str_format("DDP %zu buckets", ddp->buckets().size()).c_str() : strategy_label.c_str(), warmup,
                 steps);
-    std::printf("# peak: fp32 mm %lldx%lld, best of 5, all ranks at once: per rank", static_cast<long long>(peak_size),
-                static_cast<long long>(peak_size));
+    std::printf("# peak: fp32 mm %lldx%lld, best of 5, all ranks at once, each under its own binding (rank 0: cores "
+                "%s, %d threads; all ranks: stderr): per rank",
+                static_cast<long long>(peak_size), static_cast<long long>(peak_size), world.cpu_list().c_str(),
+                at::get_num_threads());
     for (double g : all_gflops) std::printf(" %.1f", g);
     std::printf(" GFLOP/s; job peak (sum) %.1f GFLOP/s\n", job_peak_gflops);
     std::printf("# FLOP/step = 3 x forward; forward = 2 N (4D^2 + 2DI) T + 4 N S L^2 D + 2 S (D^2 + DC)\n");
@@ -289,11 +304,11 @@ int run(World& world, int argc, char** argv) {
 
   // ---- steps ----
   struct StepTimes {
-    double fwd_bwd = 0, finish = 0, optim = 0, loss = 0, grad_norm = 0;
+    double forward = 0, fwd_bwd = 0, finish = 0, optim = 0, loss = 0, grad_norm = 0;
   };
   auto timed_step = [&](int index) {
     const Batch& b = batches[static_cast<size_t>(index % num_batches)];
-    Clock::time_point at[3];
+    Clock::time_point at[4];
     StepOptions step_options;
     step_options.lr = lr;
     step_options.max_grad_norm = max_grad_norm;
@@ -305,9 +320,10 @@ int run(World& world, int argc, char** argv) {
     const auto start = Clock::now();
     const StepResult result = train_step(*strategy, *model, {b}, step_options);
     StepTimes t;
-    t.fwd_bwd = std::chrono::duration<double>(at[0] - start).count();
-    t.finish = std::chrono::duration<double>(at[1] - at[0]).count();
-    t.optim = std::chrono::duration<double>(at[2] - at[1]).count();
+    t.forward = std::chrono::duration<double>(at[0] - start).count();
+    t.fwd_bwd = std::chrono::duration<double>(at[1] - start).count();
+    t.finish = std::chrono::duration<double>(at[2] - at[1]).count();
+    t.optim = std::chrono::duration<double>(at[3] - at[2]).count();
     t.loss = result.loss;
     t.grad_norm = result.grad_norm;
     return t;
@@ -353,21 +369,31 @@ int run(World& world, int argc, char** argv) {
 
   // ---- timing ----
   const StrategyStats before = strategy->stats();
-  std::vector<double> step_s, fwd_bwd_s, finish_s, optim_s;
+  std::vector<double> step_s, forward_s, backward_s, fwd_bwd_s, finish_s, optim_s;
   std::vector<double> losses;
   comm.barrier();
   const auto timed_start = Clock::now();
   for (int i = 0; i < steps; ++i) {
     const StepTimes t = timed_step(warmup + i);
     step_s.push_back(t.fwd_bwd + t.finish + t.optim);
+    forward_s.push_back(t.forward);
+    backward_s.push_back(t.fwd_bwd - t.forward);
     fwd_bwd_s.push_back(t.fwd_bwd);
     finish_s.push_back(t.finish);
     optim_s.push_back(t.optim);
     losses.push_back(t.loss);
   }
   const double timed_total_s = max_over_ranks({seconds_since(timed_start)}, world.comm())[0];
+  if (!profile_path.empty()) {
+    // One more step, untimed, under the profiler on rank 0 (the others run it unprofiled).
+    std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+    if (rank == 0) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(profile_path);
+    timed_step(warmup + steps);
+  }
   const StrategyStats after = strategy->stats();
   const Summary step = summarize(max_over_ranks(step_s, world.comm()));
+  const Summary forward = summarize(max_over_ranks(forward_s, world.comm()));
+  const Summary backward = summarize(max_over_ranks(backward_s, world.comm()));
   const Summary fwd_bwd = summarize(max_over_ranks(fwd_bwd_s, world.comm()));
   const Summary finish = summarize(max_over_ranks(finish_s, world.comm()));
   const Summary optim = summarize(max_over_ranks(optim_s, world.comm()));
@@ -384,13 +410,15 @@ int run(World& world, int argc, char** argv) {
       static_cast<double>(after.buckets_during_backward - before.buckets_during_backward) / steps;
 
   if (rank == 0) {
-    std::printf("# times in ms: slowest rank per step; fwd_bwd = zero_grad+forward+loss+backward, "
+    std::printf("# times in ms: slowest rank per step; fwd_bwd = forward (zero_grad+forward+loss) + backward, "
                 "finish = finish_backward, optim = clip+AdamW\n");
     std::printf("%-10s %10s %10s %10s\n", "part", "min_ms", "median_ms", "max_ms");
     auto row = [](const char* name, const Summary& s) {
       std::printf("%-10s %10.2f %10.2f %10.2f\n", name, s.min * 1e3, s.median * 1e3, s.max * 1e3);
     };
     row("step", step);
+    row("forward", forward);
+    row("backward", backward);
     row("fwd_bwd", fwd_bwd);
     row("finish", finish);
     row("optim", optim);
@@ -424,6 +452,7 @@ int run(World& world, int argc, char** argv) {
           {"attention_probs_dropout_prob", config.attention_probs_dropout_prob}}},
         {"ranks", ranks},
         {"threads_per_rank", at::get_num_threads()},
+        {"rank0_cpus", world.cpu_list()},
         {"batch_size_per_rank", batch_size},
         {"seq_len", seq_len},
         {"global_samples_per_step", global_samples},
@@ -443,7 +472,8 @@ int run(World& world, int argc, char** argv) {
           {"head_forward", flops.head},
           {"training", flops.training()}}},
         {"time_s",
-         {{"step", to_json(step)}, {"fwd_bwd", to_json(fwd_bwd)}, {"finish_backward", to_json(finish)},
+         {{"step", to_json(step)}, {"forward", to_json(forward)}, {"backward", to_json(backward)},
+          {"fwd_bwd", to_json(fwd_bwd)}, {"finish_backward", to_json(finish)},
           {"optimizer", to_json(optim)}, {"timed_total", timed_total_s}}},
         {"samples_per_s", samples_per_s},
         {"tokens_per_s", tokens_per_s},
@@ -471,12 +501,4 @@ int run(World& world, int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  World world(&argc, &argv);
-  try {
-    return run(world, argc, argv);
-  } catch (const Error& e) {
-    if (world.rank() == 0) std::fprintf(stderr, "bench_train_step: %s\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_train_step", argc, argv, run); }

@@ -1,13 +1,15 @@
 // Helpers the benchmarks share: wall-clock timing, min / median / max of
-// repeated measurements, and the slowest rank's value.
+// repeated measurements, the slowest rank's value, and main().
 #pragma once
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 
 namespace shardtrain_bench {
@@ -36,6 +38,20 @@ inline nlohmann::json to_json(const Summary& s) { return {{"min", s.min}, {"medi
 inline std::vector<double> max_over_ranks(std::vector<double> values, MPI_Comm comm) {
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_MAX, comm));
   return values;
+}
+
+// The body of a benchmark's main(): the World first, then run(world, argc,
+// argv); a shardtrain::Error (bad flags, files) is printed once as
+// "<name>: message" and exits with status 2.
+template <class Run>
+int bench_main(const char* name, int argc, char** argv, Run run) {
+  shardtrain::World world(&argc, &argv);
+  try {
+    return run(world, argc, argv);
+  } catch (const shardtrain::Error& e) {
+    if (world.rank() == 0) std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 2;
+  }
 }
 
 }  // namespace shardtrain_bench

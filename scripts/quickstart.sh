@@ -9,6 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# One compute thread per rank: 2 ranks on a 2-core machine. More cores: raise it.
-threads=${OMP_NUM_THREADS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
-bash scripts/mpirun.sh -np 2 -x OMP_NUM_THREADS="$threads" build/shardtrain train --config configs/quickstart.toml "$@"
+# 2 ranks, unbound (scripts/mpirun.sh): each rank runs nproc / 2 compute
+# threads (comm/world.h); an OMP_NUM_THREADS you export overrides that.
+bash scripts/mpirun.sh -np 2 build/shardtrain train --config configs/quickstart.toml "$@"

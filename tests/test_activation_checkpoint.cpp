@@ -7,9 +7,11 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <string>
 #include <vector>
 
 #include "shardtrain/model/activation_checkpoint.h"
+#include "shardtrain/model/bert.h"
 
 using namespace shardtrain;
 
@@ -107,6 +109,79 @@ TEST_CASE("under no_grad it is a plain call") {
                                             block.params());
   CHECK(at::equal(plain, y));
   CHECK_FALSE(y.requires_grad());
+}
+
+}  // namespace activation_checkpoint_test
+
+namespace activation_checkpoint_test {
+namespace {
+
+// Records the grad_fn of each unit's output.
+struct GradFnNames : public UnitHooks {
+  std::vector<std::string> names;
+  void before_forward(int64_t) override {}
+  at::Tensor after_forward(int64_t, at::Tensor output) override {
+    names.push_back(output.grad_fn() ? output.grad_fn()->name() : "");
+    return output;
+  }
+};
+
+BertConfig small_bert() {
+  BertConfig c;
+  c.vocab_size = 40;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 16;
+  c.hidden_dropout_prob = 0.1;
+  c.attention_probs_dropout_prob = 0.1;
+  c.num_labels = 2;
+  c.id2label = {"no", "yes"};
+  return c;
+}
+
+// Trains-mode forward + backward of one batch; returns every parameter's gradient.
+std::vector<at::Tensor> bert_grads(bool checkpointing, bool unpadded, std::vector<std::string>* grad_fns) {
+  BertForSequenceClassification model(small_bert());
+  model.init_weights(5);
+  model.set_gradient_checkpointing(checkpointing);
+  model.set_unpadded(unpadded);
+  model.train();
+  GradFnNames hooks;
+  model.set_unit_hooks(&hooks);
+  Batch b;
+  b.input_ids = at::tensor({2, 7, 9, 3, 0, 0, 2, 5, 6, 8, 11, 3}, at::kLong).view({2, 6});
+  b.attention_mask = (b.input_ids != 0).to(at::kLong);
+  b.attention_mask[1].fill_(1);
+  b.token_type_ids = at::zeros_like(b.input_ids);
+  b.labels = at::tensor({1, 0}, at::kLong);
+  torch::manual_seed(21);
+  model.loss(model.forward_batch(b), b.labels).backward();
+  model.set_unit_hooks(nullptr);
+  if (grad_fns) *grad_fns = hooks.names;
+  std::vector<at::Tensor> grads;
+  for (const auto& [name, p] : model.state_dict()) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+}  // namespace
+
+TEST_CASE("BERT with gradient_checkpointing: each encoder layer is one checkpoint node; gradients equal the plain run") {
+  for (const bool unpadded : {false, true}) {
+    CAPTURE(unpadded);
+    std::vector<std::string> plain_fns, checkpointed_fns;
+    const std::vector<at::Tensor> plain = bert_grads(false, unpadded, &plain_fns);
+    const std::vector<at::Tensor> checkpointed = bert_grads(true, unpadded, &checkpointed_fns);
+    REQUIRE(checkpointed_fns.size() == 5);  // embeddings, 3 layers, head
+    for (size_t unit = 1; unit <= 3; ++unit) {
+      CHECK(checkpointed_fns[unit] == "shardtrain::CheckpointBackward");
+      CHECK(plain_fns[unit] != "shardtrain::CheckpointBackward");
+    }
+    CHECK(checkpointed_fns[0] != "shardtrain::CheckpointBackward");  // HF checkpoints the encoder layers only
+    REQUIRE(plain.size() == checkpointed.size());
+    for (size_t i = 0; i < plain.size(); ++i) CHECK(at::equal(plain[i], checkpointed[i]));
+  }
 }
 
 }  // namespace activation_checkpoint_test

@@ -180,3 +180,47 @@ TEST_CASE("length bucketing cuts padding and keeps every example once") {
   for (auto [i, c] : seen_bucketed) CHECK(c == 1);
   CHECK(seen_plain == seen_bucketed);
 }
+
+TEST_CASE("collate_packed: the rows' real tokens back to back, positions per row, cu_seqlens") {
+  TokenizedDataset d = small_dataset();
+  PackedBatch packed = collate_packed(d, {2, 1, 0});
+  auto expect = [](const torch::Tensor& t, std::vector<int64_t> values) {
+    CHECK((t.scalar_type() == torch::kInt64));
+    CHECK(torch::equal(t, torch::tensor(values, torch::kInt64)));
+  };
+  expect(packed.input_ids, {101, 102, 101, 8, 102, 9, 102, 101, 7, 102});
+  expect(packed.token_type_ids, {0, 0, 0, 0, 0, 1, 1, 0, 0, 0});
+  expect(packed.position_ids, {0, 1, 0, 1, 2, 3, 4, 0, 1, 2});
+  expect(packed.cu_seqlens, {0, 2, 7, 10});
+  expect(packed.labels, {1, 0, 1});
+  CHECK(packed.max_seqlen == 5);
+  CHECK(packed.size() == 3);
+  CHECK(packed.num_real_tokens == 10);
+  CHECK(packed.num_total_tokens == 15);
+  PaddingStats stats;
+  stats.add(packed);
+  CHECK(stats.padding_fraction() == doctest::Approx(5.0 / 15.0));
+  CHECK_THROWS_WITH_AS(collate_packed(d, {}), "collate_packed: empty batch", Error);
+  CHECK_THROWS_WITH_AS(collate_packed(d, {0, 3}), "collate_packed: example 3 outside a dataset of 3", Error);
+}
+
+TEST_CASE("pack_batch of a padded batch equals collate_packed; holes in the mask are refused") {
+  TokenizedDataset d = small_dataset();
+  const std::vector<int64_t> rows = {1, 0, 2, 0};
+  const PackedBatch want = collate_packed(d, rows);
+  const PackedBatch got = pack_batch(collate(d, rows, /*pad_id=*/99));
+  const std::vector<std::pair<torch::Tensor, torch::Tensor>> pairs = {
+      {got.input_ids, want.input_ids}, {got.token_type_ids, want.token_type_ids},
+      {got.position_ids, want.position_ids}, {got.cu_seqlens, want.cu_seqlens}, {got.labels, want.labels}};
+  for (const auto& [a, b] : pairs) CHECK(torch::equal(a, b));
+  CHECK(got.max_seqlen == want.max_seqlen);
+  CHECK(got.num_real_tokens == want.num_real_tokens);
+  CHECK(got.num_total_tokens == want.num_total_tokens);
+
+  Batch holes = collate(d, {1, 0}, 99);
+  holes.attention_mask[1][4] = 1;  // row 1: 3 real tokens, a padding one, then a "real" one
+  CHECK_THROWS_WITH_AS(pack_batch(holes), doctest::Contains("row 1 has a real token after padding (position 4)"),
+                       Error);
+  holes.attention_mask[1].zero_();
+  CHECK_THROWS_WITH_AS(pack_batch(holes), doctest::Contains("row 1 is all padding"), Error);
+}

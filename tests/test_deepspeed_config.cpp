@@ -28,6 +28,7 @@ using shardtrain::DeepSpeedContext;
 using shardtrain::load_run_config;
 using shardtrain::LoadOptions;
 using shardtrain::RunConfig;
+using namespace shardtrain;  // the choice enums (core/choices.h)
 using shardtrain_test::contains;
 using shardtrain_test::error_of;
 

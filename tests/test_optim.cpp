@@ -176,6 +176,33 @@ TEST_CASE("fused and ATen kernels agree on a large buffer; chunking does not cha
   CHECK_FALSE(torch::equal(p_plain.narrow(0, 0, 70001), p_fused.narrow(0, 0, 70001)));
 }
 
+TEST_CASE("AdamW grad_scale = clip coefficient equals scale_grads then step, bit for bit, grads untouched") {
+  const int64_t n = 100003;
+  const std::vector<ElementRange> decay = {{0, 40000}, {50000, 100003}};
+  for (AdamW::Kernel kernel : {AdamW::Kernel::kFusedCpu, AdamW::Kernel::kAtenOps}) {
+    AdamWOptions options;
+    AdamW scaled_first(n, options), fused_scale(n, options);
+    scaled_first.set_kernel(kernel);
+    fused_scale.set_kernel(kernel);
+    at::Tensor p_first = randn(n, 3), p_fused = p_first.clone();
+    for (int step = 0; step < 4; ++step) {
+      const at::Tensor grads = randn(n, 60 + step);
+      const double norm = std::sqrt(local_sq_norm(grads));
+      const double coefficient = clip_coefficient(norm, 0.5 + step);  // clips: norm ~ 316
+      REQUIRE(coefficient < 1.0);
+      at::Tensor clipped = grads.clone();
+      scale_grads(clipped, coefficient);
+      scaled_first.step(p_first, clipped, decay, 1e-3);
+      const at::Tensor before = grads.clone();
+      fused_scale.step(p_fused, grads, decay, 1e-3, coefficient);
+      CHECK(torch::equal(grads, before));
+    }
+    CHECK(torch::equal(p_first, p_fused));
+    CHECK(torch::equal(scaled_first.exp_avg(), fused_scale.exp_avg()));
+    CHECK(torch::equal(scaled_first.exp_avg_sq(), fused_scale.exp_avg_sq()));
+  }
+}
+
 TEST_CASE("AdamW state round trip through load_state continues bit-exactly") {
   const int64_t n = 5000;
   AdamWOptions options;

@@ -235,6 +235,58 @@ TEST_CASE("length bucketing: every example kept once per window, batches homogen
   CHECK_THROWS_AS(bucket_by_length({0, 1, 2}, {1, 2, 3}, 2, 1, 0), Error);
 }
 
+TEST_CASE("data.group_by_length: HF's window of global batches, less padding, off clears the fields") {
+  // Window min(n / (4 G), 50), at least 1 (transformers' mega_batch_mult).
+  struct Case {
+    int64_t n, batch;
+    int world;
+    int64_t window;
+  };
+  for (const Case& c : {Case{3668, 16, 1, 50}, Case{3668, 8, 2, 50}, Case{640, 16, 1, 10}, Case{100, 16, 2, 1},
+                        Case{5, 16, 1, 1}}) {
+    CAPTURE(c.n);
+    CAPTURE(c.batch);
+    SamplerOptions o = make_options(c.n, c.batch, c.world, 0);
+    DataConfig data;
+    data.group_by_length = true;
+    apply_group_by_length(data, std::vector<int64_t>(c.n, 7), &o);
+    CHECK(o.bucket_window_batches == c.window);
+    CHECK(static_cast<int64_t>(o.lengths.size()) == c.n);
+    data.group_by_length = false;
+    apply_group_by_length(data, {}, &o);
+    CHECK(o.bucket_window_batches == 0);
+    CHECK(o.lengths.empty());
+  }
+  DataConfig on;
+  on.group_by_length = true;
+  SamplerOptions o = make_options(10, 2, 1, 0);
+  CHECK_THROWS_WITH_AS(apply_group_by_length(on, {1, 2, 3}, &o), "data.group_by_length: 3 lengths for 10 examples",
+                       Error);
+
+  // MRPC-like lengths: the padded tokens of an epoch (sum over batches of B x longest) shrink.
+  const int64_t n = 800;
+  std::vector<int64_t> lengths(n);
+  SplitMix64 rng(3);
+  for (int64_t& length : lengths) length = 20 + static_cast<int64_t>(rng.below(80));
+  auto padded_tokens = [&](const SamplerOptions& options) {
+    DistributedSampler sampler(options);
+    int64_t total = 0;
+    for (int64_t k = 0; k < sampler.num_batches(); ++k) {
+      int64_t longest = 0;
+      for (int64_t i : sampler.global_batch(k)) longest = std::max(longest, lengths[i]);
+      total += longest * sampler.global_batch_size();
+    }
+    return total;
+  };
+  SamplerOptions plain = make_options(n, 8, 2, 0), grouped = plain;
+  apply_group_by_length(on, lengths, &grouped);
+  const int64_t real = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  const double plain_padding = 1.0 - static_cast<double>(real) / padded_tokens(plain);
+  const double grouped_padding = 1.0 - static_cast<double>(real) / padded_tokens(grouped);
+  MESSAGE("padding: " << plain_padding << " without, " << grouped_padding << " with group_by_length");
+  CHECK(grouped_padding < 0.25 * plain_padding);
+}
+
 // ---- evaluation ----------------------------------------------------------------
 
 TEST_CASE("eval plan: small case spelled out") {

@@ -47,6 +47,7 @@ void run_predict(const World& world, PredictFlags& flags) {
   else if (flags.dtype == "float16") options.dtype = at::kHalf;
   else throw Error("--dtype '" + flags.dtype + "': use float32, bfloat16 or float16");
   check_output_path(flags);
+  world.log_binding();
 
   PredictResult result;
   with_flag_names([&] { result = predict_file(options, world.comm()); });

@@ -103,6 +103,7 @@ void add_train_command(CLI::App& root, World& world) {
     for (const auto& line : deepspeed_lines) options.config_toml += "# " + line + "\n";
     options.config_toml += config_to_toml(config);
     options.resume_from = *resume;
+    world.log_binding();
     log_info("shardtrain train on %d rank(s), %d thread(s) each; resolved config:\n%s", world.size(),
              world.num_threads(), options.config_toml.c_str());
     const TrainResult result = train(config, world.comm(), options);

@@ -6,9 +6,12 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
-#include <thread>
+#include <map>
+#include <set>
 
+#include "shardtrain/comm/affinity.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -16,15 +19,65 @@
 namespace shardtrain {
 namespace {
 
-int cores_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int count = CPU_COUNT(&set);
-    if (count > 0) return count;
-  }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
+// Every rank's `local` vector, in rank order (collective over `comm`).
+std::vector<std::vector<int>> allgather_ints(const std::vector<int>& local, MPI_Comm comm) {
+  int size = 1;
+  ST_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int count = static_cast<int>(local.size());
+  std::vector<int> counts(static_cast<size_t>(size)), offsets(static_cast<size_t>(size), 0);
+  ST_CHECK_MPI(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::vector<int> all(static_cast<size_t>(offsets.back() + counts.back()));
+  ST_CHECK_MPI(MPI_Allgatherv(local.data(), count, MPI_INT, all.data(), counts.data(), offsets.data(), MPI_INT, comm));
+  std::vector<std::vector<int>> out(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) out[r].assign(all.begin() + offsets[r], all.begin() + offsets[r] + counts[r]);
+  return out;
+}
+
+// Every rank's `text` on rank 0, in rank order; empty elsewhere (collective).
+std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  ST_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<size_t>(size)), offsets(static_cast<size_t>(size), 0);
+  ST_CHECK_MPI(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm));
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(rank == 0 ? static_cast<size_t>(offsets.back() + lengths.back()) : 0, '\0');
+  ST_CHECK_MPI(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0,
+                           comm));
+  std::vector<std::string> out;
+  if (rank == 0)
+    for (int r = 0; r < size; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
+  return out;
+}
+
+std::string processor_name() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int length = 0;
+  ST_CHECK_MPI(MPI_Get_processor_name(name, &length));
+  return std::string(name, static_cast<size_t>(std::max(length, 0)));
+}
+
+// Cores of the node that no rank of it may run on (the first launch trap:
+// `mpirun -np 1` binds its one rank to one core of many). Under Slurm the
+// allocation, not the node, is what the job owns, so Slurm jobs are skipped.
+std::string idle_cores_warning(const std::vector<std::vector<int>>& node_masks) {
+  if (std::getenv("SLURM_JOB_ID") != nullptr) return {};
+  std::set<int> used;
+  for (const auto& mask : node_masks) used.insert(mask.begin(), mask.end());
+  const std::vector<int> offered = node_cpus();
+  std::vector<int> idle;
+  for (int cpu : offered)
+    if (!used.count(cpu)) idle.push_back(cpu);
+  if (idle.empty()) return {};
+  const int ranks = static_cast<int>(node_masks.size());
+  const int per_rank = std::max(1, static_cast<int>(offered.size()) / ranks);
+  return str_format("cores %s of this node (%zu of %zu) are in no rank's affinity mask and stay idle: the launcher "
+                    "bound the %d rank(s) here to core(s) %s. Launch with `mpirun --bind-to none`, or `mpirun "
+                    "--map-by slot:PE=%d` (%d cores per rank)",
+                    format_cpu_list(idle).c_str(), idle.size(), offered.size(), ranks,
+                    format_cpu_list(std::vector<int>(used.begin(), used.end())).c_str(), per_rank, per_rank);
 }
 
 // See world.h: large blocks from the heap, freed memory kept for reuse.
@@ -71,16 +124,48 @@ World::World(int* argc, char*** argv) {
   }
   node_index_ = layout[0];
   num_nodes_ = layout[1];
+
+  // ---- threads from the affinity masks (comm/affinity.h) ----
+  cpus_ = affinity_cpus();
+  const std::vector<std::vector<int>> node_masks = allgather_ints(cpus_, node_comm);
+  ranks_sharing_cores_ = shardtrain::ranks_sharing_cores(node_masks, local_rank_);
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const ThreadDecision threads = decide_threads(omp, static_cast<int>(cpus_.size()), ranks_sharing_cores_);
+  num_threads_ = threads.num_threads;
+  at::set_num_threads(num_threads_);
+  const std::string idle = local_rank_ == 0 ? idle_cores_warning(node_masks) : std::string();
   ST_CHECK_MPI(MPI_Comm_free(&node_comm));
 
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  int from_env = omp ? std::atoi(omp) : 0;
-  if (from_env > 0) {
-    num_threads_ = from_env;
-  } else {
-    num_threads_ = std::max(1, cores_available() / std::max(1, local_size_));
+  // One line per rank for log_binding(), and each distinct warning printed
+  // once by rank 0, with the ranks it concerns and where the first of them runs.
+  const std::string where = processor_name() + ", cores " + cpu_list();
+  const std::string line = str_format(
+      "rank %d (%s, local rank %d): cores %s (%zu), %d thread(s) (%s)", rank_, processor_name().c_str(), local_rank_,
+      cpu_list().c_str(), cpus_.size(), num_threads_,
+      threads.from_env ? "OMP_NUM_THREADS"
+                       : str_format("cores / %d rank(s) sharing them", ranks_sharing_cores_).c_str());
+  binding_lines_ = gather_strings(line, comm_);
+  const std::vector<std::string> places = gather_strings(where, comm_);
+  const std::vector<std::string> warnings = gather_strings(threads.warning, comm_);
+  const std::vector<std::string> idle_warnings = gather_strings(idle, comm_);
+  if (rank_ == 0) {
+    std::map<std::string, std::vector<int>> by_text;
+    for (int r = 0; r < size_; ++r)
+      if (!warnings[r].empty()) by_text[warnings[r]].push_back(r);
+    for (const auto& [text, ranks] : by_text)
+      // format_cpu_list writes ranks as ranges too: "0-2,5".
+      log_warn("rank(s) %s (rank %d on %s): %s", format_cpu_list(ranks).c_str(), ranks.front(),
+               places[ranks.front()].c_str(), text.c_str());
+    for (int r = 0; r < size_; ++r)
+      if (!idle_warnings[r].empty()) log_warn("%s: %s", places[r].substr(0, places[r].find(',')).c_str(),
+                                              idle_warnings[r].c_str());
   }
-  at::set_num_threads(num_threads_);
+}
+
+std::string World::cpu_list() const { return format_cpu_list(cpus_); }
+
+void World::log_binding() const {
+  for (const std::string& line : binding_lines_) log_info("%s", line.c_str());
 }
 
 World::~World() {

@@ -9,18 +9,45 @@
 #include "shardtrain/core/log.h"
 
 namespace shardtrain {
+namespace {
 
-Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indices, int32_t pad_id) {
-  if (indices.empty()) throw Error("collate: empty batch");
-  const int64_t batch_size = static_cast<int64_t>(indices.size());
+// Checks the indices; returns (longest row, total real tokens).
+std::pair<int64_t, int64_t> measure_rows(const TokenizedDataset& dataset, const std::vector<int64_t>& indices,
+                                         const char* who) {
+  if (indices.empty()) throw Error(std::string(who) + ": empty batch");
   int64_t max_length = 0, real_tokens = 0;
   for (int64_t index : indices) {
     if (index < 0 || index >= dataset.size())
-      throw Error(str_format("collate: example %lld outside a dataset of %lld", static_cast<long long>(index),
+      throw Error(str_format("%s: example %lld outside a dataset of %lld", who, static_cast<long long>(index),
                              static_cast<long long>(dataset.size())));
     max_length = std::max(max_length, dataset.length(index));
     real_tokens += dataset.length(index);
   }
+  return {max_length, real_tokens};
+}
+
+// [B] labels of the rows, or undefined when the dataset has none.
+at::Tensor collate_labels(const TokenizedDataset& dataset, const std::vector<int64_t>& indices) {
+  const int64_t batch_size = static_cast<int64_t>(indices.size());
+  const Labels& labels = dataset.labels;
+  at::Tensor out;
+  if (labels.kind == LabelKind::kClass) {
+    out = torch::empty({batch_size}, torch::kInt64);
+    int64_t* values = out.data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch_size; ++b) values[b] = labels.class_ids[indices[b]];
+  } else if (labels.kind == LabelKind::kRegression) {
+    out = torch::empty({batch_size}, torch::kFloat32);
+    float* values = out.data_ptr<float>();
+    for (int64_t b = 0; b < batch_size; ++b) values[b] = labels.values[indices[b]];
+  }
+  return out;
+}
+
+}  // namespace
+
+Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indices, int32_t pad_id) {
+  const int64_t batch_size = static_cast<int64_t>(indices.size());
+  const auto [max_length, real_tokens] = measure_rows(dataset, indices, "collate");
 
   // Filled on the host through raw pointers: one pass, no per-row tensor ops.
   Batch batch;
@@ -41,19 +68,93 @@ Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indic
     }
   }
 
-  const Labels& labels = dataset.labels;
-  if (labels.kind == LabelKind::kClass) {
-    batch.labels = torch::empty({batch_size}, torch::kInt64);
-    int64_t* out = batch.labels.data_ptr<int64_t>();
-    for (int64_t b = 0; b < batch_size; ++b) out[b] = labels.class_ids[indices[b]];
-  } else if (labels.kind == LabelKind::kRegression) {
-    batch.labels = torch::empty({batch_size}, torch::kFloat32);
-    float* out = batch.labels.data_ptr<float>();
-    for (int64_t b = 0; b < batch_size; ++b) out[b] = labels.values[indices[b]];
-  }
+  batch.labels = collate_labels(dataset, indices);
   batch.num_real_tokens = real_tokens;
   batch.num_total_tokens = batch_size * max_length;
   return batch;
+}
+
+PackedBatch collate_packed(const TokenizedDataset& dataset, const std::vector<int64_t>& indices) {
+  const int64_t batch_size = static_cast<int64_t>(indices.size());
+  const auto [max_length, real_tokens] = measure_rows(dataset, indices, "collate_packed");
+  PackedBatch batch;
+  batch.input_ids = torch::empty({real_tokens}, torch::kInt64);
+  batch.token_type_ids = torch::empty({real_tokens}, torch::kInt64);
+  batch.position_ids = torch::empty({real_tokens}, torch::kInt64);
+  batch.cu_seqlens = torch::empty({batch_size + 1}, torch::kInt64);
+  int64_t* ids = batch.input_ids.data_ptr<int64_t>();
+  int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
+  int64_t* positions = batch.position_ids.data_ptr<int64_t>();
+  int64_t* cu = batch.cu_seqlens.data_ptr<int64_t>();
+  int64_t t = 0;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const int64_t row = indices[b], length = dataset.length(row);
+    const int32_t* row_ids = dataset.ids(row);
+    const uint8_t* row_types = dataset.types(row);
+    cu[b] = t;
+    for (int64_t p = 0; p < length; ++p, ++t) {
+      ids[t] = row_ids[p];
+      types[t] = row_types[p];
+      positions[t] = p;
+    }
+  }
+  cu[batch_size] = t;
+  batch.max_seqlen = max_length;
+  batch.labels = collate_labels(dataset, indices);
+  batch.num_real_tokens = real_tokens;
+  batch.num_total_tokens = batch_size * max_length;
+  return batch;
+}
+
+PackedBatch pack_batch(const Batch& padded) {
+  if (padded.size() == 0) throw Error("pack_batch: empty batch");
+  const at::Tensor ids = padded.input_ids.to(torch::kCPU).contiguous();
+  // No mask: every token is real (as forward() reads it).
+  const at::Tensor mask = padded.attention_mask.defined()
+                              ? padded.attention_mask.to(torch::kCPU, torch::kInt64).contiguous()
+                              : torch::ones_like(ids, torch::kInt64);
+  const at::Tensor types = padded.token_type_ids.defined() ? padded.token_type_ids.to(torch::kCPU).contiguous()
+                                                           : torch::zeros_like(ids);
+  const int64_t batch_size = ids.size(0), width = ids.size(1);
+  const int64_t* m = mask.data_ptr<int64_t>();
+  std::vector<int64_t> lengths(static_cast<size_t>(batch_size));
+  for (int64_t b = 0; b < batch_size; ++b) {
+    int64_t n = 0;
+    while (n < width && m[b * width + n] != 0) ++n;
+    for (int64_t p = n; p < width; ++p)
+      if (m[b * width + p] != 0)
+        throw Error(str_format("pack_batch: attention_mask row %lld has a real token after padding (position %lld); "
+                               "only right-padded rows can be packed",
+                               static_cast<long long>(b), static_cast<long long>(p)));
+    if (n == 0) throw Error(str_format("pack_batch: attention_mask row %lld is all padding", static_cast<long long>(b)));
+    lengths[b] = n;
+  }
+  PackedBatch batch;
+  std::vector<int64_t> cu(static_cast<size_t>(batch_size) + 1, 0), positions, rows;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    cu[b + 1] = cu[b] + lengths[b];
+    for (int64_t p = 0; p < lengths[b]; ++p) {
+      positions.push_back(p);
+      rows.push_back(b * width + p);
+    }
+    batch.max_seqlen = std::max(batch.max_seqlen, lengths[b]);
+  }
+  const at::Tensor flat_rows = torch::tensor(rows, torch::kInt64);
+  batch.input_ids = ids.view({-1}).index_select(0, flat_rows).to(torch::kInt64);
+  batch.token_type_ids = types.view({-1}).index_select(0, flat_rows).to(torch::kInt64);
+  batch.position_ids = torch::tensor(positions, torch::kInt64);
+  batch.cu_seqlens = torch::tensor(cu, torch::kInt64);
+  batch.labels = padded.labels.defined() ? padded.labels.to(torch::kCPU) : at::Tensor();
+  batch.num_real_tokens = cu.back();
+  batch.num_total_tokens = batch_size * batch.max_seqlen;
+  return batch;
+}
+
+PackedBatch PackedBatch::to(const c10::Device& device) const {
+  PackedBatch out = *this;
+  for (at::Tensor* t : {&out.input_ids, &out.token_type_ids, &out.position_ids, &out.cu_seqlens, &out.labels})
+    if (t->defined()) *t = t->to(device);
+  return out;
 }
 
 PaddingStats PaddingStats::sum_over_ranks(MPI_Comm comm) const {

@@ -59,6 +59,21 @@ std::vector<int64_t> bucket_by_length(const std::vector<int64_t>& order, const s
   return result;
 }
 
+void apply_group_by_length(const DataConfig& data, const std::vector<int64_t>& lengths, SamplerOptions* options) {
+  if (!data.group_by_length) {
+    options->bucket_window_batches = 0;
+    options->lengths.clear();
+    return;
+  }
+  if (static_cast<int64_t>(lengths.size()) != options->num_examples)
+    throw Error(str_format("data.group_by_length: %zu lengths for %lld examples", lengths.size(),
+                           static_cast<long long>(options->num_examples)));
+  const int64_t global_batch = std::max<int64_t>(1, options->batch_size * options->world_size);
+  // transformers' get_length_grouped_indices: mega_batch_mult = min(len // (4 * batch), 50), or 1 when 0.
+  options->bucket_window_batches = std::max<int64_t>(1, std::min<int64_t>(options->num_examples / (4 * global_batch), 50));
+  options->lengths = lengths;
+}
+
 DistributedSampler::DistributedSampler(SamplerOptions options) : options_(std::move(options)) {
   if (options_.batch_size < 1) throw Error("sampler: batch_size must be >= 1");
   if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)

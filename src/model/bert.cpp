@@ -1,12 +1,12 @@
 // Shapes: B batch, L sequence length, D hidden size, H attention heads,
 // Dh = D / H head size, I intermediate size, C labels, V vocabulary,
-// P max positions, T token types.
+// P max positions; packed batches: T real tokens, Lmax the longest sequence.
 #include "shardtrain/model/bert.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -15,9 +15,12 @@
 #include <set>
 #include <sstream>
 
+#include "model/attention.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
+#include "shardtrain/model/activation_checkpoint.h"
+#include "shardtrain/model/dropout.h"
 
 namespace shardtrain {
 namespace {
@@ -123,10 +126,35 @@ at::Tensor norm(torch::nn::LayerNorm& layer_norm, const at::Tensor& x) {
       .to(x.scalar_type());
 }
 
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  if (!training || p == 0.0) return x;
-  return at::dropout(x, p, true);
-}
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) { return shardtrain::dropout(x, p, training); }
+
+// The word-embedding lookup with the gradient bert.h describes. The weight is
+// kept in saved_data, not save_for_backward: backward reads only its .grad
+// (which a sharded strategy attaches just before this unit's backward), never
+// its values, so an in-place update or a freed gathered copy must not trip
+// autograd's version check.
+struct WordLookup : public torch::autograd::Function<WordLookup> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& ids,
+                            int64_t padding_idx) {
+    ctx->saved_data["weight"] = weight;
+    ctx->saved_data["ids"] = ids;
+    ctx->saved_data["num_words"] = weight.size(0);
+    ctx->saved_data["padding_idx"] = padding_idx;
+    return at::embedding(weight, ids, padding_idx);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const at::Tensor weight = ctx->saved_data["weight"].toTensor();
+    const at::Tensor& existing = weight.grad();
+    // With create_graph autograd adds out of place; keep the plain dense form there.
+    const bool sparse = existing.defined() && existing.layout() == at::kStrided && !at::GradMode::is_enabled();
+    at::Tensor grad = at::embedding_backward(grad_outputs[0], ctx->saved_data["ids"].toTensor(),
+                                             ctx->saved_data["num_words"].toInt(),
+                                             ctx->saved_data["padding_idx"].toInt(), false, sparse);
+    return {grad, at::Tensor(), at::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -359,7 +387,8 @@ at::Tensor apply_activation(const std::string& name, const at::Tensor& x) {
 
 // ============================== modules ======================================
 
-BertEmbeddings::BertEmbeddings(const BertConfig& c) : dropout_p_(c.hidden_dropout_prob) {
+BertEmbeddings::BertEmbeddings(const BertConfig& c)
+    : pad_token_id_(c.pad_token_id), dropout_p_(c.hidden_dropout_prob) {
   // padding_idx matters beyond init: autograd leaves the padding row's gradient
   // zero, as in HF.
   word_embeddings = register_module(
@@ -373,12 +402,61 @@ BertEmbeddings::BertEmbeddings(const BertConfig& c) : dropout_p_(c.hidden_dropou
       "LayerNorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
 }
 
+at::Tensor BertEmbeddings::combine(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                   const at::Tensor& position_ids) {
+  at::Tensor words = WordLookup::apply(word_embeddings->weight, input_ids, pad_token_id_);
+  at::Tensor x = words + token_type_embeddings(token_type_ids);  // [B, L, D] or [T, D]
+  x = x + position_embeddings(position_ids);                     // [L, D] broadcast, or [T, D]
+  return maybe_dropout(norm(layer_norm, x), dropout_p_, is_training());
+}
+
 at::Tensor BertEmbeddings::forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids) {
   const int64_t L = input_ids.size(1);
-  at::Tensor position_ids = at::arange(L, input_ids.options().dtype(at::kLong));  // [L]
-  at::Tensor x = word_embeddings(input_ids) + token_type_embeddings(token_type_ids);  // [B, L, D]
-  x = x + position_embeddings(position_ids);                                          // broadcast [L, D]
-  return maybe_dropout(norm(layer_norm, x), dropout_p_, is_training());
+  return combine(input_ids, token_type_ids, at::arange(L, input_ids.options().dtype(at::kLong)));
+}
+
+at::Tensor BertEmbeddings::forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                          const at::Tensor& position_ids) {
+  return combine(input_ids, token_type_ids, position_ids);
+}
+
+PackedLayout PackedLayout::from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t max_seqlen, at::ScalarType dtype,
+                                           const at::Device& device) {
+  if (!cu_seqlens.defined() || cu_seqlens.dim() != 1 || cu_seqlens.size(0) < 2)
+    throw Error("forward_packed: cu_seqlens must be [B+1] with B >= 1");
+  if (max_seqlen < 1) throw Error("forward_packed: max_seqlen must be >= 1, got " + std::to_string(max_seqlen));
+  const at::Tensor cu = cu_seqlens.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* bounds = cu.data_ptr<int64_t>();
+  const int64_t B = cu.size(0) - 1, T = bounds[B];
+  if (bounds[0] != 0) throw Error("forward_packed: cu_seqlens must start at 0");
+  PackedLayout layout;
+  layout.num_sequences = B;
+  layout.max_seqlen = max_seqlen;
+  // Built on the host: B and T are small, and the layers reuse it all.
+  at::Tensor rows = at::empty({std::max<int64_t>(T, 0)}, at::kLong);
+  at::Tensor first = at::empty({B}, at::kLong);
+  at::Tensor keep = at::zeros({B, max_seqlen}, at::kFloat);
+  int64_t* row = rows.data_ptr<int64_t>();
+  float* kept = keep.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t length = bounds[b + 1] - bounds[b];
+    if (length < 1 || length > max_seqlen)
+      throw Error(str_format("forward_packed: sequence %lld has %lld tokens (cu_seqlens %lld..%lld); each needs "
+                             "1..max_seqlen (%lld)",
+                             static_cast<long long>(b), static_cast<long long>(length),
+                             static_cast<long long>(bounds[b]), static_cast<long long>(bounds[b + 1]),
+                             static_cast<long long>(max_seqlen)));
+    first.data_ptr<int64_t>()[b] = bounds[b];
+    for (int64_t p = 0; p < length; ++p) {
+      row[bounds[b] + p] = b * max_seqlen + p;
+      kept[b * max_seqlen + p] = 1.0f;
+    }
+  }
+  layout.padded_rows = rows.to(device);
+  layout.first_tokens = first.to(device);
+  // HF's extended mask: (1 - mask) * finfo.min, in the activations' dtype.
+  layout.additive_mask = (1.0 - keep.to(dtype)).mul_(lowest_value(dtype)).view({B, 1, 1, max_seqlen}).to(device);
+  return layout;
 }
 
 BertLayer::BertLayer(const BertConfig& c)
@@ -404,40 +482,56 @@ BertLayer::BertLayer(const BertConfig& c)
   output_layer_norm = output->register_module("LayerNorm", layer_norm());
 }
 
-at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& additive_mask) {
-  const int64_t B = hidden.size(0), L = hidden.size(1), D = hidden.size(2);
+at::Tensor BertLayer::project_qkv(const at::Tensor& hidden) {
+  return at::linear(hidden, at::cat({query->weight, key->weight, value->weight}),
+                    at::cat({query->bias, key->bias, value->bias}));
+}
+
+at::Tensor BertLayer::attend(const at::Tensor& qkv, const at::Tensor& additive_mask) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), D = qkv.size(2) / 3;
   const int64_t H = num_heads_, Dh = D / H;
   const bool training = is_training();
-  // view + transpose is a stride change, not a copy; matmul/SDPA accept it.
-  auto heads = [&](torch::nn::Linear& projection) {
-    return projection(hidden).view({B, L, H, Dh}).transpose(1, 2);  // [B, H, L, Dh]
-  };
-  at::Tensor q = heads(query), k = heads(key), v = heads(value);
-  at::Tensor context;  // [B, H, L, Dh]
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
-  context = at::scaled_dot_product_attention(q, k, v, additive_mask, training ? attention_dropout_p_ : 0.0, false);
-#else
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [B, H, L, L]
-  scores.div_(std::sqrt(static_cast<double>(Dh))).add_(additive_mask);
-  // Softmax in float32 for 16-bit scores, as torch.autocast runs it.
-  at::Tensor probs = is_16bit(scores.scalar_type()) ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type())
-                                                     : at::softmax(scores, -1);
-  probs = maybe_dropout(probs, attention_dropout_p_, training);
-  context = at::matmul(probs, v);
-#endif
-  context = context.transpose(1, 2).reshape({B, L, D});  // the one copy: heads back to [B, L, D]
+  // view + permute is a stride change, not a copy.
+  const at::Tensor heads = qkv.view({B, L, 3, H, Dh}).permute({2, 0, 3, 1, 4});  // [3, B, H, L, Dh]
+  const at::Tensor context =
+      detail::scaled_dot_attention(heads[0], heads[1], heads[2], additive_mask, attention_dropout_p_, training);
+  return context.transpose(1, 2);  // [B, L, H, Dh]
+}
 
+at::Tensor BertLayer::finish(const at::Tensor& context, const at::Tensor& hidden) {
+  const bool training = is_training();
   at::Tensor attended =
       norm(attention_output_layer_norm, maybe_dropout(attention_output_dense(context), hidden_dropout_p_, training) + hidden);
-  at::Tensor inner = apply_activation(activation_, intermediate_dense(attended));  // [B, L, I]
+  at::Tensor inner = apply_activation(activation_, intermediate_dense(attended));  // [..., I]
   return norm(output_layer_norm, maybe_dropout(output_dense(inner), hidden_dropout_p_, training) + attended);
+}
+
+at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& additive_mask) {
+  const int64_t B = hidden.size(0), L = hidden.size(1), D = hidden.size(2);
+  // reshape: the one copy, heads back to [B, L, D].
+  const at::Tensor context = attend(project_qkv(hidden), additive_mask).reshape({B, L, D});
+  return finish(context, hidden);
+}
+
+at::Tensor BertLayer::forward_packed(const at::Tensor& hidden, const PackedLayout& layout) {
+  const int64_t D = hidden.size(1), B = layout.num_sequences, Lmax = layout.max_seqlen;
+  const at::Tensor qkv = project_qkv(hidden);  // [T, 3D]
+  // Pad for the attention matmuls only (MosaicBERT's pad_input / unpad_input):
+  // padding rows are zero, and the mask gives them zero attention weight.
+  const at::Tensor padded = at::zeros({B * Lmax, 3 * D}, qkv.options()).index_copy(0, layout.padded_rows, qkv);
+  const at::Tensor context = attend(padded.view({B, Lmax, 3 * D}), layout.additive_mask)
+                                 .reshape({B * Lmax, D})
+                                 .index_select(0, layout.padded_rows);  // [T, D]
+  return finish(context, hidden);
 }
 
 BertPooler::BertPooler(const BertConfig& c) {
   dense = register_module("dense", torch::nn::Linear(c.hidden_size, c.hidden_size));
 }
 
-at::Tensor BertPooler::forward(const at::Tensor& hidden) { return at::tanh(dense(hidden.select(1, 0))); }
+at::Tensor BertPooler::forward(const at::Tensor& hidden) { return forward_first_tokens(hidden.select(1, 0)); }
+
+at::Tensor BertPooler::forward_first_tokens(const at::Tensor& first_tokens) { return at::tanh(dense(first_tokens)); }
 
 BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config) : config_(config) {
   config_.validate();
@@ -475,13 +569,6 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
   at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
   TORCH_CHECK(types.sizes() == input_ids.sizes(), "token_type_ids must match input_ids ", input_ids.sizes());
 
-  const int64_t head_unit = num_units() - 1;
-  auto before = [this](int64_t unit) {
-    if (hooks_) hooks_->before_forward(unit);
-  };
-  auto after = [this](int64_t unit, at::Tensor output) {
-    return hooks_ ? hooks_->after_forward(unit, std::move(output)) : output;
-  };
   before(0);
   at::Tensor hidden = after(0, embeddings_->forward(input_ids, types));  // [B, L, D]
   const at::ScalarType dtype = hidden.scalar_type();
@@ -494,14 +581,81 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
     additive_mask = at::zeros({B, 1, 1, L}, hidden.options());
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const int64_t unit = static_cast<int64_t>(i) + 1;
-    before(unit);
-    hidden = after(unit, layers_[i]->forward(hidden, additive_mask));
+    // By value: a checkpointed layer calls this again in backward.
+    hidden = run_layer(i, hidden, [layer = layers_[i], additive_mask](const at::Tensor& x) {
+      return layer->forward(x, additive_mask);
+    });
   }
+  return head(hidden.select(1, 0));
+}
+
+at::Tensor BertForSequenceClassification::run_layer(size_t i, const at::Tensor& hidden,
+                                                   const std::function<at::Tensor(const at::Tensor&)>& forward) {
+  const int64_t unit = static_cast<int64_t>(i) + 1;
+  // The unit hooks stay outside the checkpoint: a sharded strategy gathers
+  // the layer before its forward and again (its pre-backward hook on the
+  // layer's output) before the recomputation (docs/DESIGN.md, "Activation
+  // checkpointing").
+  before(unit);
+  at::Tensor out = gradient_checkpointing_ && is_training()
+                       ? checkpointed_forward(forward, hidden, layers_[i]->parameters())
+                       : forward(hidden);
+  return after(unit, std::move(out));
+}
+
+at::Tensor BertForSequenceClassification::forward_batch(const Batch& batch) {
+  if (!unpadded_) return forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
+  const PackedBatch p = pack_batch(batch).to(batch.input_ids.device());
+  return forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
+}
+
+at::Tensor BertForSequenceClassification::forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                                         const at::Tensor& position_ids, const at::Tensor& cu_seqlens,
+                                                         int64_t max_seqlen) {
+  if (!input_ids.defined() || input_ids.dim() != 1)
+    throw Error("forward_packed: input_ids must be [T] (the batch's tokens back to back)");
+  const int64_t T = input_ids.size(0);
+  if (max_seqlen > config_.max_position_embeddings)
+    throw Error("sequence length " + std::to_string(max_seqlen) + " exceeds max_position_embeddings (" +
+                std::to_string(config_.max_position_embeddings) + "); lower data.max_length");
+  for (const at::Tensor* t : {&token_type_ids, &position_ids})
+    if (t->defined() && (t->dim() != 1 || t->size(0) != T))
+      throw Error(str_format("forward_packed: token_type_ids and position_ids must be [T] = [%lld] like input_ids",
+                             static_cast<long long>(T)));
+  // The activations take the embeddings' dtype (as in forward()).
+  const at::ScalarType dtype = embeddings_->word_embeddings->weight.scalar_type();
+  const PackedLayout layout = PackedLayout::from_cu_seqlens(cu_seqlens, max_seqlen, dtype, input_ids.device());
+  if (layout.padded_rows.size(0) != T)
+    throw Error(str_format("forward_packed: cu_seqlens ends at %lld but input_ids has %lld tokens",
+                           static_cast<long long>(layout.padded_rows.size(0)), static_cast<long long>(T)));
+  at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
+  // Positions within each sequence: a token's padded row modulo Lmax.
+  at::Tensor positions = position_ids.defined() ? position_ids : layout.padded_rows.remainder(max_seqlen);
+
+  before(0);
+  at::Tensor hidden = after(0, embeddings_->forward_packed(input_ids, types, positions));  // [T, D]
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    hidden = run_layer(i, hidden, [layer = layers_[i], layout](const at::Tensor& x) {
+      return layer->forward_packed(x, layout);
+    });
+  }
+  return head(hidden.index_select(0, layout.first_tokens));
+}
+
+at::Tensor BertForSequenceClassification::head(const at::Tensor& first_tokens) {
+  const int64_t head_unit = num_units() - 1;
   before(head_unit);
-  at::Tensor pooled = pooler_->forward(hidden);  // [B, D]
+  at::Tensor pooled = pooler_->forward_first_tokens(first_tokens);  // [B, D]
   return after(head_unit, classifier_(maybe_dropout(pooled, config_.effective_classifier_dropout(),
                                                     is_training())));  // [B, C]
+}
+
+void BertForSequenceClassification::before(int64_t unit) {
+  if (hooks_) hooks_->before_forward(unit);
+}
+
+at::Tensor BertForSequenceClassification::after(int64_t unit, at::Tensor output) {
+  return hooks_ ? hooks_->after_forward(unit, std::move(output)) : output;
 }
 
 int64_t BertForSequenceClassification::unit_of(const std::string& name) const {

@@ -21,9 +21,10 @@ struct StepScalars {
   float bias_correction2_sqrt;
   float eps;
   float neg_step_size;     // -(lr / bc1)
+  float grad_scale;        // the clip coefficient, as clip's grads.mul_(coef) rounds it
 };
 
-StepScalars make_scalars(const AdamWOptions& o, double lr, int64_t step) {
+StepScalars make_scalars(const AdamWOptions& o, double lr, int64_t step, double grad_scale) {
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
@@ -37,23 +38,27 @@ StepScalars make_scalars(const AdamWOptions& o, double lr, int64_t step) {
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = static_cast<float>(o.eps);
   s.neg_step_size = static_cast<float>(-step_size);
+  s.grad_scale = static_cast<float>(grad_scale);
   return s;
 }
 
-// One pass over [begin, end). `decay` is a template flag so the inner loop has
-// no branch and vectorizes; every operation is elementwise with one rounding
-// per torch op, so results do not depend on where chunks start.
-template <bool kDecay>
-void fused_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                int64_t begin, int64_t end, const StepScalars& s) {
+// One pass over [begin, end). `decay` and `scale` are template flags so the
+// inner loop has no branch and vectorizes; every operation is elementwise with
+// one rounding per torch op, so results do not depend on where chunks start.
+// kScale multiplies the gradient by the clip coefficient first: the same fp32
+// product clipping's separate grads.mul_(coef) pass would have stored.
+template <bool kDecay, bool kScale>
+__attribute__((always_inline)) inline void fused_loop(float* __restrict p, const float* __restrict g,
+                                                      float* __restrict m, float* __restrict v, int64_t begin,
+                                                      int64_t end, const StepScalars& s) {
   for (int64_t i = begin; i < end; ++i) {
     float param = p[i];
     if (kDecay) param = param * s.decay;
-    const float grad = g[i];
+    const float grad = kScale ? g[i] * s.grad_scale : g[i];
     const float exp_avg = m[i] * s.beta1 + s.one_minus_beta1 * grad;
     const float exp_avg_sq = v[i] * s.beta2 + s.one_minus_beta2 * grad * grad;
-    // __builtin_sqrtf instead of std::sqrt: exp_avg_sq >= 0, and the builtin
-    // lets GCC emit packed sqrt without the errno fallback call.
+    // exp_avg_sq >= 0; the file is compiled with -fno-math-errno (CMakeLists.txt)
+    // so that GCC emits packed sqrt without the errno branch and vectorizes.
     const float denom = __builtin_sqrtf(exp_avg_sq) / s.bias_correction2_sqrt + s.eps;
     p[i] = param + s.neg_step_size * exp_avg / denom;
     m[i] = exp_avg;
@@ -61,6 +66,41 @@ void fused_span(float* __restrict p, const float* __restrict g, float* __restric
   }
 }
 
+// The loop is the optimizer's whole time, and the build targets the x86-64
+// baseline (SSE2: 4 floats per instruction; the packed divide and square root
+// bound it, not memory). So it is compiled a second time for AVX2 (8 floats)
+// and picked at run time. Not FMA: each multiply and add is rounded on its own
+// as before, so both versions give the same bits (add, multiply, divide and
+// square root are correctly rounded at any vector width).
+template <bool kDecay, bool kScale>
+void fused_span_baseline(float* __restrict p, const float* __restrict g, float* __restrict m,
+                         float* __restrict v, int64_t begin, int64_t end, const StepScalars& s) {
+  fused_loop<kDecay, kScale>(p, g, m, v, begin, end, s);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <bool kDecay, bool kScale>
+__attribute__((target("avx2"))) void fused_span_avx2(float* __restrict p, const float* __restrict g,
+                                                     float* __restrict m, float* __restrict v, int64_t begin,
+                                                     int64_t end, const StepScalars& s) {
+  fused_loop<kDecay, kScale>(p, g, m, v, begin, end, s);
+}
+
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+template <bool kDecay, bool kScale>
+void fused_span(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const StepScalars& s) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx2()) return fused_span_avx2<kDecay, kScale>(p, g, m, v, begin, end, s);
+#endif
+  fused_span_baseline<kDecay, kScale>(p, g, m, v, begin, end, s);
+}
+
+template <bool kScale>
 void fused_cpu_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
                     const std::vector<ElementRange>& decay_ranges, const StepScalars& s) {
   float* p = params.data_ptr<float>();
@@ -77,13 +117,13 @@ void fused_cpu_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp
     int64_t i = chunk_begin;
     while (i < chunk_end) {
       if (it == decay_ranges.end() || it->begin >= chunk_end) {
-        fused_span<false>(p, g, m, v, i, chunk_end, s);
+        fused_span<false, kScale>(p, g, m, v, i, chunk_end, s);
         break;
       }
       const int64_t decay_begin = std::max(i, it->begin);
       const int64_t decay_end = std::min(chunk_end, it->end);
-      fused_span<false>(p, g, m, v, i, decay_begin, s);
-      fused_span<true>(p, g, m, v, decay_begin, decay_end, s);
+      fused_span<false, kScale>(p, g, m, v, i, decay_begin, s);
+      fused_span<true, kScale>(p, g, m, v, decay_begin, decay_end, s);
       i = decay_end;
       ++it;
     }
@@ -91,8 +131,10 @@ void fused_cpu_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp
 }
 
 // torch's _single_tensor_adamw, op for op, on the flat tensors.
-void aten_step(at::Tensor& params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-               const std::vector<ElementRange>& decay_ranges, const AdamWOptions& o, double lr, int64_t step) {
+void aten_step(at::Tensor& params, const at::Tensor& unscaled_grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+               const std::vector<ElementRange>& decay_ranges, const AdamWOptions& o, double lr, int64_t step,
+               double grad_scale) {
+  const at::Tensor grads = grad_scale == 1.0 ? unscaled_grads : unscaled_grads.mul(grad_scale);
   const double t = static_cast<double>(step);
   const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
@@ -128,7 +170,7 @@ AdamW::AdamW(int64_t numel, const AdamWOptions& options, at::TensorOptions state
 }
 
 void AdamW::step(at::Tensor params, const at::Tensor& grads, const std::vector<ElementRange>& decay_ranges,
-                 double lr) {
+                 double lr, double grad_scale) {
   TORCH_CHECK(params.dim() == 1 && params.numel() == numel_, "AdamW::step: params must be 1-D with ", numel_,
               " elements, got ", params.sizes());
   TORCH_CHECK(grads.dim() == 1 && grads.numel() == numel_, "AdamW::step: grads must be 1-D with ", numel_,
@@ -136,15 +178,15 @@ void AdamW::step(at::Tensor params, const at::Tensor& grads, const std::vector<E
   // Checked before the step is counted: a refused step leaves the state as it was.
   const std::vector<ElementRange> decay = checked_span(params, grads, 0, decay_ranges, lr);
   begin_step();
-  update_span(params, grads, 0, decay, lr);
+  update_span(params, grads, 0, decay, lr, grad_scale);
 }
 
 void AdamW::begin_step() { ++step_count_; }
 
 void AdamW::step_span(at::Tensor params, const at::Tensor& grads, int64_t offset,
-                      const std::vector<ElementRange>& decay_ranges, double lr) {
+                      const std::vector<ElementRange>& decay_ranges, double lr, double grad_scale) {
   TORCH_CHECK(step_count_ > 0, "AdamW::step_span: call begin_step() first");
-  update_span(params, grads, offset, checked_span(params, grads, offset, decay_ranges, lr), lr);
+  update_span(params, grads, offset, checked_span(params, grads, offset, decay_ranges, lr), lr, grad_scale);
 }
 
 std::vector<ElementRange> AdamW::checked_span(const at::Tensor& params, const at::Tensor& grads, int64_t offset,
@@ -178,7 +220,7 @@ std::vector<ElementRange> AdamW::checked_span(const at::Tensor& params, const at
 }
 
 void AdamW::update_span(at::Tensor& params, const at::Tensor& grads, int64_t offset,
-                        const std::vector<ElementRange>& decay, double lr) {
+                        const std::vector<ElementRange>& decay, double lr, double grad_scale) {
   const int64_t count = params.numel();
   at::Tensor exp_avg = exp_avg_.narrow(0, offset, count);
   at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, offset, count);
@@ -187,9 +229,13 @@ void AdamW::update_span(at::Tensor& params, const at::Tensor& grads, int64_t off
   if (kernel == Kernel::kAuto) kernel = fusable ? Kernel::kFusedCpu : Kernel::kAtenOps;
   if (kernel == Kernel::kFusedCpu) {
     ST_ASSERT(fusable, "the fused AdamW kernel needs CPU float32 buffers");
-    fused_cpu_step(params, grads, exp_avg, exp_avg_sq, decay, make_scalars(options_, lr, step_count_));
+    const StepScalars scalars = make_scalars(options_, lr, step_count_, grad_scale);
+    if (grad_scale == 1.0)
+      fused_cpu_step<false>(params, grads, exp_avg, exp_avg_sq, decay, scalars);
+    else
+      fused_cpu_step<true>(params, grads, exp_avg, exp_avg_sq, decay, scalars);
   } else {
-    aten_step(params, grads, exp_avg, exp_avg_sq, decay, options_, lr, step_count_);
+    aten_step(params, grads, exp_avg, exp_avg_sq, decay, options_, lr, step_count_, grad_scale);
   }
 }
 

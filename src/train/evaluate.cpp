@@ -31,7 +31,7 @@ std::vector<float> sharded_logits(BertForSequenceClassification& model, const To
     for (int64_t k = 0; k < plan.num_batches; ++k) {
       const std::vector<int64_t> indices = eval_batch(plan, rank, k);
       const Batch batch = to_device(collate(data, indices, pad_id), device);
-      const at::Tensor logits = model.forward(batch.input_ids, batch.token_type_ids, batch.attention_mask)
+      const at::Tensor logits = model.forward_batch(batch)
                                     .to(at::kCPU, at::kFloat)
                                     .contiguous();
       ST_ASSERT(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(indices.size()) && logits.size(1) == c,

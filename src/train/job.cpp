@@ -186,6 +186,8 @@ void build_model(TrainJob& job, const Tables& tables) {
     throw Error(str_format("data.max_length = %lld exceeds the model's max_position_embeddings (%lld)",
                            static_cast<long long>(config.data.max_length),
                            static_cast<long long>(job.saved_config.max_position_embeddings)));
+  job.model->set_unpadded(config.model.unpadded);
+  job.model->set_gradient_checkpointing(config.model.gradient_checkpointing);
   if (!job.device.is_cpu()) job.model->to(job.device);
   job.model->train();
 }
@@ -217,6 +219,7 @@ void plan_steps(TrainJob& job) {
   options.rank = job.topology.rank;
   options.seed = static_cast<uint64_t>(t.seed);
   options.drop_last = config.data.drop_last;
+  apply_group_by_length(config.data, job.train_data.lengths(), &options);
   job.sampler.emplace(options);
   TrainPlan& p = job.plan;
   p.world_size = job.topology.world_size;

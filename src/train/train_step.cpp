@@ -33,8 +33,9 @@ StepResult train_step(Strategy& strategy, BertForSequenceClassification& model, 
       const DropoutSeed& d = *options.dropout_seed;
       at::manual_seed(train_rng_seed(d.seed, d.step, static_cast<int64_t>(m), d.rank));
     }
-    const at::Tensor logits = model.forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
+    const at::Tensor logits = model.forward_batch(batch);
     at::Tensor loss = model.loss(logits, batch.labels);  // float32
+    if (options.at_point) options.at_point(StepPoint::kForwardDone);
     result.loss += loss.item<double>();
     result.real_tokens += batch.num_real_tokens;
     result.examples += batch.size();

@@ -32,6 +32,9 @@ struct ModelConfig {
   // Activation checkpointing (HF's name): each encoder layer keeps only its
   // input and runs its forward again in backward (model/activation_checkpoint.h).
   bool gradient_checkpointing = false;
+  // Unpadded (packed) batches: the model computes on the real tokens only
+  // (model/bert.h); false = on the padded [B, L] batch, as HF does.
+  bool unpadded = true;
 };
 
 struct DataConfig {
@@ -44,6 +47,7 @@ struct DataConfig {
   int64_t max_length = 128;
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
   bool drop_last = false;        // train: drop the incomplete last global batch instead of padding it
+  bool group_by_length = false;  // train: batch rows of similar length (changes batch composition; data/sampler.h)
 };
 
 // train.lr_scheduler_kwargs.*: the parameters of train.lr_scheduler_type, under
@@ -185,6 +189,8 @@ void visit_config_keys(Config& c, Visitor&& visit) {
         "override the model's attention dropout");
   visit("model.gradient_checkpointing", c.model.gradient_checkpointing,
         "recompute each encoder layer's forward in backward (less activation memory, about a third more compute)");
+  visit("model.unpadded", c.model.unpadded,
+        "compute on the real tokens only (packed batches); false = on the padded batch as HF does");
 
   visit("data.train_file", c.data.train_file, "training data (.tsv, .csv, .jsonl)");
   visit("data.eval_file", c.data.eval_file, "evaluation data; empty = no evaluation");
@@ -195,6 +201,8 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("data.max_length", c.data.max_length, "truncate pairs to this many tokens (longest first)");
   visit("data.on_bad_row", c.data.on_bad_row, "a malformed row stops the run, or is skipped and counted");
   visit("data.drop_last", c.data.drop_last, "drop the incomplete last global batch instead of padding it");
+  visit("data.group_by_length", c.data.group_by_length,
+        "batch training rows of similar length (less padding; changes which rows share a batch)");
 
   visit("train.num_epochs", c.train.num_epochs, "passes over the training data");
   visit("train.max_steps", c.train.max_steps, "stop after this many optimizer steps; 0 = off");

@@ -13,11 +13,26 @@
 //
 //   Batch batch = collate(dataset, indices, tokenizer.pad_id());
 //   stats.add(batch);   // ... at the end of the epoch: stats.padding_fraction()
+//
+// Packed (unpadded) batches, for BertForSequenceClassification::forward_packed
+// (model/bert.h), as MosaicBERT's and NVIDIA's fine-tuning kernels take them:
+// the B rows' real tokens back to back, T = sum of their lengths, no padding.
+//   input_ids       [T]    int64
+//   token_type_ids  [T]    int64
+//   position_ids    [T]    int64, 0..n_b-1 within each row
+//   cu_seqlens      [B+1]  int64, row b is tokens [cu_seqlens[b], cu_seqlens[b+1])
+//   max_seqlen             the longest row (the padded layout's L)
+//   labels          [B]    as above
+//
+//   PackedBatch packed = collate_packed(dataset, indices);
+//   at::Tensor logits = model->forward_packed(packed.input_ids, packed.token_type_ids,
+//                                             packed.position_ids, packed.cu_seqlens, packed.max_seqlen);
 #pragma once
 
 #include <mpi.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <cstdint>
 #include <vector>
 
@@ -43,6 +58,30 @@ Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indic
 // The batch's tensors on `device` (the batch itself when it is the CPU).
 Batch to_device(Batch batch, const at::Device& device);
 
+struct PackedBatch {
+  at::Tensor input_ids;       // [T] int64
+  at::Tensor token_type_ids;  // [T] int64
+  at::Tensor position_ids;    // [T] int64
+  at::Tensor cu_seqlens;      // [B+1] int64
+  int64_t max_seqlen = 0;
+  at::Tensor labels;          // [B] int64 / float32, or undefined
+  int64_t num_real_tokens = 0;   // T
+  int64_t num_total_tokens = 0;  // B * max_seqlen: what the padded batch holds
+
+  int64_t size() const { return cu_seqlens.defined() ? cu_seqlens.size(0) - 1 : 0; }
+  // The tensors moved to `device` (a copy of the struct; cu_seqlens too).
+  PackedBatch to(const c10::Device& device) const;
+};
+
+// The packed batch of the same rows (same order, same labels) as collate().
+// Throws Error for an empty index list or an index out of range.
+PackedBatch collate_packed(const TokenizedDataset& dataset, const std::vector<int64_t>& indices);
+
+// A padded batch packed: each attention_mask row must be ones then zeros (as
+// collate() writes it), with at least one real token; an undefined mask means
+// every token is real. Throws Error otherwise.
+PackedBatch pack_batch(const Batch& batch);
+
 // Padding accounting over many batches (e.g. one epoch on one rank; sum the two
 // counters over ranks for the job-wide figure).
 struct PaddingStats {
@@ -50,6 +89,12 @@ struct PaddingStats {
   int64_t total_tokens = 0;
 
   void add(const Batch& batch) {
+    real_tokens += batch.num_real_tokens;
+    total_tokens += batch.num_total_tokens;
+  }
+  // A packed batch counts what its padded form would hold (the attention
+  // matmuls still run on B x max_seqlen).
+  void add(const PackedBatch& batch) {
     real_tokens += batch.num_real_tokens;
     total_tokens += batch.num_total_tokens;
   }

@@ -18,6 +18,7 @@
 //     each window of that many global batches the examples are sorted by length
 //     (stable) and re-cut, then the window's batches are shuffled (seeded), which
 //     cuts padding while every example keeps its one place in the epoch;
+//     data.group_by_length turns it on (apply_group_by_length below);
 //   * state() = (epoch, global batches consumed) is all a checkpoint needs;
 //     load_state() resumes the exact same sequence.
 //
@@ -48,6 +49,7 @@
 #include <vector>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/run_config.h"
 
 namespace shardtrain {
 
@@ -85,6 +87,20 @@ struct SamplerOptions {
   int64_t bucket_window_batches = 0;  // 0 = no length bucketing
   std::vector<int64_t> lengths;       // per example; required when bucketing
 };
+
+// data.group_by_length (Hugging Face TrainingArguments' name): the length
+// bucketing above, with the window of HF's LengthGroupedSampler (its
+// "megabatch"): min(num_examples / (4 G), 50) global batches, at least 1,
+// G = batch_size * world_size. It changes which rows share a batch, not which
+// rows an epoch covers: per-step losses and the trained model differ from a
+// run without it (the same global batch still gives the same batches at any
+// world size). Reads options->num_examples, batch_size and world_size, which
+// must be set; sets bucket_window_batches and lengths (clears them when the
+// key is off). Throws Error when lengths has not one entry per example.
+//
+//   SamplerOptions options;  ...num_examples, batch_size, world_size, rank, seed...
+//   apply_group_by_length(config.data, dataset.lengths(), &options);
+void apply_group_by_length(const DataConfig& data, const std::vector<int64_t>& lengths, SamplerOptions* options);
 
 // Where a sampler stands: checkpoint this, load_state() it to resume.
 struct SamplerState {

@@ -7,6 +7,22 @@
 //   at::Tensor logits = model->forward(input_ids, token_type_ids, attention_mask);  // [B, C]
 //   at::Tensor loss = model->loss(logits, labels);
 //
+// Unpadded (packed) batches, as MosaicBERT and NVIDIA's fine-tuning kernels run
+// them: the B sequences' real tokens back to back (T = sum of the lengths;
+// data/collator.h's collate_packed builds them). Embeddings, every Linear,
+// LayerNorm, GELU and dropout run on the T real tokens only; attention runs per
+// sequence, with q/k/v scattered into a padded [B, H, Lmax, Dh] layout for the
+// two attention matmuls and the context gathered back. The logits equal
+// forward()'s on the padded batch (to fp32 rounding; tests/test_bert_packed.cpp):
+//
+//   at::Tensor logits = model->forward_packed(input_ids, token_type_ids, position_ids,
+//                                             cu_seqlens, max_seqlen);    // [B, C]
+//
+// Both paths project q, k and v with one matmul (the three weights
+// concatenated), and the word-embedding lookup adds its gradient into an
+// existing dense .grad row by row (a sparse gradient) instead of building a
+// dense [V, D] one: see BertEmbeddings.
+//
 // named_parameters() yields exactly HF's state-dict keys, in HF's order
 // ("bert.embeddings.word_embeddings.weight", ..., "classifier.bias"), so weights
 // move to and from HF checkpoints by name (hf_folder.h). The model knows nothing
@@ -21,11 +37,13 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "shardtrain/data/collator.h"
 #include "shardtrain/model/unit_model.h"
 #include "shardtrain/core/limits.h"
 
@@ -94,17 +112,48 @@ BertConfig bert_base_cased_config(int64_t num_labels = 2);
 // word + position + token-type embeddings, then LayerNorm and dropout.
 // Parameters: word_embeddings.weight [V, D], position_embeddings.weight [P, D],
 // token_type_embeddings.weight [T, D], LayerNorm.{weight,bias} [D].
+//
+// The word-embedding gradient: a lookup's gradient touches at most one row per
+// token, yet a dense [V, D] gradient (bert-base-cased: 28996 x 768, 89 MB) is
+// zero-filled, scattered into and then added into .grad on every backward.
+// When the weight already has a dense .grad at backward time (every strategy
+// keeps one, a view into its flat gradient buffer), the lookup hands autograd
+// a sparse gradient instead, which autograd adds in place into that .grad, row
+// by row. Otherwise (no .grad yet) the gradient is dense, as in PyTorch, so
+// .grad is never left sparse. Both give the same values.
 class BertEmbeddings : public torch::nn::Module {
  public:
   explicit BertEmbeddings(const BertConfig& config);
-  // input_ids, token_type_ids: [B, L] int64 -> [B, L, D]
+  // input_ids, token_type_ids: [B, L] int64 -> [B, L, D] (positions 0..L-1)
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids);
+  // Packed tokens: input_ids, token_type_ids, position_ids [T] int64 -> [T, D]
+  at::Tensor forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                            const at::Tensor& position_ids);
 
   torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
   torch::nn::LayerNorm layer_norm{nullptr};
 
  private:
+  // (words + types + positions) -> LayerNorm -> dropout; positions broadcast.
+  at::Tensor combine(const at::Tensor& input_ids, const at::Tensor& token_type_ids, const at::Tensor& position_ids);
+  int64_t pad_token_id_;
   double dropout_p_;
+};
+
+// Where the tokens of a packed batch sit in the padded layout that attention
+// uses; built once per forward and shared by every layer.
+struct PackedLayout {
+  int64_t num_sequences = 0;  // B
+  int64_t max_seqlen = 0;     // Lmax
+  at::Tensor padded_rows;     // [T] int64: token t's row in the padded [B * Lmax] layout
+  at::Tensor first_tokens;    // [B] int64: each sequence's first token ([CLS]) in the packed order
+  at::Tensor additive_mask;   // [B, 1, 1, Lmax]: 0 for real tokens, finfo.min for padding
+
+  // From cu_seqlens [B+1] (any device; read on the host). Throws Error for
+  // cu_seqlens that do not start at 0, decrease, hold an empty sequence, or a
+  // sequence longer than max_seqlen. Tensors are made on `device`, the mask in `dtype`.
+  static PackedLayout from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t max_seqlen, at::ScalarType dtype,
+                                      const at::Device& device);
 };
 
 // One post-LayerNorm transformer encoder layer with HF's parameter names:
@@ -115,6 +164,8 @@ class BertLayer : public torch::nn::Module {
   explicit BertLayer(const BertConfig& config);
   // hidden [B, L, D], additive_mask [B, 1, 1, L] (0 keep, finfo.min masked) -> [B, L, D]
   at::Tensor forward(const at::Tensor& hidden, const at::Tensor& additive_mask);
+  // hidden [T, D] packed tokens -> [T, D]
+  at::Tensor forward_packed(const at::Tensor& hidden, const PackedLayout& layout);
 
   torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
   torch::nn::Linear attention_output_dense{nullptr};
@@ -124,6 +175,15 @@ class BertLayer : public torch::nn::Module {
   torch::nn::LayerNorm output_layer_norm{nullptr};
 
  private:
+  // [..., D] -> [..., 3D]: q, k, v from one matmul (the weights concatenated
+  // per call: parameters stay separate, under HF's names and shapes).
+  at::Tensor project_qkv(const at::Tensor& hidden);
+  // qkv [B, L, 3D] -> context [B, L, H, Dh] (a strided view, not contiguous).
+  at::Tensor attend(const at::Tensor& qkv, const at::Tensor& additive_mask);
+  // Attention output, residual, LayerNorm, feed-forward, residual, LayerNorm;
+  // token-wise: [..., D] -> [..., D].
+  at::Tensor finish(const at::Tensor& context, const at::Tensor& hidden);
+
   int64_t num_heads_;
   std::string activation_;
   double hidden_dropout_p_, attention_dropout_p_;
@@ -135,6 +195,8 @@ class BertPooler : public torch::nn::Module {
   explicit BertPooler(const BertConfig& config);
   // hidden [B, L, D] -> [B, D]
   at::Tensor forward(const at::Tensor& hidden);
+  // The first tokens' hidden states [B, D] -> [B, D]
+  at::Tensor forward_first_tokens(const at::Tensor& first_tokens);
   torch::nn::Linear dense{nullptr};
 };
 
@@ -157,6 +219,29 @@ class BertForSequenceClassification : public torch::nn::Module, public UnitModel
   // train() mode. Throws shardtrain::Error if L > max_position_embeddings.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids = {},
                      const at::Tensor& attention_mask = {});
+  // The same model on a packed batch (see the top of this file): input_ids
+  // [T] int64; token_type_ids [T] (undefined = all 0); position_ids [T]
+  // (undefined = 0..n_b-1 within each sequence); cu_seqlens [B+1] int64,
+  // sequence b = tokens [cu_seqlens[b], cu_seqlens[b+1]); max_seqlen = the
+  // longest sequence. Returns logits [B, C], equal to forward() on the padded
+  // batch. The unit hooks run around the same units, with [T, D] outputs for
+  // the embeddings and the layers. Throws shardtrain::Error for inconsistent
+  // shapes or cu_seqlens, or max_seqlen > max_position_embeddings.
+  at::Tensor forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                            const at::Tensor& position_ids, const at::Tensor& cu_seqlens, int64_t max_seqlen);
+  // The logits of a collated batch: forward_packed() on pack_batch(batch),
+  // which holds only the real tokens (moved to the batch's device: a small
+  // host round trip on a GPU), or with set_unpadded(false) (model.unpadded)
+  // forward() on its padded tensors. Both give the same logits to fp32
+  // rounding; in training the dropout masks differ (drawn per token kept).
+  at::Tensor forward_batch(const Batch& batch);
+  void set_unpadded(bool on) { unpadded_ = on; }
+  bool unpadded() const { return unpadded_; }
+  // HF's gradient_checkpointing: in training with autograd on, each encoder
+  // layer keeps only its input and recomputes its forward in backward
+  // (model/activation_checkpoint.h). Gradients equal the plain run's.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   // The mean loss as HF computes it for config().problem_type:
   //   regression (num_labels == 1): MSE(logits.squeeze(), labels.squeeze()), labels float [B];
   //   single-label: cross-entropy, labels int64 [B] (-100 ignored);
@@ -185,12 +270,21 @@ class BertForSequenceClassification : public torch::nn::Module, public UnitModel
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const override;
 
  private:
+  // The head unit: pooler on the first tokens [B, D], dropout, classifier -> [B, C].
+  at::Tensor head(const at::Tensor& first_tokens);
+  void before(int64_t unit);
+  at::Tensor after(int64_t unit, at::Tensor output);
+  // Encoder layer i on `hidden`, checkpointed when gradient_checkpointing is on.
+  at::Tensor run_layer(size_t i, const at::Tensor& hidden, const std::function<at::Tensor(const at::Tensor&)>& forward);
+
   BertConfig config_;
   std::shared_ptr<BertEmbeddings> embeddings_;
   std::vector<std::shared_ptr<BertLayer>> layers_;
   std::shared_ptr<BertPooler> pooler_;
   torch::nn::Linear classifier_{nullptr};
   UnitHooks* hooks_ = nullptr;
+  bool gradient_checkpointing_ = false;
+  bool unpadded_ = true;
 };
 
 // Applies HF activation `name` (see BertConfig::hidden_act) to x.

@@ -75,8 +75,12 @@ class AdamW {
   // One optimizer step with learning rate `lr` (the schedule's value for this
   // step). params, grads: 1-D, contiguous, numel() elements, same device and
   // dtype as the state. decay_ranges: see the file comment.
+  // grad_scale: the step uses grads * grad_scale (fp32 product) and leaves
+  // grads as they are. Passing clip_coefficient() (clip.h) here instead of
+  // scale_grads() first gives bit-identical parameters and state with one
+  // pass less over the gradients (bert-base: 433 MB read and written).
   void step(at::Tensor params, const at::Tensor& grads, const std::vector<ElementRange>& decay_ranges,
-            double lr);
+            double lr, double grad_scale = 1.0);
 
   // The same step in pieces, for a pipeline that has the gradients span by
   // span (optimizer offload): begin_step() counts the step, then
@@ -86,7 +90,7 @@ class AdamW {
   // buffer. decay_ranges are relative to the whole buffer, as for step().
   void begin_step();
   void step_span(at::Tensor params, const at::Tensor& grads, int64_t offset,
-                 const std::vector<ElementRange>& decay_ranges, double lr);
+                 const std::vector<ElementRange>& decay_ranges, double lr, double grad_scale = 1.0);
 
   // Force a kernel (benchmarks and tests); kFusedCpu on anything but a
   // contiguous CPU float32 buffer is an assertion failure at step().
@@ -112,7 +116,7 @@ class AdamW {
                                          const std::vector<ElementRange>& decay_ranges, double lr) const;
   // The update of elements [offset, offset + params.numel()) at step_count_.
   void update_span(at::Tensor& params, const at::Tensor& grads, int64_t offset,
-                   const std::vector<ElementRange>& decay, double lr);
+                   const std::vector<ElementRange>& decay, double lr, double grad_scale);
 
   AdamWOptions options_;
   int64_t numel_ = 0;

@@ -40,9 +40,10 @@ struct DropoutSeed {
   int rank = 0;
 };
 
-// Points of a step a caller may time (benchmarks): after the last
-// micro-batch's backward, after finish_backward(), after step().
-enum class StepPoint { kBackwardDone, kReduced, kStepped };
+// Points of a step a caller may time (benchmarks): after each micro-batch's
+// forward + loss, after the last micro-batch's backward, after
+// finish_backward(), after step().
+enum class StepPoint { kForwardDone, kBackwardDone, kReduced, kStepped };
 
 struct StepOptions {
   double lr = 0;

@@ -1,0 +1,70 @@
+#include "shardtrain/model/dropout.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <mutex>
+
+namespace shardtrain {
+namespace {
+
+constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+
+// SplitMix64's output function: a bijective mix of the counter.
+inline uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t draw_seed() {
+  at::CPUGeneratorImpl* generator = at::get_generator_or_default<at::CPUGeneratorImpl>(
+      c10::nullopt, at::detail::getDefaultCPUGenerator());
+  std::lock_guard<std::mutex> lock(generator->mutex_);
+  return generator->random64();
+}
+
+template <class T>
+void fill_noise(T* out, int64_t n, double p, uint64_t seed) {
+  // Keep when the 32-bit draw is below (1 - p) 2^32; the kept value as
+  // at::dropout computes it: 1 divided by (1 - p) in T.
+  const uint64_t threshold = static_cast<uint64_t>(std::ldexp(1.0 - p, 32));
+  const T kept = T(1) / static_cast<T>(1.0 - p);
+  const int64_t pairs = (n + 1) / 2;
+  at::parallel_for(0, pairs, 8192, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t bits = mix(seed + static_cast<uint64_t>(i) * kGamma);
+      out[2 * i] = (bits & 0xffffffffULL) < threshold ? kept : T(0);
+      if (2 * i + 1 < n) out[2 * i + 1] = (bits >> 32) < threshold ? kept : T(0);
+    }
+  });
+}
+
+}  // namespace
+
+at::Tensor dropout_noise(const at::Tensor& like, double p) {
+  TORCH_CHECK(p >= 0 && p < 1, "dropout_noise: p must be in [0, 1), got ", p);
+  TORCH_CHECK(like.device().is_cpu(), "dropout_noise: CPU tensors only");
+  // 16-bit activations (mixed precision): the mask drawn in float32, cast.
+  const bool wide = like.scalar_type() == at::kFloat || like.scalar_type() == at::kDouble;
+  at::Tensor noise = at::empty(like.sizes(), like.options()
+                                                 .dtype(wide ? like.scalar_type() : at::kFloat)
+                                                 .memory_format(at::MemoryFormat::Contiguous));
+  const uint64_t seed = draw_seed();
+  if (noise.scalar_type() == at::kFloat)
+    fill_noise(noise.data_ptr<float>(), noise.numel(), p, seed);
+  else
+    fill_noise(noise.data_ptr<double>(), noise.numel(), p, seed);
+  return wide ? noise : noise.to(like.scalar_type());
+}
+
+at::Tensor dropout(const at::Tensor& x, double p, bool training) {
+  if (!training || p == 0.0) return x;
+  // Every CPU float dtype (16-bit ones draw the fp32 run's mask); other devices: ATen's.
+  if (!x.device().is_cpu() || !at::isFloatingType(x.scalar_type())) return at::dropout(x, p, true);
+  return x * dropout_noise(x, p);
+}
+
+}  // namespace shardtrain
