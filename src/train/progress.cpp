@@ -32,13 +32,15 @@ std::string format_duration(double seconds) {
 }
 
 ProgressMeter::ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
-                             double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard)
+                             double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard,
+                             double invocation_start)
     : log_every_steps_(train.log_every_steps),
       total_steps_(total_steps),
       num_epochs_(num_epochs),
       first_step_(first_step),
       trained_before_(trained_before),
       start_(MPI_Wtime()),
+      invocation_start_(invocation_start),
       folder_(folder),
       tensorboard_(tensorboard),
       window_start_(start_) {
@@ -55,6 +57,10 @@ void ProgressMeter::record(const StepRecord& s) {
   window_samples_ += s.samples;
   ++window_steps_;
   const double now = MPI_Wtime();
+  if (rank_ == 0 && s.step == first_step_ + 1) {
+    log_info("first step done %.2f s after the start (job built and resumed in %.2f s, the step %.2f s)",
+             now - invocation_start_, start_ - invocation_start_, now - start_);
+  }
   const double steps_done_here = static_cast<double>(s.step - first_step_);
   const double eta = steps_done_here > 0 ? (now - start_) / steps_done_here * (total_steps_ - s.step) : NAN;
   const double dt = std::max(now - window_start_, 1e-9);

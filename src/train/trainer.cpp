@@ -252,6 +252,10 @@ class Reporter {
       auto it = report.metrics.find(key);
       if (it != report.metrics.end()) summary += str_format(" %s %.4f", key, it->second);
     }
+    for (const char* key : {"eval_seconds", "checkpoint_seconds"}) {
+      auto it = report.metrics.find(key);
+      if (it != report.metrics.end()) summary += str_format(" | %s %.2f", key, it->second);
+    }
     log_info("report %lld: epoch %lld step %lld%s%s", static_cast<long long>(folder_.num_reports()),
              static_cast<long long>(report.epoch), static_cast<long long>(report.step), summary.c_str(),
              report.checkpoint.empty() ? "" : (" -> " + report.checkpoint).c_str());
@@ -318,7 +322,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   result.resumed_from = resume_path;
   result.num_training_steps = job.plan.total_steps;
   ProgressMeter meter(config.train, job.plan.total_steps, job.plan.num_epochs, at.step, at.trained_before,
-                      options.live_progress, folder, tensorboard.get());
+                      options.live_progress, folder, tensorboard.get(), invocation_start);
   Reporter reporter(job, checkpoints, folder, meter, tensorboard.get(), options, result);
   if (at.early.stopped)
     log_info("%s: training stopped at step %lld (%s); nothing to do", resume_path.c_str(),

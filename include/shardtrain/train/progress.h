@@ -36,8 +36,12 @@ class ProgressMeter {
   // `live`: a live line on stderr (rank 0 and a terminal only);
   // `folder`: where progress.csv is (rank 0 writes it); `tensorboard`: rank
   // 0's event writer, or null.
+  // `invocation_start`: MPI_Wtime() when this invocation began; the first
+  // step's line in train.log says how long after it the step was done
+  // (building the job, resuming, the first step).
   ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
-                double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard);
+                double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard,
+                double invocation_start);
 
   void record(const StepRecord& step);
   // Ends the live line (before other output goes to the terminal).
@@ -48,7 +52,7 @@ class ProgressMeter {
  private:
   int64_t log_every_steps_;
   int64_t total_steps_, num_epochs_, first_step_;
-  double trained_before_, start_;
+  double trained_before_, start_, invocation_start_;
   bool live_;
   int rank_ = 0;
   RunFolder& folder_;
