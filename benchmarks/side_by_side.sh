@@ -11,9 +11,9 @@
 #   layouts  1x2 = 1 rank x 2 threads (global batch 16), 2x1 = 2 ranks x 1
 #            thread (8 per rank, the same global batches); both unbound
 #            (scripts/mpirun.sh), PyTorch's 2 ranks over gloo DDP
-#   sides    pytorch; shardtrain packed (unpadded batches, forward_packed);
-#            shardtrain padded (collate + forward: what `shardtrain train` runs
-#            today)
+#   sides    pytorch; shardtrain packed (unpadded batches, forward_packed:
+#            what `shardtrain train` runs by default); shardtrain padded
+#            (model.unpadded = false: the padded batch, as HF computes it)
 #
 # 1. setup: installs python3-torch if missing (this benchmark only; the test
 #    suite never needs it), builds shardtrain and bench_side_by_side.
