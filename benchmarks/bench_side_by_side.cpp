@@ -14,15 +14,16 @@
 //       --batch-size B --seed 42 --batches FILE [--layout packed|padded]
 //       [--first-batch 0] [--warmup 1] [--steps 3] [--dropout P] [--lr 2e-5] [--eval-data TSV]
 //       [--eval-batch-size 32] [--profile TRACE.json] [--turnstile DIR]
-//       Trains the model of DIR with DDP (parallel/ddp.h, default buckets) in
-//       the Trainer's step sequence (zero_grad, prepare_backward, forward +
-//       loss, backward, finish_backward, step(lr, max_grad_norm = 1): clipping
-//       + AdamW with HF's no-decay groups, weight decay 0.01) on the
+//       Trains the model of DIR with DDP (parallel/ddp.h, default buckets)
+//       through train_step (train/train_step.h, the trainer's step: zero_grad,
+//       prepare_backward, forward + loss, backward, finish_backward, clipping
+//       at 1 + AdamW with HF's no-decay groups, weight decay 0.01) on the
 //       sampler's global batches from --first-batch on, first checking they
 //       are the FILE's; tokenizes the
 //       TSV as `shardtrain train` does (bert-base-cased vocabulary, max length
-//       128). --layout packed runs collate_packed + forward_packed (unpadded,
-//       data/collator.h, model/bert.h), padded runs collate + forward. With
+//       128). --layout packed is model.unpadded = true (forward_batch packs the
+//       collated batch: what `shardtrain train` runs by default), padded is
+//       model.unpadded = false (collate + forward). With
 //       --eval-data it also times one sharded eval pass (EvalPlan, no grad) in
 //       the same layout. Rank 0 prints one JSON object: per-step losses (mean
 //       over ranks), per-step seconds (slowest rank), real tokens per global
@@ -34,8 +35,8 @@
 //       side_by_side.sh can alternate the sides step by step (a blocked
 //       read uses no core).
 //
-// Until the Trainer runs packed batches this binary stands in for
-// `shardtrain train` (benchmarks/README.md says what the Trainer must call).
+// It is `shardtrain train`'s step without the run folder, checkpoints and
+// reports, so that the turnstile can time step by step.
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 

@@ -93,13 +93,13 @@ run_side() {
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$PY" benchmarks/side_by_side_reference.py \
       --model-dir "$model_dir" --ids "$OUT/train_ids.jsonl" --batches "$batches" --threads "$threads" \
       --dropout "$dropout" --warmup "$warmup" --steps "$steps" --port $((20000 + RANDOM % 20000)) "${eval_args[@]}" \
-      2>>"$LOG"
+      2> >(sed "s/^/[$side] /" >>"$LOG")
   else
     local eval_args=()
     [[ -n $turns ]] && eval_args=(--eval-data "$DEV" --turnstile "$turns")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$BENCH" train --model-dir "$model_dir" \
       --data "$TRAIN" --vocab "$VOCAB" --batches "$batches" --batch-size "$batch" --layout "$side" \
-      --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2>>"$LOG"
+      --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2> >(sed "s/^/[$side] /" >>"$LOG")
   fi
 }
 

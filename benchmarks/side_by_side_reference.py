@@ -32,6 +32,7 @@ import json
 import math
 import os
 import struct
+import sys
 
 import torch
 import torch.nn as nn
@@ -323,3 +324,9 @@ def main():
 
 if __name__ == "__main__":
     main()
+    # Debian's torch 1.13 sometimes aborts in interpreter teardown ("terminate
+    # called without an active exception", after the results are printed; 1 of
+    # ~10 runs here): leave without it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -12,6 +12,7 @@
 
 #include "shardtrain/model/activation_checkpoint.h"
 #include "shardtrain/model/bert.h"
+#include "support/train_fixtures.h"
 
 using namespace shardtrain;
 
@@ -126,18 +127,12 @@ struct GradFnNames : public UnitHooks {
   }
 };
 
+// The tests' tiny BERT with one more layer and dropout on.
 BertConfig small_bert() {
-  BertConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 16;
+  BertConfig c = shardtrain_test::tiny_bert_config();
   c.num_hidden_layers = 3;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 32;
-  c.max_position_embeddings = 16;
   c.hidden_dropout_prob = 0.1;
   c.attention_probs_dropout_prob = 0.1;
-  c.num_labels = 2;
-  c.id2label = {"no", "yes"};
   return c;
 }
 

@@ -4,6 +4,10 @@
 // and fsdp. This runs the strategies' unit hooks (gather / free around each
 // unit, gradient hooks on the units' [T, D] outputs) and the word-embedding
 // gradient's in-place sparse accumulation into their flat gradient buffers.
+// The second case: gradient checkpointing (model.gradient_checkpointing) with
+// dropout on trains bit-identically to the plain run, padded and packed,
+// under the same strategies (ZeRO-3 and FSDP gather a layer again for its
+// recomputation). Every step goes through train_step, as the trainer's does.
 // Runs at -np 2 and -np 4.
 //
 // Tolerance: padded and packed gradients differ by fp32 rounding (~1e-8 here,
