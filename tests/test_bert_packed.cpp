@@ -299,6 +299,58 @@ TEST_CASE("attention dropout: the CPU attention kernel applies dropout's masks a
   }
 }
 
+// Mixed precision through the CPU kernels: a bf16 copy of the model, with
+// attention and hidden dropout on, follows the fp32 model on the same batch,
+// padded and packed. The dropout masks are the same (16-bit tensors get the
+// fp32 mask), LayerNorm, softmax and the loss run in fp32; what remains is
+// bf16 rounding: 8 significant bits per matmul input, a few 2^-8 relative
+// through the layers. Bound: every logit and gradient within 5e-2 of the fp32
+// one relative to that tensor's largest fp32 value (measured: <= 2e-2). A
+// mask mismatch, a softmax in bf16 without fp32 accumulation at these sizes,
+// or a wrong gradient formula moves them by O(1).
+TEST_CASE("bf16 forward and backward follow fp32 through the CPU attention and dropout kernels") {
+  BertConfig config = small_config();
+  config.attention_probs_dropout_prob = 0.2;
+  config.hidden_dropout_prob = 0.1;
+  auto fp32 = std::make_shared<BertForSequenceClassification>(config);
+  fp32->init_weights(21);
+  auto bf16 = std::make_shared<BertForSequenceClassification>(config);
+  bf16->init_weights(21);
+  bf16->to(at::kBFloat16);
+  fp32->train();
+  bf16->train();
+  const Batch padded = random_batch(6, 17, 97, 31);
+  auto relative_error = [](const at::Tensor& got, const at::Tensor& want) {
+    const at::Tensor w = want.detach().to(at::kDouble);
+    return ((got.detach().to(at::kDouble) - w).abs().max() / w.abs().max().clamp_min(1e-12)).item<double>();
+  };
+  for (const bool unpadded : {false, true}) {
+    CAPTURE(unpadded);
+    fp32->set_unpadded(unpadded);
+    bf16->set_unpadded(unpadded);
+    torch::manual_seed(5);
+    const Outcome want = run(*fp32, padded.labels, [&] { return fp32->forward_batch(padded); });
+    torch::manual_seed(5);
+    const Outcome got = run(*bf16, padded.labels, [&] { return bf16->forward_batch(padded); });
+    CHECK((got.logits.scalar_type() == at::kBFloat16));
+    double worst = relative_error(got.logits, want.logits), largest = 0;
+    for (const auto& [name, g] : want.grads) largest = std::max(largest, g.abs().max().item<double>());
+    for (size_t i = 0; i < got.grads.size(); ++i) {
+      CAPTURE(got.grads[i].first);
+      // The key bias's gradient is zero in exact arithmetic (softmax ignores a
+      // constant per row): its rounding noise is measured against 1 % of the
+      // largest gradient instead of its own (~1e-10) size.
+      const at::Tensor& w = want.grads[i].second;
+      const double scale = std::max(w.abs().max().item<double>(), 1e-2 * largest);
+      const double e = (got.grads[i].second.to(at::kDouble) - w.to(at::kDouble)).abs().max().item<double>() / scale;
+      CHECK(e <= 5e-2);
+      worst = std::max(worst, e);
+    }
+    CHECK(relative_error(got.logits, want.logits) <= 5e-2);
+    MESSAGE("bf16 vs fp32, unpadded " << unpadded << ": worst relative error " << worst);
+  }
+}
+
 TEST_CASE("word-embedding gradient: added in place into an existing dense .grad, equal to the dense one") {
   auto model = std::make_shared<BertForSequenceClassification>(small_config());
   model->init_weights(4);
@@ -339,6 +391,8 @@ TEST_CASE("forward_packed refuses inconsistent packed inputs with a message") {
   fails(ids, torch::tensor({0, 2, 5}, torch::kLong), 2, "sequence 1 has 3 tokens");
   fails(ids, torch::tensor({1, 2, 5}, torch::kLong), 3, "must start at 0");
   fails(ids, torch::tensor({0, 2, 2, 5}, torch::kLong), 3, "sequence 1 has 0 tokens");
+  // Decreasing bounds: refused before anything is sized from them (bounds[B] = 3 < 5).
+  fails(ids, torch::tensor({0, 5, 3}, torch::kLong), 5, "sequence 1 has -2 tokens");
   fails(ids, torch::tensor({0, 2, 4}, torch::kLong), 3, "cu_seqlens ends at 4 but input_ids has 5 tokens");
   fails(ids, torch::tensor({0, 5}, torch::kLong), 41, "exceeds max_position_embeddings (40)");
   fails(ids.view({1, 5}), torch::tensor({0, 5}, torch::kLong), 5, "input_ids must be [T]");

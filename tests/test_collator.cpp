@@ -223,4 +223,11 @@ TEST_CASE("pack_batch of a padded batch equals collate_packed; holes in the mask
                        Error);
   holes.attention_mask[1].zero_();
   CHECK_THROWS_WITH_AS(pack_batch(holes), doctest::Contains("row 1 is all padding"), Error);
+
+  Batch narrow = collate(d, {1, 0}, 99);
+  narrow.attention_mask = narrow.attention_mask.narrow(1, 0, 2);  // a mask narrower than the ids
+  CHECK_THROWS_WITH_AS(pack_batch(narrow), doctest::Contains("must have input_ids' shape"), Error);
+  Batch unmasked = collate(d, {1, 0}, 99);
+  unmasked.attention_mask = torch::Tensor();  // no mask: every token is real
+  CHECK(pack_batch(unmasked).num_real_tokens == unmasked.input_ids.numel());
 }

@@ -179,6 +179,8 @@ TEST_CASE("an empty run.name, a huge label count and a megabyte value are refuse
   CHECK(error_of(s.config(""), {{"model.num_labels", "1000000000"}}) ==
         "model.num_labels = 1000000000: more than the 1048576 labels a classifier may have");
   CHECK(error_of(s.config(""), {{"train.eval_batch_size", "-3"}}) == "train.eval_batch_size = -3: must be > 0");
+  CHECK(error_of(s.config(""), {{"run.collective_timeout_s", "1e12"}}) ==
+        "run.collective_timeout_s = 1e+12: at most 1e7 s (115 days)");
   const std::string huge(1 << 20, 'n');
   const std::string message = error_of(s.config(""), {{"run.name", huge + "/x"}});
   CHECK(message.size() < 400);

@@ -508,6 +508,10 @@ void validate_run(const JobConfig& r) {
   require(r.max_failures >= -1,
           str_format("run.max_failures must be -1 (no limit) or >= 0, got %lld", static_cast<long long>(r.max_failures)));
   positive("run.collective_timeout_s", r.collective_timeout_s);
+  // Deadlines are steady_clock nanoseconds (int64): 1e7 s (115 days) is far
+  // inside them and longer than any job.
+  require(r.collective_timeout_s <= 1e7,
+          str_format("run.collective_timeout_s = %g: at most 1e7 s (115 days)", r.collective_timeout_s));
 #ifndef SHARDTRAIN_HAVE_NCCL
   require(r.device != Device::kCuda,
           "run.device = \"cuda\": this build of shardtrain has no CUDA/NCCL support; rebuild with the CUDA "

@@ -108,6 +108,10 @@ PackedBatch collate_packed(const TokenizedDataset& dataset, const std::vector<in
 
 PackedBatch pack_batch(const Batch& padded) {
   if (padded.size() == 0) throw Error("pack_batch: empty batch");
+  if (padded.input_ids.dim() != 2) throw Error("pack_batch: input_ids must be [B, L]");
+  for (const at::Tensor* t : {&padded.attention_mask, &padded.token_type_ids})
+    if (t->defined() && t->sizes() != padded.input_ids.sizes())
+      throw Error("pack_batch: attention_mask and token_type_ids must have input_ids' shape [B, L]");
   const at::Tensor ids = padded.input_ids.to(torch::kCPU).contiguous();
   // No mask: every token is real (as forward() reads it).
   const at::Tensor mask = padded.attention_mask.defined()

@@ -52,14 +52,19 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     const at::Tensor q3 = q.reshape({N, L, Dh}), k3 = k.reshape({N, L, Dh}), v3 = v.reshape({N, L, Dh});
     at::Tensor scores = batched_product(q3, k3.transpose(1, 2));  // [N, L, L]
     scores.view({B, H, L, L}).div_(std::sqrt(static_cast<double>(Dh))).add_(additive_mask);
-    const at::Tensor probs = softmax_last(scores);
+    // 16-bit scores: the softmax in float32, and its float32 output is what
+    // backward reads (autograd under torch.autocast saves it so); the matmul
+    // takes it cast back.
+    const at::Tensor wide_probs = is_16bit(scores.scalar_type()) ? at::softmax(scores, -1, at::kFloat)
+                                                                  : at::softmax(scores, -1);
+    const at::Tensor probs = wide_probs.to(scores.scalar_type());
     at::Tensor noise, dropped = probs;
     if (training && dropout_p > 0) {
       noise = dropout_noise(probs, dropout_p);  // dropout(probs) = probs * noise, as model/dropout.h
       dropped = probs * noise;
     }
     const at::Tensor context = batched_product(dropped, v3);  // [N, L, Dh]
-    ctx->save_for_backward({q3, k3, v3, probs, noise});
+    ctx->save_for_backward({q3, k3, v3, wide_probs, noise});
     ctx->saved_data["scale"] = std::sqrt(static_cast<double>(Dh));
     return context.view({B, H, L, Dh});
   }
@@ -67,7 +72,8 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &q3 = saved[0], &k3 = saved[1], &v3 = saved[2], &probs = saved[3], &noise = saved[4];
+    const at::Tensor &q3 = saved[0], &k3 = saved[1], &v3 = saved[2], &wide_probs = saved[3], &noise = saved[4];
+    const at::Tensor probs = wide_probs.to(q3.scalar_type());  // no copy in fp32
     const at::Tensor& grad = grad_outputs[0];
     const int64_t B = grad.size(0), H = grad.size(1), L = grad.size(2), Dh = grad.size(3), N = B * H;
     const at::Tensor g3 = grad.reshape({N, L, Dh});
@@ -75,10 +81,10 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     const at::Tensor grad_v = batched_product(dropped.transpose(1, 2), g3);
     at::Tensor grad_probs = batched_product(g3, v3.transpose(1, 2));  // d loss / d dropped
     if (noise.defined()) grad_probs = grad_probs * noise;
-    // 16-bit probabilities: the softmax gradient in float32 too, cast back.
-    const at::ScalarType wide = is_16bit(probs.scalar_type()) ? at::kFloat : probs.scalar_type();
+    // 16-bit: the softmax gradient in float32 from the float32 output, cast back.
+    const at::ScalarType wide = wide_probs.scalar_type();
     at::Tensor grad_scores =
-        at::_softmax_backward_data(grad_probs.to(wide), probs.to(wide), -1, wide).to(probs.scalar_type());
+        at::_softmax_backward_data(grad_probs.to(wide), wide_probs, -1, wide).to(q3.scalar_type());
     grad_scores = grad_scores / ctx->saved_data["scale"].toDouble();
     const at::Tensor grad_q = batched_product(grad_scores, k3);
     const at::Tensor grad_k = batched_product(grad_scores.transpose(1, 2), q3);

@@ -429,15 +429,7 @@ PackedLayout PackedLayout::from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t
   const int64_t* bounds = cu.data_ptr<int64_t>();
   const int64_t B = cu.size(0) - 1, T = bounds[B];
   if (bounds[0] != 0) throw Error("forward_packed: cu_seqlens must start at 0");
-  PackedLayout layout;
-  layout.num_sequences = B;
-  layout.max_seqlen = max_seqlen;
-  // Built on the host: B and T are small, and the layers reuse it all.
-  at::Tensor rows = at::empty({std::max<int64_t>(T, 0)}, at::kLong);
-  at::Tensor first = at::empty({B}, at::kLong);
-  at::Tensor keep = at::zeros({B, max_seqlen}, at::kFloat);
-  int64_t* row = rows.data_ptr<int64_t>();
-  float* kept = keep.data_ptr<float>();
+  // Every length checked before anything is sized from the bounds.
   for (int64_t b = 0; b < B; ++b) {
     const int64_t length = bounds[b + 1] - bounds[b];
     if (length < 1 || length > max_seqlen)
@@ -446,6 +438,18 @@ PackedLayout PackedLayout::from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t
                              static_cast<long long>(b), static_cast<long long>(length),
                              static_cast<long long>(bounds[b]), static_cast<long long>(bounds[b + 1]),
                              static_cast<long long>(max_seqlen)));
+  }
+  PackedLayout layout;
+  layout.num_sequences = B;
+  layout.max_seqlen = max_seqlen;
+  // Built on the host: B and T are small, and the layers reuse it all.
+  at::Tensor rows = at::empty({T}, at::kLong);
+  at::Tensor first = at::empty({B}, at::kLong);
+  at::Tensor keep = at::zeros({B, max_seqlen}, at::kFloat);
+  int64_t* row = rows.data_ptr<int64_t>();
+  float* kept = keep.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t length = bounds[b + 1] - bounds[b];
     first.data_ptr<int64_t>()[b] = bounds[b];
     for (int64_t p = 0; p < length; ++p) {
       row[bounds[b] + p] = b * max_seqlen + p;
