@@ -12,7 +12,9 @@
 #                  (JSON in OUTDIR); bert-base with zero3, and zero3 / zero1 with
 #                  optimizer offload (the overlapped host copies)
 #   5b. offload    the quickstart on cuda with zero3 + offload and zero1 +
-#                  offload against the ddp run of stage 4: the same losses
+#                  offload against the ddp run of stage 4: the same losses;
+#                  and zero3 with model.gradient_checkpointing (the CUDA RNG
+#                  replayed in the recomputation): the same losses too
 #   5c. mixed      the quickstart in bf16 and fp16 on cuda under ddp, zero1,
 #      precision   zero2, zero3 and fsdp: every strategy's losses against ddp's
 #                  in the same precision, and bf16 / fp16 against fp32 (loose);
@@ -269,7 +271,9 @@ bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-4 * ma
 sys.exit(0 if a and len(a) == len(b) and not bad else f"losses differ: {bad[:5]}")
 PY
   }
-  for run in cuda_zero3_offload cuda_zero1_offload; do
+  train_cuda "cuda_zero3_checkpointing" --train.max_steps "$TRAIN_STEPS" --parallel.strategy zero3 \
+    --model.gradient_checkpointing true
+  for run in cuda_zero3_offload cuda_zero1_offload cuda_zero3_checkpointing; do
     stage "same_losses_$run" 30 compare_losses "cuda_${TRAIN_STEPS}_steps" "$run"
   done
 fi

@@ -20,6 +20,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,7 +87,12 @@ void train_variants(const std::string& name, const std::vector<Variant>& variant
   MpiCommunicator comm(MPI_COMM_WORLD);
   AdamWOptions adamw;
   ParallelConfig parallel;
-  parallel.strategy = parse_choice<StrategyKind>(name, "parallel.strategy");
+  // "zero3+offload": the strategy with parallel.offload_optimizer = "cpu".
+  const size_t plus = name.find('+');
+  parallel.strategy = parse_choice<StrategyKind>(name.substr(0, plus), "parallel.strategy");
+  if (plus != std::string::npos) parallel.offload_optimizer = OffloadDevice::kCpu;
+  // hybrid: nodes of half the ranks (sharded within, replicated across).
+  if (parallel.strategy == StrategyKind::kHybrid) parallel.ranks_per_node = std::max(1, world_size() / 2);
   parallel.zero.stage3_param_persistence_threshold = 0;  // every tensor sharded, gathered and freed
   std::vector<std::shared_ptr<BertForSequenceClassification>> models;
   std::vector<std::unique_ptr<Strategy>> strategies;
@@ -126,13 +132,14 @@ TEST_CASE("packed and padded batches train identically under ddp, zero1, zero2, 
 
 // Activation checkpointing recomputes each layer with the forward's RNG
 // states, so with dropout on the gradients are the plain run's bit for bit
-// (0 tolerance), padded and packed, under every strategy's unit hooks (ZeRO-3
-// and FSDP gather the layer again for the recomputation).
+// (0 tolerance), padded and packed, under every strategy's unit hooks (ZeRO-3,
+// FSDP and hybrid gather the layer again for the recomputation), with and
+// without optimizer offload.
 TEST_CASE("gradient checkpointing trains bit-identically to the plain run under every strategy, with dropout") {
   BertConfig config = shardtrain_test::tiny_bert_config();
   config.hidden_dropout_prob = 0.1;
   config.attention_probs_dropout_prob = 0.1;
-  for (const std::string name : {"ddp", "zero1", "zero2", "zero3", "fsdp"}) {
+  for (const std::string name : {"ddp", "zero1", "zero2", "zero3", "fsdp", "hybrid", "zero3+offload", "zero1+offload"}) {
     CAPTURE(name);
     train_variants(name, {{"padded", false, false}, {"padded+checkpointing", false, true}}, config, true, 0.0);
     train_variants(name, {{"packed", true, false}, {"packed+checkpointing", true, true}}, config, true, 0.0);
