@@ -38,7 +38,7 @@
 #    per-step ratios, the time from process start to the end of the first
 #    step (from the check run, which has the machine to itself), the eval pass.
 #
-#   bash benchmarks/side_by_side.sh                     # everything (~15 min on an idle 2-core box)
+#   bash benchmarks/side_by_side.sh                     # everything (~9 min on an idle 2-core box)
 #   MODELS=quickstart STEPS=4 bash benchmarks/side_by_side.sh
 #   env: MODELS LAYOUTS SIDES WARMUP STEPS CHECK_STEPS OUT
 # Results: $OUT/results.jsonl (every run), $OUT/summary.json, the table on stdout.
