@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "model/low_precision.h"
 #include "shardtrain/model/dropout.h"
 
 // LibTorch 2.x has scaled_dot_product_attention; the kernel below is for 1.x.
@@ -19,8 +20,6 @@ namespace shardtrain {
 namespace detail {
 #if SHARDTRAIN_CPU_ATTENTION
 namespace {
-
-bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 
 // Softmax over the last dimension; in float32 for 16-bit scores, cast back,
 // as torch.autocast runs it (docs/DESIGN.md, "Mixed precision").

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "model/attention.h"
+#include "model/low_precision.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
@@ -96,6 +97,18 @@ c10::Scalar lowest_value(at::ScalarType type) {
   }
 }
 
+// HF's extended attention mask of a [B, L] keep mask (1 attended, 0 padding):
+// [B, 1, 1, L], 0 where attended and finfo(dtype).min at padding.
+at::Tensor extended_attention_mask(const at::Tensor& keep, at::ScalarType dtype) {
+  return (1.0 - keep.to(dtype)).mul_(lowest_value(dtype)).view({keep.size(0), 1, 1, keep.size(1)});
+}
+
+void check_sequence_length(int64_t length, const BertConfig& config) {
+  if (length > config.max_position_embeddings)
+    throw Error("sequence length " + std::to_string(length) + " exceeds max_position_embeddings (" +
+                std::to_string(config.max_position_embeddings) + "); lower data.max_length");
+}
+
 // splitmix64: spreads (seed, name) into independent generator seeds.
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -114,7 +127,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+using detail::is_16bit;
 
 // LayerNorm in float32 for 16-bit activations (and parameters), cast back, as
 // torch.autocast runs layer_norm (docs/DESIGN.md, "Mixed precision").
@@ -459,7 +472,7 @@ PackedLayout PackedLayout::from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t
   layout.padded_rows = rows.to(device);
   layout.first_tokens = first.to(device);
   // HF's extended mask: (1 - mask) * finfo.min, in the activations' dtype.
-  layout.additive_mask = (1.0 - keep.to(dtype)).mul_(lowest_value(dtype)).view({B, 1, 1, max_seqlen}).to(device);
+  layout.additive_mask = extended_attention_mask(keep, dtype).to(device);
   return layout;
 }
 
@@ -567,9 +580,7 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
                                                   const at::Tensor& attention_mask) {
   TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [B, L], got ", input_ids.sizes());
   const int64_t B = input_ids.size(0), L = input_ids.size(1);
-  if (L > config_.max_position_embeddings)
-    throw Error("sequence length " + std::to_string(L) + " exceeds max_position_embeddings (" +
-                std::to_string(config_.max_position_embeddings) + "); lower data.max_length");
+  check_sequence_length(L, config_);
   at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
   TORCH_CHECK(types.sizes() == input_ids.sizes(), "token_type_ids must match input_ids ", input_ids.sizes());
 
@@ -580,7 +591,7 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
   if (attention_mask.defined()) {
     TORCH_CHECK(attention_mask.sizes() == input_ids.sizes(), "attention_mask must match input_ids ",
                 input_ids.sizes());
-    additive_mask = (1.0 - attention_mask.to(dtype)).mul_(lowest_value(dtype)).view({B, 1, 1, L});
+    additive_mask = extended_attention_mask(attention_mask, dtype);
   } else {
     additive_mask = at::zeros({B, 1, 1, L}, hidden.options());
   }
@@ -619,9 +630,7 @@ at::Tensor BertForSequenceClassification::forward_packed(const at::Tensor& input
   if (!input_ids.defined() || input_ids.dim() != 1)
     throw Error("forward_packed: input_ids must be [T] (the batch's tokens back to back)");
   const int64_t T = input_ids.size(0);
-  if (max_seqlen > config_.max_position_embeddings)
-    throw Error("sequence length " + std::to_string(max_seqlen) + " exceeds max_position_embeddings (" +
-                std::to_string(config_.max_position_embeddings) + "); lower data.max_length");
+  check_sequence_length(max_seqlen, config_);
   for (const at::Tensor* t : {&token_type_ids, &position_ids})
     if (t->defined() && (t->dim() != 1 || t->size(0) != T))
       throw Error(str_format("forward_packed: token_type_ids and position_ids must be [T] = [%lld] like input_ids",

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <mutex>
 
+#include "model/low_precision.h"
+
 namespace shardtrain {
 namespace {
 
@@ -48,7 +50,7 @@ at::Tensor dropout_noise(const at::Tensor& like, double p) {
   TORCH_CHECK(p >= 0 && p < 1, "dropout_noise: p must be in [0, 1), got ", p);
   TORCH_CHECK(like.device().is_cpu(), "dropout_noise: CPU tensors only");
   // 16-bit activations (mixed precision): the mask drawn in float32, cast.
-  const bool wide = like.scalar_type() == at::kFloat || like.scalar_type() == at::kDouble;
+  const bool wide = !detail::is_16bit(like.scalar_type());
   at::Tensor noise = at::empty(like.sizes(), like.options()
                                                  .dtype(wide ? like.scalar_type() : at::kFloat)
                                                  .memory_format(at::MemoryFormat::Contiguous));
