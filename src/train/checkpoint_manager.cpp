@@ -36,8 +36,11 @@ std::string checkpoint_path(const std::string& run_dir, int64_t index) {
   return run_dir + "/" + name;
 }
 
+// The one name of a checkpoint file (checkpoint_path writes it; group 1: its number).
+const std::string kCheckpointName = R"(checkpoint_([0-9]+)\.h5)";
+
 int64_t checkpoint_index(const std::string& path) {
-  static const std::regex pattern(R"(checkpoint_([0-9]+)\.h5)");
+  static const std::regex pattern(kCheckpointName);
   const std::string name = fs::path(path).filename().string();
   std::smatch match;
   if (!std::regex_match(name, match, pattern)) return -1;
@@ -59,7 +62,8 @@ std::string latest_checkpoint(const std::string& run_dir) {
 }
 
 int64_t highest_checkpoint_index(const std::string& run_dir) {
-  static const std::regex pattern(R"(checkpoint_([0-9]+)\.h5(\.damaged(-[0-9]+)?)?)");
+  // Also a checkpoint set aside (set_aside_damaged_checkpoint): it keeps its number.
+  static const std::regex pattern(kCheckpointName + R"((\.damaged(-[0-9]+)?)?)");
   std::error_code ec;
   int64_t highest = 0;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
