@@ -63,14 +63,6 @@ void reset_peak() {
   if (!clear) throw Error("cannot write /proc/self/clear_refs (needed to reset the peak, VmHWM)");
 }
 
-BertConfig bert_base() {
-  BertConfig c;  // BertConfig's defaults are bert-base's, but for the cased vocabulary
-  c.vocab_size = 28996;
-  c.num_labels = 2;
-  c.id2label = {"0", "1"};
-  return c;
-}
-
 Batch full_batch(int64_t B, int64_t L) {
   Batch b;
   auto gen = at::detail::createCPUGenerator(7);
@@ -87,7 +79,7 @@ struct Measured {
 };
 
 Measured measure(bool checkpointing, int64_t B, int64_t L, int reps) {
-  BertForSequenceClassification model(bert_base());
+  BertForSequenceClassification model(bert_base_cased_config(2));
   model.init_weights(1);
   model.set_gradient_checkpointing(checkpointing);
   model.set_unpadded(false);  // full-length rows: padded and packed hold the same tokens
