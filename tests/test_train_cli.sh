@@ -70,6 +70,10 @@ for f in config.toml train.log progress.csv result.jsonl; do
 done
 grep -q "final metrics" "$TMP/straight.log" && grep -q "newest checkpoint: $D/checkpoint_" "$TMP/straight.log" &&
   pass "train ends with the metrics and the checkpoint path" || fail "train's closing lines" "$TMP/straight.log"
+grep -q "first step done [0-9.]* s after the start" "$D/train.log" &&
+  grep -q "report [0-9]*: .* | eval_seconds [0-9.]* | checkpoint_seconds [0-9.]*" "$D/train.log" &&
+  pass "train.log has the first step's time and each report's eval and checkpoint seconds" ||
+  fail "first-step / report timings in train.log" "$D/train.log"
 $PY - "$D" <<'PY' && pass "result.jsonl: 4 epoch reports, checkpoints every 7 steps, best 2 + newest kept" || fail "result.jsonl / kept checkpoints"
 import json, os, sys
 d = sys.argv[1]

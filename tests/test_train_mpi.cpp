@@ -19,6 +19,7 @@
 #include "support/train_fixtures.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/train/checkpoint_manager.h"
+#include "shardtrain/train/job.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/tokenizer.h"
@@ -304,6 +305,27 @@ TEST_CASE("early stopping: every rank stops at the same step, the reason is reco
   CHECK(again.stopped_early);
   CHECK(again.reports.empty());
   CHECK(again.steps == 3);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(dir);
+}
+
+// model.unpadded, model.gradient_checkpointing and data.group_by_length reach
+// the job build_job() makes (the model's modes, the sampler's bucketing).
+TEST_CASE("build_job applies model.unpadded, model.gradient_checkpointing and data.group_by_length") {
+  const std::string dir = temp_dir("job_keys");
+  RunConfig config = tiny_config(dir);
+  const TrainJob plain = build_job(config, MPI_COMM_WORLD);
+  CHECK(plain.model->unpadded());
+  CHECK_FALSE(plain.model->gradient_checkpointing());
+  CHECK(plain.sampler->options().bucket_window_batches == 0);
+  config.model.unpadded = false;
+  config.model.gradient_checkpointing = true;
+  config.data.group_by_length = true;
+  const TrainJob changed = build_job(config, MPI_COMM_WORLD);
+  CHECK_FALSE(changed.model->unpadded());
+  CHECK(changed.model->gradient_checkpointing());
+  CHECK(changed.sampler->options().bucket_window_batches > 0);
+  CHECK(changed.sampler->options().lengths.size() == static_cast<size_t>(changed.train_data.size()));
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) fs::remove_all(dir);
 }
