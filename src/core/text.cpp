@@ -14,4 +14,12 @@ std::string shortest_text(double value) {
   return buffer;
 }
 
+std::string clip_for_message(const std::string& text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t end = max_bytes;
+  // Back up over UTF-8 continuation bytes (10xxxxxx) so no character is split.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 }  // namespace shardtrain

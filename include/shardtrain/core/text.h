@@ -1,13 +1,20 @@
-// Numbers as text for messages and logs.
+// Numbers and user-supplied text as text for messages and logs.
 //
 //   shortest_text(2e-5) == "2e-05";  shortest_text(0.1) == "0.1";  shortest_text(345.0) == "345"
+//   clip_for_message(value_from_a_file, 80)   // at most ~80 bytes, whole UTF-8 characters
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace shardtrain {
 
 // The shortest %g text that reads back as the same double.
 std::string shortest_text(double value);
+
+// `text` as an error message may echo it: when it is longer than `max_bytes`,
+// its first bytes up to a UTF-8 character boundary followed by
+// "... (N bytes)". Values from files can be megabytes long; a message must not be.
+std::string clip_for_message(const std::string& text, std::size_t max_bytes);
 
 }  // namespace shardtrain
