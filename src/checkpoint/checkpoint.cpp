@@ -20,6 +20,7 @@
 #include <sstream>
 #include <utility>
 
+#include "checkpoint/hdf5_handles.h"
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
@@ -37,108 +38,6 @@ constexpr const char* kWorldSizeAttribute = "writer_world_size";
 constexpr const char* kChecksumAlgorithmAttribute = "shardtrain_checksum_algorithm";
 constexpr const char* kChecksumAlgorithm = "sum-mix64-v1";
 constexpr const char* kChecksumAttribute = "shardtrain_checksum";
-
-// ---- RAII owners for HDF5 ids ------------------------------------------------
-
-template <herr_t (*Close)(hid_t)>
-class H5Id {
- public:
-  H5Id() = default;
-  explicit H5Id(hid_t id) : id_(id) {}
-  ~H5Id() { reset(); }
-  H5Id(H5Id&& other) noexcept : id_(other.id_) { other.id_ = H5I_INVALID_HID; }
-  H5Id& operator=(H5Id&& other) noexcept {
-    if (this != &other) {
-      reset();
-      id_ = other.id_;
-      other.id_ = H5I_INVALID_HID;
-    }
-    return *this;
-  }
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  // Closes now and returns HDF5's status (negative on failure).
-  herr_t close() {
-    herr_t status = id_ >= 0 ? Close(id_) : 0;
-    id_ = H5I_INVALID_HID;
-    return status;
-  }
-  // Closes now, aborting the job if HDF5 reports an error (a destructor cannot).
-  void close_or_abort() {
-    if (id_ >= 0) ST_CHECK_HDF5(Close(id_));
-    id_ = H5I_INVALID_HID;
-  }
-
- private:
-  void reset() {
-    if (id_ >= 0) Close(id_);
-    id_ = H5I_INVALID_HID;
-  }
-  hid_t id_ = H5I_INVALID_HID;
-};
-
-using File = H5Id<H5Fclose>;
-using Group = H5Id<H5Gclose>;
-using Dataset = H5Id<H5Dclose>;
-using Dataspace = H5Id<H5Sclose>;
-using Datatype = H5Id<H5Tclose>;
-using Attribute = H5Id<H5Aclose>;
-using PropertyList = H5Id<H5Pclose>;
-
-// HDF5 prints its error stack to stderr by default. Every failure here is
-// either turned into an Error (user-fixable: a damaged file, a full disk) or
-// reported by the fatal path, which walks the stack itself
-// (hdf5_error_text()), so the automatic printing only ever duplicates or
-// confuses. Turned off once for the process.
-void silence_hdf5_printing() {
-  static const bool silenced = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)silenced;
-}
-
-// Why an HDF5 I/O call on the file `path` failed, as the operating system's
-// reason where one can be found: MPI-IO's error class quoted in HDF5's stack,
-// an "errno = N" the POSIX driver quotes, errno itself, or what the file
-// system says (explain_write_failure); otherwise HDF5's stack, shortened.
-std::string io_failure_reason(int saved_errno, const std::string& path) {
-  const std::string stack = hdf5_error_text();
-  static const std::pair<const char*, int> kMpiClasses[] = {
-      {"MPI_ERR_NO_SPACE", ENOSPC}, {"MPI_ERR_QUOTA", EDQUOT},       {"MPI_ERR_READ_ONLY", EROFS},
-      {"MPI_ERR_ACCESS", EACCES},   {"MPI_ERR_NO_SUCH_FILE", ENOENT}, {"MPI_ERR_FILE_EXISTS", EEXIST},
-  };
-  for (const auto& [name, value] : kMpiClasses)
-    if (stack.find(name) != std::string::npos) return os_error_text(value);
-  std::smatch match;
-  static const std::regex quoted_errno(R"(errno = ([0-9]+))");
-  if (std::regex_search(stack, match, quoted_errno)) {
-    const int value = std::stoi(match[1].str());
-    if (value != 0) return os_error_text(value);
-  }
-  for (int value : {ENOSPC, EDQUOT, EROFS, EACCES, EPERM, EIO, EFBIG, ENOENT, ESTALE})
-    if (saved_errno == value) return os_error_text(value);
-  // MPI-IO often reports a failed write as a short one, errno lost: ask the
-  // file system what is wrong with it.
-  const std::string explained = path.empty() ? "" : explain_write_failure(path);
-  if (!explained.empty()) return explained;
-  return "HDF5: " + shorten(stack.empty() ? std::string("call failed") : stack, 600);
-}
-
-// Why HDF5 could not read a file's structure, for "<path> is damaged" messages.
-std::string damage_reason() {
-  const std::string stack = hdf5_error_text();
-  std::smatch match;
-  static const std::regex truncated(R"(truncated file: eof = ([0-9]+).*stored_eof = ([0-9]+))");
-  if (std::regex_search(stack, match, truncated))
-    return "the file is truncated: it has " + match[1].str() + " bytes, its HDF5 superblock says " +
-           match[2].str() + " (a copy or write that was cut off?)";
-  if (stack.find("checksum") != std::string::npos)
-    return "HDF5 metadata fails its checksum (the file was modified or damaged on disk)";
-  return "HDF5: " + shorten(stack.empty() ? std::string("call failed") : stack, 400);
-}
 
 // ---- small helpers -------------------------------------------------------------
 
@@ -438,14 +337,14 @@ void select_flat_range(hid_t space, const std::vector<int64_t>& shape, int64_t b
   }
 }
 
-Dataspace make_file_space(const std::vector<int64_t>& shape) {
-  if (shape.empty()) return Dataspace(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+detail::Dataspace make_file_space(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return detail::Dataspace(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  return Dataspace(ST_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+  return detail::Dataspace(ST_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
 }
 
-PropertyList collective_transfer() {
-  PropertyList dxpl(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_XFER)));
+detail::PropertyList collective_transfer() {
+  detail::PropertyList dxpl(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_XFER)));
   ST_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
   return dxpl;
 }
@@ -458,7 +357,7 @@ PropertyList collective_transfer() {
 std::string transfer(bool writing, hid_t dataset, const TensorPlan& plan,
                      const std::vector<std::pair<int64_t, int64_t>>& ranges, void* buffer, hid_t dxpl,
                      const std::string& file_path) {
-  Dataspace file_space = make_file_space(plan.shape);
+  detail::Dataspace file_space = make_file_space(plan.shape);
   int64_t total = 0;
   bool first = true;
   for (const auto& [begin, count] : ranges) {
@@ -467,7 +366,7 @@ std::string transfer(bool writing, hid_t dataset, const TensorPlan& plan,
     total += count;
   }
   hsize_t memory_length = static_cast<hsize_t>(std::max<int64_t>(total, 1));
-  Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &memory_length, nullptr)));
+  detail::Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &memory_length, nullptr)));
   static char dummy[8];
   if (total == 0) {
     ST_CHECK_HDF5(H5Sselect_none(file_space.get()));
@@ -478,7 +377,7 @@ std::string transfer(bool writing, hid_t dataset, const TensorPlan& plan,
   errno = 0;
   const herr_t status = writing ? H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer)
                                 : H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer);
-  return status < 0 ? io_failure_reason(errno, writing ? file_path : std::string()) : std::string();
+  return status < 0 ? detail::io_failure_reason(errno, writing ? file_path : std::string()) : std::string();
 }
 
 // Whether `path` exists in the file. H5Lexists fails (rather than returning
@@ -493,7 +392,7 @@ bool link_exists(hid_t location, const std::string& path, const std::string& fil
     if (part.empty()) continue;
     prefix += "/" + part;
     const htri_t exists = H5Lexists(location, prefix.c_str(), H5P_DEFAULT);
-    if (exists < 0) throw Error(file_path + ": cannot read " + prefix + ": " + damage_reason());
+    if (exists < 0) throw Error(file_path + ": cannot read " + prefix + ": " + detail::damage_reason());
     if (!exists) return false;
   }
   return true;
@@ -587,7 +486,7 @@ struct CheckpointWriter::Impl {
   std::string final_path, temporary_path;
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
-  File file;
+  detail::File file;
   bool committed = false;
   std::vector<std::string> written_groups;
 
@@ -597,7 +496,7 @@ struct CheckpointWriter::Impl {
   void write_attribute(hid_t location, const std::string& key, hid_t file_type, hid_t memory_type, hid_t space,
                        const void* value) {
     if (ST_CHECK_HDF5(H5Aexists(location, key.c_str()))) ST_CHECK_HDF5(H5Adelete(location, key.c_str()));
-    Attribute attribute(ST_CHECK_HDF5(H5Acreate2(location, key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)));
+    detail::Attribute attribute(ST_CHECK_HDF5(H5Acreate2(location, key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)));
     ST_CHECK_HDF5(H5Awrite(attribute.get(), memory_type, value));
   }
   void check_open(const char* method) const {
@@ -610,7 +509,7 @@ struct CheckpointWriter::Impl {
 };
 
 CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm) : impl_(std::make_unique<Impl>()) {
-  silence_hdf5_printing();
+  detail::silence_hdf5_printing();
   Impl& w = *impl_;
   w.final_path = final_path;
   w.comm = comm;
@@ -627,7 +526,7 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
   });
   w.temporary_path = final_path + ".tmp-" + job_id;
 
-  PropertyList fapl(ST_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
+  detail::PropertyList fapl(ST_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
   ST_CHECK_HDF5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
   // ~200 tensors x 3 groups: let rank 0 do metadata reads and write the
   // metadata collectively at flush instead of every rank hitting the file.
@@ -640,8 +539,8 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
   {
     PhaseGuard guard(comm, w.phase("creating " + w.temporary_path));
     errno = 0;
-    w.file = File(H5Fcreate(w.temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-    if (!w.file.valid()) problem = "cannot create checkpoint " + w.temporary_path + ": " + io_failure_reason(errno, w.temporary_path);
+    w.file = detail::File(H5Fcreate(w.temporary_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+    if (!w.file.valid()) problem = "cannot create checkpoint " + w.temporary_path + ": " + detail::io_failure_reason(errno, w.temporary_path);
   }
   try {
     throw_if_any_failed(problem, comm, w.phase("creating the file"));
@@ -730,34 +629,34 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, w.comm,
                       w.phase("/" + group + ": combining checksums"));
 
-  PropertyList link_create(ST_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
+  detail::PropertyList link_create(ST_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
   ST_CHECK_HDF5(H5Pset_create_intermediate_group(link_create.get(), 1));
-  Group group_id;
+  detail::Group group_id;
   {
     PhaseGuard guard(w.comm, w.phase("creating /" + group));
-    group_id = Group(ST_CHECK_HDF5(H5Gcreate2(w.file.get(), group.c_str(), link_create.get(), H5P_DEFAULT, H5P_DEFAULT)));
+    group_id = detail::Group(ST_CHECK_HDF5(H5Gcreate2(w.file.get(), group.c_str(), link_create.get(), H5P_DEFAULT, H5P_DEFAULT)));
   }
 
-  PropertyList dataset_create(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE)));
+  detail::PropertyList dataset_create(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE)));
   // Every element is written (exact cover is checked above): skip the fill pass.
   ST_CHECK_HDF5(H5Pset_alloc_time(dataset_create.get(), H5D_ALLOC_TIME_EARLY));
   ST_CHECK_HDF5(H5Pset_fill_time(dataset_create.get(), H5D_FILL_TIME_NEVER));
-  PropertyList dxpl = collective_transfer();
-  Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+  detail::PropertyList dxpl = collective_transfer();
+  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
 
   // All datasets first (their space is allocated at creation), so rank 0 can
   // reserve the group's bytes in the file before anything is written: a full
   // disk or a quota then fails here, cleanly, instead of inside a collective
   // MPI-IO write, after which parallel HDF5 may not be able to close the file.
-  std::vector<Dataset> datasets;
+  std::vector<detail::Dataset> datasets;
   uint64_t end_of_data = 0;
   {
     PhaseGuard guard(w.comm, w.phase("creating the datasets of /" + group));
     size_t index = 0;
     for (const auto& [name, plan] : plans) {
       const uint64_t checksum = checksums[index++];
-      Dataspace file_space = make_file_space(plan.shape);
-      Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), dtype_table()[plan.dtype].file_type,
+      detail::Dataspace file_space = make_file_space(plan.shape);
+      detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), dtype_table()[plan.dtype].file_type,
                                                file_space.get(), H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
       w.write_attribute(dataset.get(), kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(), &checksum);
       const haddr_t offset = H5Dget_offset(dataset.get());
@@ -772,7 +671,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
 
   size_t index = 0;
   for (const auto& [name, plan] : plans) {
-    Dataset& dataset = datasets[index++];
+    detail::Dataset& dataset = datasets[index++];
     const std::string full = join_group(group, name);
     PhaseGuard guard(w.comm, w.phase(full));
     if (numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
@@ -794,7 +693,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
     if (!problem.empty()) problem = w.write_failure(full, problem);
     throw_if_any_failed(problem, w.comm, w.phase(full + ": agreeing on the write"));
   }
-  for (Dataset& dataset : datasets) dataset.close_or_abort();
+  for (detail::Dataset& dataset : datasets) dataset.close_or_abort();
   group_id.close_or_abort();
 }
 
@@ -803,7 +702,7 @@ void CheckpointWriter::set_attribute(const std::string& key, int64_t value) {
   w.check_open("set_attribute");
   value = broadcast_value(value, w.comm, w.phase("attribute " + key));
   PhaseGuard guard(w.comm, w.phase("attribute " + key));
-  Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
   w.write_attribute(w.file.get(), key, H5T_STD_I64LE, H5T_NATIVE_INT64, scalar.get(), &value);
 }
 
@@ -812,7 +711,7 @@ void CheckpointWriter::set_attribute(const std::string& key, double value) {
   w.check_open("set_attribute");
   value = broadcast_value(value, w.comm, w.phase("attribute " + key));
   PhaseGuard guard(w.comm, w.phase("attribute " + key));
-  Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
   w.write_attribute(w.file.get(), key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar.get(), &value);
 }
 
@@ -824,10 +723,10 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::string& 
     throw Error(w.final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
   PhaseGuard guard(w.comm, w.phase("attribute " + key));
   // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
-  Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
+  detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
   ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
   ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
-  Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
   const char* pointer = text.c_str();
   w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
 }
@@ -838,7 +737,7 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::vector<u
   std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm, w.phase("attribute " + key));
   PhaseGuard guard(w.comm, w.phase("attribute " + key));
   hsize_t length = text.size();
-  Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
+  detail::Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
   w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
 }
 
@@ -850,9 +749,9 @@ void CheckpointWriter::commit() {
     // Metadata is written here, collectively: a full disk may show only now.
     PhaseGuard guard(w.comm, w.phase("flushing and closing " + w.temporary_path));
     errno = 0;
-    if (H5Fflush(w.file.get(), H5F_SCOPE_GLOBAL) < 0) problem = w.write_failure("", io_failure_reason(errno, w.temporary_path));
+    if (H5Fflush(w.file.get(), H5F_SCOPE_GLOBAL) < 0) problem = w.write_failure("", detail::io_failure_reason(errno, w.temporary_path));
     errno = 0;
-    if (w.file.close() < 0 && problem.empty()) problem = w.write_failure("", io_failure_reason(errno, w.temporary_path));
+    if (w.file.close() < 0 && problem.empty()) problem = w.write_failure("", detail::io_failure_reason(errno, w.temporary_path));
   }
   throw_if_any_failed(problem, w.comm, w.phase("agreeing on the flush"));
   barrier(w.comm, w.phase("every rank closed the file"));
@@ -891,18 +790,18 @@ void check_checkpoint_file(const std::string& path) {
   if (is_hdf5 == 0) throw Error(path + " is not an HDF5 file (not a shardtrain checkpoint)");
   if (is_hdf5 < 0) {
     const int error = errno;
-    throw Error("cannot read checkpoint " + path + ": " + (error != 0 ? os_error_text(error) : damage_reason()));
+    throw Error("cannot read checkpoint " + path + ": " + (error != 0 ? os_error_text(error) : detail::damage_reason()));
   }
-  File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) throw Error(path + " is damaged: " + damage_reason());
+  detail::File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw Error(path + " is damaged: " + detail::damage_reason());
   const htri_t has_format = H5Aexists(file.get(), kFormatAttribute);
-  if (has_format < 0) throw Error(path + " is damaged: " + damage_reason());
+  if (has_format < 0) throw Error(path + " is damaged: " + detail::damage_reason());
   if (!has_format)
     throw Error(path + " is an HDF5 file but not a shardtrain checkpoint (no '" + kFormatAttribute + "' attribute)");
-  Attribute attribute(H5Aopen(file.get(), kFormatAttribute, H5P_DEFAULT));
+  detail::Attribute attribute(H5Aopen(file.get(), kFormatAttribute, H5P_DEFAULT));
   int64_t version = 0;
   if (!attribute.valid() || H5Aread(attribute.get(), H5T_NATIVE_INT64, &version) < 0)
-    throw Error(path + " is damaged: " + damage_reason());
+    throw Error(path + " is damaged: " + detail::damage_reason());
   if (version != kFormatVersion)
     throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this build reads version " +
                 std::to_string(kFormatVersion));
@@ -913,7 +812,7 @@ void check_checkpoint_file(const std::string& path) {
 struct CheckpointReader::Impl {
   std::string path;
   MPI_Comm comm = MPI_COMM_NULL;
-  File file;
+  detail::File file;
   bool has_checksums = false;
 
   ~Impl() {
@@ -926,23 +825,23 @@ struct CheckpointReader::Impl {
   // An HDF5 metadata call that failed: the file's structure is damaged.
   template <class T>
   T ok(T status, const std::string& what) const {
-    if (status < 0) throw Error(path + ": cannot read " + what + ": " + damage_reason());
+    if (status < 0) throw Error(path + ": cannot read " + what + ": " + detail::damage_reason());
     return status;
   }
-  Dataset open_dataset(const std::string& group, const std::string& name) const {
+  detail::Dataset open_dataset(const std::string& group, const std::string& name) const {
     const std::string full = join_group(group, name);
     if (!link_exists(file.get(), full, path)) throw Error(path + ": dataset " + full + " does not exist in the checkpoint");
-    return Dataset(ok(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT), "dataset " + full));
+    return detail::Dataset(ok(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT), "dataset " + full));
   }
   std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& full) const {
-    Dataspace space(ok(H5Dget_space(dataset), "the shape of " + full));
+    detail::Dataspace space(ok(H5Dget_space(dataset), "the shape of " + full));
     int ndim = ok(H5Sget_simple_extent_ndims(space.get()), "the shape of " + full);
     std::vector<hsize_t> dims(static_cast<size_t>(ndim));
     if (ndim > 0) ok(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "the shape of " + full);
     return std::vector<int64_t>(dims.begin(), dims.end());
   }
   int dataset_dtype(hid_t dataset, const std::string& full) const {
-    Datatype type(ok(H5Dget_type(dataset), "the type of " + full));
+    detail::Datatype type(ok(H5Dget_type(dataset), "the type of " + full));
     int code = dtype_code_of_file_type(type.get());
     if (code < 0) throw Error(path + ": dataset " + full + " has a type shardtrain cannot read");
     return code;
@@ -953,15 +852,15 @@ struct CheckpointReader::Impl {
     if (!ok(H5Aexists(dataset, kChecksumAttribute), "the checksum of " + full))
       throw Error(path + ": tensor " + full + " has no checksum although the file has them: the file was "
                   "modified after it was written; use another checkpoint");
-    Attribute attribute(ok(H5Aopen(dataset, kChecksumAttribute, H5P_DEFAULT), "the checksum of " + full));
+    detail::Attribute attribute(ok(H5Aopen(dataset, kChecksumAttribute, H5P_DEFAULT), "the checksum of " + full));
     uint64_t value = 0;
     ok(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value), "the checksum of " + full);
     return value;
   }
-  Attribute open_attribute(const std::string& key) const {
+  detail::Attribute open_attribute(const std::string& key) const {
     if (!ok(H5Aexists(file.get(), key.c_str()), "attribute '" + key + "'"))
       throw Error(path + ": checkpoint has no attribute '" + key + "'");
-    return Attribute(ok(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT), "attribute '" + key + "'"));
+    return detail::Attribute(ok(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT), "attribute '" + key + "'"));
   }
   [[noreturn]] void wrong_kind(const std::string& key, const char* wanted) const {
     throw Error(path + ": attribute '" + key + "' is not " + wanted);
@@ -969,20 +868,20 @@ struct CheckpointReader::Impl {
 };
 
 CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : impl_(std::make_unique<Impl>()) {
-  silence_hdf5_printing();
+  detail::silence_hdf5_printing();
   Impl& r = *impl_;
   r.path = path;
   r.comm = comm;
   on_rank0(comm, r.phase("checking the file"), [&] { check_checkpoint_file(path); });
 
-  PropertyList fapl(ST_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
+  detail::PropertyList fapl(ST_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)));
   ST_CHECK_HDF5(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL));
   std::string problem;
   {
     PhaseGuard guard(comm, r.phase("opening"));
     errno = 0;
-    r.file = File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-    if (!r.file.valid()) problem = "cannot open checkpoint " + path + ": " + io_failure_reason(errno, "");
+    r.file = detail::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+    if (!r.file.valid()) problem = "cannot open checkpoint " + path + ": " + detail::io_failure_reason(errno, "");
   }
   throw_if_any_failed(problem, comm, r.phase("agreeing on the open"));
   r.has_checksums = has_attribute(kChecksumAlgorithmAttribute);
@@ -1011,7 +910,7 @@ std::vector<std::string> CheckpointReader::names(const std::string& group) const
   check_group_name(group);
   if (!link_exists(r.file.get(), "/" + group, r.path))
     throw Error(r.path + ": group /" + group + " does not exist in the checkpoint");
-  Group group_id(r.ok(H5Gopen2(r.file.get(), group.c_str(), H5P_DEFAULT), "group /" + group));
+  detail::Group group_id(r.ok(H5Gopen2(r.file.get(), group.c_str(), H5P_DEFAULT), "group /" + group));
   std::vector<std::string> out;
   auto collect = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
     static_cast<std::vector<std::string>*>(data)->emplace_back(name);
@@ -1026,12 +925,12 @@ bool CheckpointReader::has(const std::string& group, const std::string& name) co
 }
 
 std::vector<int64_t> CheckpointReader::shape(const std::string& group, const std::string& name) const {
-  Dataset dataset = impl_->open_dataset(group, name);
+  detail::Dataset dataset = impl_->open_dataset(group, name);
   return impl_->dataset_shape(dataset.get(), join_group(group, name));
 }
 
 at::ScalarType CheckpointReader::dtype(const std::string& group, const std::string& name) const {
-  Dataset dataset = impl_->open_dataset(group, name);
+  detail::Dataset dataset = impl_->open_dataset(group, name);
   return dtype_table()[impl_->dataset_dtype(dataset.get(), join_group(group, name))].scalar_type;
 }
 
@@ -1059,11 +958,11 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   // Validate everything first: every rank checks the same union of requests,
   // so an Error is thrown on all ranks before any collective read starts.
   const auto& table = dtype_table();
-  std::vector<Dataset> datasets;
+  std::vector<detail::Dataset> datasets;
   std::vector<std::optional<uint64_t>> stored;
   for (const auto& [name, plan] : plans) {
     const std::string full = join_group(group, name);
-    Dataset dataset = r.open_dataset(group, name);
+    detail::Dataset dataset = r.open_dataset(group, name);
     std::vector<int64_t> file_shape = r.dataset_shape(dataset.get(), full);
     int file_dtype = r.dataset_dtype(dataset.get(), full);
     if (file_shape != plan.shape || file_dtype != plan.dtype)
@@ -1076,14 +975,14 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
 
   std::map<std::string, std::vector<size_t>> my_slices_by_name;
   for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
-  PropertyList dxpl = collective_transfer();
+  detail::PropertyList dxpl = collective_transfer();
   // Per dataset: this rank's share of the checksum and of the non-finite count.
   std::vector<uint64_t> checksums(plans.size(), 0);
   std::vector<int64_t> non_finite(plans.size(), 0);
   size_t index = 0;
   for (const auto& [name, plan] : plans) {
     const size_t k = index++;
-    Dataset& dataset = datasets[k];
+    detail::Dataset& dataset = datasets[k];
     const int64_t numel = numel_of(plan.shape);
     if (numel == 0) continue;
     const std::string full = join_group(group, name);
@@ -1157,7 +1056,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
 at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::string& name) const {
   const Impl& r = *impl_;
   const std::string full = join_group(group, name);
-  Dataset dataset = r.open_dataset(group, name);
+  detail::Dataset dataset = r.open_dataset(group, name);
   std::vector<int64_t> shape = r.dataset_shape(dataset.get(), full);
   const int code = r.dataset_dtype(dataset.get(), full);
   const DtypeInfo& info = dtype_table()[static_cast<size_t>(code)];
@@ -1166,7 +1065,7 @@ at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::st
   if (out.numel() == 0) return out;
   errno = 0;
   if (H5Dread(dataset.get(), info.memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()) < 0)
-    throw Error("cannot read checkpoint " + r.path + " (" + full + "): " + io_failure_reason(errno, ""));
+    throw Error("cannot read checkpoint " + r.path + " (" + full + "): " + detail::io_failure_reason(errno, ""));
   const RangeDigest d = digest(out.data_ptr(), code, 0, out.numel());
   if (stored && *stored != d.checksum) checksum_mismatch(r.path, full, *stored, d.checksum);
   if (d.non_finite > 0) non_finite_values(r.path, full, d.non_finite);
@@ -1189,10 +1088,10 @@ std::vector<std::string> CheckpointReader::attribute_names() const {
 
 int64_t CheckpointReader::int_attribute(const std::string& key) const {
   const Impl& r = *impl_;
-  Attribute attribute = r.open_attribute(key);
+  detail::Attribute attribute = r.open_attribute(key);
   const std::string what = "attribute '" + key + "'";
-  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
+  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  detail::Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
     r.wrong_kind(key, "an integer");
   int64_t value = 0;
@@ -1202,10 +1101,10 @@ int64_t CheckpointReader::int_attribute(const std::string& key) const {
 
 double CheckpointReader::double_attribute(const std::string& key) const {
   const Impl& r = *impl_;
-  Attribute attribute = r.open_attribute(key);
+  detail::Attribute attribute = r.open_attribute(key);
   const std::string what = "attribute '" + key + "'";
-  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
+  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  detail::Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_FLOAT || H5Sget_simple_extent_npoints(space.get()) != 1)
     r.wrong_kind(key, "a floating-point number");
   double value = 0;
@@ -1215,12 +1114,12 @@ double CheckpointReader::double_attribute(const std::string& key) const {
 
 std::string CheckpointReader::string_attribute(const std::string& key) const {
   const Impl& r = *impl_;
-  Attribute attribute = r.open_attribute(key);
+  detail::Attribute attribute = r.open_attribute(key);
   const std::string what = "attribute '" + key + "'";
-  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_STRING) r.wrong_kind(key, "a string");
   if (r.ok(H5Tis_variable_str(type.get()), what)) {
-    Datatype memory_type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
+    detail::Datatype memory_type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
     ST_CHECK_HDF5(H5Tset_size(memory_type.get(), H5T_VARIABLE));
     ST_CHECK_HDF5(H5Tset_cset(memory_type.get(), H5Tget_cset(type.get())));
     char* pointer = nullptr;
@@ -1239,10 +1138,10 @@ std::string CheckpointReader::string_attribute(const std::string& key) const {
 
 std::vector<uint8_t> CheckpointReader::bytes_attribute(const std::string& key) const {
   const Impl& r = *impl_;
-  Attribute attribute = r.open_attribute(key);
+  detail::Attribute attribute = r.open_attribute(key);
   const std::string what = "attribute '" + key + "'";
-  Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
+  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
+  detail::Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
   if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
       H5Sget_simple_extent_ndims(space.get()) != 1)
     r.wrong_kind(key, "bytes (a 1-D uint8 array)");
@@ -1254,12 +1153,12 @@ std::vector<uint8_t> CheckpointReader::bytes_attribute(const std::string& key) c
 // ---- verification ------------------------------------------------------------------
 
 CheckpointVerification verify_checkpoint(const std::string& path) {
-  silence_hdf5_printing();
+  detail::silence_hdf5_printing();
   check_checkpoint_file(path);
-  File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) throw Error(path + " is damaged: " + damage_reason());
+  detail::File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw Error(path + " is damaged: " + detail::damage_reason());
   auto require = [&](htri_t status, const std::string& what) {
-    if (status < 0) throw Error(path + ": cannot read " + what + ": " + damage_reason());
+    if (status < 0) throw Error(path + ": cannot read " + what + ": " + detail::damage_reason());
     return status > 0;
   };
   if (!require(H5Aexists(file.get(), kWorldSizeAttribute), "its attributes"))
@@ -1285,13 +1184,13 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     const H5I_type_t kind = H5Iget_type(object);
     H5Oclose(object);
     if (kind != H5I_DATASET) continue;
-    Dataset dataset(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT));
+    detail::Dataset dataset(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT));
     require(dataset.get(), "dataset " + full);
-    Datatype type(H5Dget_type(dataset.get()));
+    detail::Datatype type(H5Dget_type(dataset.get()));
     require(type.get(), "the type of " + full);
     const int code = dtype_code_of_file_type(type.get());
     if (code < 0) throw Error(path + ": dataset " + full + " has a type shardtrain cannot read");
-    Dataspace space(H5Dget_space(dataset.get()));
+    detail::Dataspace space(H5Dget_space(dataset.get()));
     require(space.get(), "the shape of " + full);
     const int ndim = H5Sget_simple_extent_ndims(space.get());
     require(ndim, "the shape of " + full);
@@ -1303,7 +1202,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
       if (!require(H5Aexists(dataset.get(), kChecksumAttribute), "the checksum of " + full))
         throw Error(path + ": tensor " + full + " has no checksum although the file has them: the file was "
                     "modified after it was written");
-      Attribute attribute(H5Aopen(dataset.get(), kChecksumAttribute, H5P_DEFAULT));
+      detail::Attribute attribute(H5Aopen(dataset.get(), kChecksumAttribute, H5P_DEFAULT));
       uint64_t value = 0;
       require(attribute.valid() ? H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) : -1, "the checksum of " + full);
       stored = value;
@@ -1316,15 +1215,15 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
       const int64_t count = std::min(kChunkElements, numel - begin);
       if (!buffer.defined() || buffer.numel() < count)
         buffer = at::empty({count}, at::TensorOptions().dtype(table[static_cast<size_t>(code)].scalar_type));
-      Dataspace file_space = make_file_space(shape);
+      detail::Dataspace file_space = make_file_space(shape);
       bool first = true;
       select_flat_range(file_space.get(), shape, begin, begin + count, &first);
       const hsize_t length = static_cast<hsize_t>(count);
-      Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
+      detail::Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
       errno = 0;
       if (H5Dread(dataset.get(), table[static_cast<size_t>(code)].memory_type, memory_space.get(), file_space.get(),
                   H5P_DEFAULT, buffer.data_ptr()) < 0)
-        throw Error("cannot read checkpoint " + path + " (" + full + "): " + io_failure_reason(errno, ""));
+        throw Error("cannot read checkpoint " + path + " (" + full + "): " + detail::io_failure_reason(errno, ""));
       const RangeDigest d = digest(buffer.data_ptr(), code, begin, count);
       total.checksum += d.checksum;
       total.non_finite += d.non_finite;
