@@ -20,6 +20,7 @@
 #include <sstream>
 #include <utility>
 
+#include "checkpoint/dtypes.h"
 #include "checkpoint/hdf5_handles.h"
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/watchdog.h"
@@ -51,41 +52,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
-}
-
-struct DtypeInfo {
-  at::ScalarType scalar_type;
-  hid_t memory_type;  // native, for H5Dread / H5Dwrite
-  hid_t file_type;    // fixed little-endian, for H5Dcreate
-  const char* name;
-};
-
-// Codes travel between ranks as the index into this table.
-const std::vector<DtypeInfo>& dtype_table() {
-  static const std::vector<DtypeInfo> table = {{at::kFloat, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, "float32"},
-          {at::kDouble, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "float64"},
-          {at::kInt, H5T_NATIVE_INT32, H5T_STD_I32LE, "int32"},
-          {at::kLong, H5T_NATIVE_INT64, H5T_STD_I64LE, "int64"}};
-  return table;
-}
-
-int dtype_code(at::ScalarType type, const std::string& where) {
-  const auto& table = dtype_table();
-  for (size_t i = 0; i < table.size(); ++i)
-    if (table[i].scalar_type == type) return static_cast<int>(i);
-  throw Error(where + ": unsupported dtype " + std::string(c10::toString(type)) +
-              " (checkpoints hold float32, float64, int32, int64)");
-}
-
-// The table index of a dataset's file type, or -1.
-int dtype_code_of_file_type(hid_t file_type) {
-  const auto& table = dtype_table();
-  H5T_class_t type_class = H5Tget_class(file_type);
-  size_t size = H5Tget_size(file_type);
-  for (size_t i = 0; i < table.size(); ++i)
-    if (H5Tget_class(table[i].file_type) == type_class && H5Tget_size(table[i].file_type) == size)
-      return static_cast<int>(i);
-  return -1;
 }
 
 std::string join_group(const std::string& group, const std::string& name) { return "/" + group + "/" + name; }
@@ -158,11 +124,11 @@ RangeDigest digest_words(const unsigned char* data, int64_t first_index, int64_t
       combine);
 }
 
-// `dtype`: an index into dtype_table().
+// `dtype`: an index into detail::dtype_table().
 RangeDigest digest(const void* data, int dtype, int64_t first_index, int64_t count) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   if (count <= 0) return {};
-  switch (dtype_table()[static_cast<size_t>(dtype)].scalar_type) {
+  switch (detail::dtype_table()[static_cast<size_t>(dtype)].scalar_type) {
     case at::kFloat: return digest_words<uint32_t>(bytes, first_index, count, 0x7F800000u);
     case at::kDouble: return digest_words<uint64_t>(bytes, first_index, count, 0x7FF0000000000000ull);
     case at::kInt: return digest_words<uint32_t>(bytes, first_index, count, 0u);
@@ -237,7 +203,7 @@ struct TensorPlan {
 // names the group for messages.
 std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& records, const std::string& where,
                                              bool require_exact_cover) {
-  const auto& table = dtype_table();
+  const auto& table = detail::dtype_table();
   std::map<std::string, TensorPlan> plans;
   for (const auto& r : records) {
     auto found = plans.find(r.name);
@@ -373,7 +339,7 @@ std::string transfer(bool writing, hid_t dataset, const TensorPlan& plan,
     ST_CHECK_HDF5(H5Sselect_none(memory_space.get()));
     buffer = dummy;
   }
-  hid_t memory_type = dtype_table()[plan.dtype].memory_type;
+  hid_t memory_type = detail::dtype_table()[plan.dtype].memory_type;
   errno = 0;
   const herr_t status = writing ? H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer)
                                 : H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer);
@@ -590,7 +556,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
     SliceRecord r;
     r.rank = w.rank;
     r.name = slice.name;
-    r.dtype = dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
+    r.dtype = detail::dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
     r.shape = slice.shape;
     r.begin = slice.begin;
     r.count = slice.data.numel();
@@ -610,7 +576,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   uint64_t group_bytes = uint64_t{1} << 20;
   for (const auto& [name, plan] : plans)
     group_bytes += static_cast<uint64_t>(numel_of(plan.shape)) *
-                       at::elementSize(dtype_table()[static_cast<size_t>(plan.dtype)].scalar_type) + 4096;
+                       at::elementSize(detail::dtype_table()[static_cast<size_t>(plan.dtype)].scalar_type) + 4096;
   on_rank0(w.comm, w.phase("/" + group + ": checking free space"), [&] {
     require_free_space(file_directory(w.final_path), group_bytes, "checkpoint " + w.final_path + " (/" + group + ")");
   });
@@ -656,7 +622,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
     for (const auto& [name, plan] : plans) {
       const uint64_t checksum = checksums[index++];
       detail::Dataspace file_space = make_file_space(plan.shape);
-      detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), dtype_table()[plan.dtype].file_type,
+      detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), detail::dtype_table()[plan.dtype].file_type,
                                                file_space.get(), H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
       w.write_attribute(dataset.get(), kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(), &checksum);
       const haddr_t offset = H5Dget_offset(dataset.get());
@@ -842,7 +808,7 @@ struct CheckpointReader::Impl {
   }
   int dataset_dtype(hid_t dataset, const std::string& full) const {
     detail::Datatype type(ok(H5Dget_type(dataset), "the type of " + full));
-    int code = dtype_code_of_file_type(type.get());
+    int code = detail::dtype_code_of_file_type(type.get());
     if (code < 0) throw Error(path + ": dataset " + full + " has a type shardtrain cannot read");
     return code;
   }
@@ -931,7 +897,7 @@ std::vector<int64_t> CheckpointReader::shape(const std::string& group, const std
 
 at::ScalarType CheckpointReader::dtype(const std::string& group, const std::string& name) const {
   detail::Dataset dataset = impl_->open_dataset(group, name);
-  return dtype_table()[impl_->dataset_dtype(dataset.get(), join_group(group, name))].scalar_type;
+  return detail::dtype_table()[impl_->dataset_dtype(dataset.get(), join_group(group, name))].scalar_type;
 }
 
 void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& slices) {
@@ -945,7 +911,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     SliceRecord record;
     record.rank = rank;
     record.name = slice.name;
-    record.dtype = dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
+    record.dtype = detail::dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
     record.shape = slice.shape;
     record.begin = slice.begin;
     record.count = slice.data.numel();
@@ -957,7 +923,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
 
   // Validate everything first: every rank checks the same union of requests,
   // so an Error is thrown on all ranks before any collective read starts.
-  const auto& table = dtype_table();
+  const auto& table = detail::dtype_table();
   std::vector<detail::Dataset> datasets;
   std::vector<std::optional<uint64_t>> stored;
   for (const auto& [name, plan] : plans) {
@@ -1059,7 +1025,7 @@ at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::st
   detail::Dataset dataset = r.open_dataset(group, name);
   std::vector<int64_t> shape = r.dataset_shape(dataset.get(), full);
   const int code = r.dataset_dtype(dataset.get(), full);
-  const DtypeInfo& info = dtype_table()[static_cast<size_t>(code)];
+  const detail::DtypeInfo& info = detail::dtype_table()[static_cast<size_t>(code)];
   const std::optional<uint64_t> stored = r.stored_checksum(dataset.get(), full);
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(info.scalar_type));
   if (out.numel() == 0) return out;
@@ -1176,7 +1142,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
   require(H5Lvisit(file.get(), H5_INDEX_NAME, H5_ITER_INC, collect, &links), "the list of its tensors");
 
   constexpr int64_t kChunkElements = int64_t{16} << 20;
-  const auto& table = dtype_table();
+  const auto& table = detail::dtype_table();
   for (const std::string& link : links) {
     const std::string full = "/" + link;
     const hid_t object = H5Oopen(file.get(), full.c_str(), H5P_DEFAULT);
@@ -1188,7 +1154,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     require(dataset.get(), "dataset " + full);
     detail::Datatype type(H5Dget_type(dataset.get()));
     require(type.get(), "the type of " + full);
-    const int code = dtype_code_of_file_type(type.get());
+    const int code = detail::dtype_code_of_file_type(type.get());
     if (code < 0) throw Error(path + ": dataset " + full + " has a type shardtrain cannot read");
     detail::Dataspace space(H5Dget_space(dataset.get()));
     require(space.get(), "the shape of " + full);
