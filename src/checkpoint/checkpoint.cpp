@@ -1,7 +1,6 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -15,11 +14,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <utility>
 
+#include "checkpoint/digest.h"
 #include "checkpoint/dtypes.h"
 #include "checkpoint/hdf5_handles.h"
 #include "shardtrain/comm/mpi_helpers.h"
@@ -80,78 +79,6 @@ T take(const char*& in) {
   std::memcpy(&value, in, sizeof(T));
   in += sizeof(T);
   return value;
-}
-
-// ---- checksums -------------------------------------------------------------------
-
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;  // 2^64 / phi
-
-inline uint64_t mix64(uint64_t x) {  // SplitMix64's finaliser: a bijection
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-// The checksum terms of elements [first_index, first_index + count) at `data`
-// (their bit patterns), and how many of them are NaN or infinite.
-struct RangeDigest {
-  uint64_t checksum = 0;
-  int64_t non_finite = 0;
-};
-
-template <class Word>
-RangeDigest digest_words(const unsigned char* data, int64_t first_index, int64_t count, Word exponent_mask) {
-  // Sums are associative modulo 2^64, so threads may split the range.
-  const auto combine = [](RangeDigest a, RangeDigest b) {
-    return RangeDigest{a.checksum + b.checksum, a.non_finite + b.non_finite};
-  };
-  return at::parallel_reduce(
-      int64_t{0}, count, int64_t{1} << 16, RangeDigest{},
-      [&](int64_t begin, int64_t end, RangeDigest out) {
-        uint64_t offset = static_cast<uint64_t>(first_index + begin + 1) * kGolden;
-        for (int64_t i = begin; i < end; ++i) {
-          Word word;
-          std::memcpy(&word, data + i * static_cast<int64_t>(sizeof(Word)), sizeof(Word));
-          out.checksum += mix64(static_cast<uint64_t>(word) + offset);
-          offset += kGolden;
-          // All exponent bits set: infinity or NaN (a zero mask: integers).
-          out.non_finite += exponent_mask != 0 && (word & exponent_mask) == exponent_mask;
-        }
-        return out;
-      },
-      combine);
-}
-
-// `dtype`: an index into detail::dtype_table().
-RangeDigest digest(const void* data, int dtype, int64_t first_index, int64_t count) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  if (count <= 0) return {};
-  switch (detail::dtype_table()[static_cast<size_t>(dtype)].scalar_type) {
-    case at::kFloat: return digest_words<uint32_t>(bytes, first_index, count, 0x7F800000u);
-    case at::kDouble: return digest_words<uint64_t>(bytes, first_index, count, 0x7FF0000000000000ull);
-    case at::kInt: return digest_words<uint32_t>(bytes, first_index, count, 0u);
-    case at::kLong: return digest_words<uint64_t>(bytes, first_index, count, 0ull);
-    default: break;
-  }
-  ST_ASSERT(false, "checkpoint checksum: unexpected dtype");
-  return {};
-}
-
-std::string hex(uint64_t value) { return str_format("0x%016llx", static_cast<unsigned long long>(value)); }
-
-// The Error for a dataset whose data does not match what was written.
-[[noreturn]] void checksum_mismatch(const std::string& path, const std::string& dataset, uint64_t stored,
-                                    uint64_t computed) {
-  throw Error(path + ": tensor " + dataset + " fails its checksum (stored " + hex(stored) + ", data gives " +
-              hex(computed) + "): the file was damaged after it was written; use another checkpoint");
-}
-
-[[noreturn]] void non_finite_values(const std::string& path, const std::string& dataset, int64_t count) {
-  throw Error(path + ": tensor " + dataset + " holds " + std::to_string(count) +
-              " non-finite values (NaN or infinity); refusing to load it (the run had diverged, or the file is "
-              "damaged); use an earlier checkpoint");
 }
 
 // Allgather of every rank's slice metadata (names, shapes, ranges), so that all
@@ -589,7 +516,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   for (const auto& [name, plan] : plans) {
     uint64_t sum = 0;
     for (size_t i : my_slices_by_name[name])
-      sum += digest(host_data[i].data_ptr(), plan.dtype, slices[i].begin, host_data[i].numel()).checksum;
+      sum += detail::digest(host_data[i].data_ptr(), plan.dtype, slices[i].begin, host_data[i].numel()).checksum;
     checksums.push_back(sum);
   }
   all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, w.comm,
@@ -994,7 +921,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
       const auto claims = p.slice < 0 ? std::vector<std::pair<int64_t, int64_t>>{{p.begin, p.count}}
                                       : first_claims(plan.records, rank, p.begin, p.count);
       for (const auto& [begin, count] : claims) {
-        const RangeDigest d = digest(bytes + (offset + begin - p.begin) * element_size, plan.dtype, begin, count);
+        const detail::RangeDigest d = detail::digest(bytes + (offset + begin - p.begin) * element_size, plan.dtype, begin, count);
         checksums[k] += d.checksum;
         non_finite[k] += d.non_finite;
       }
@@ -1014,8 +941,8 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   for (const auto& [name, plan] : plans) {
     const size_t k = index++;
     const std::string full = join_group(group, name);
-    if (stored[k] && *stored[k] != checksums[k]) checksum_mismatch(r.path, full, *stored[k], checksums[k]);
-    if (non_finite[k] > 0) non_finite_values(r.path, full, non_finite[k]);
+    if (stored[k] && *stored[k] != checksums[k]) detail::checksum_mismatch(r.path, full, *stored[k], checksums[k]);
+    if (non_finite[k] > 0) detail::non_finite_values(r.path, full, non_finite[k]);
   }
 }
 
@@ -1032,9 +959,9 @@ at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::st
   errno = 0;
   if (H5Dread(dataset.get(), info.memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data_ptr()) < 0)
     throw Error("cannot read checkpoint " + r.path + " (" + full + "): " + detail::io_failure_reason(errno, ""));
-  const RangeDigest d = digest(out.data_ptr(), code, 0, out.numel());
-  if (stored && *stored != d.checksum) checksum_mismatch(r.path, full, *stored, d.checksum);
-  if (d.non_finite > 0) non_finite_values(r.path, full, d.non_finite);
+  const detail::RangeDigest d = detail::digest(out.data_ptr(), code, 0, out.numel());
+  if (stored && *stored != d.checksum) detail::checksum_mismatch(r.path, full, *stored, d.checksum);
+  if (d.non_finite > 0) detail::non_finite_values(r.path, full, d.non_finite);
   return out;
 }
 
@@ -1175,7 +1102,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     }
     const int64_t numel = numel_of(shape);
     const auto element_size = static_cast<int64_t>(at::elementSize(table[static_cast<size_t>(code)].scalar_type));
-    RangeDigest total;
+    detail::RangeDigest total;
     at::Tensor buffer;
     for (int64_t begin = 0; begin < numel; begin += kChunkElements) {
       const int64_t count = std::min(kChunkElements, numel - begin);
@@ -1190,12 +1117,12 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
       if (H5Dread(dataset.get(), table[static_cast<size_t>(code)].memory_type, memory_space.get(), file_space.get(),
                   H5P_DEFAULT, buffer.data_ptr()) < 0)
         throw Error("cannot read checkpoint " + path + " (" + full + "): " + detail::io_failure_reason(errno, ""));
-      const RangeDigest d = digest(buffer.data_ptr(), code, begin, count);
+      const detail::RangeDigest d = detail::digest(buffer.data_ptr(), code, begin, count);
       total.checksum += d.checksum;
       total.non_finite += d.non_finite;
     }
-    if (stored && *stored != total.checksum) checksum_mismatch(path, full, *stored, total.checksum);
-    if (total.non_finite > 0) non_finite_values(path, full, total.non_finite);
+    if (stored && *stored != total.checksum) detail::checksum_mismatch(path, full, *stored, total.checksum);
+    if (total.non_finite > 0) detail::non_finite_values(path, full, total.non_finite);
     ++report.num_datasets;
     if (stored) ++report.num_verified;
     report.num_bytes += numel * element_size;
