@@ -18,6 +18,7 @@
 #include <sstream>
 #include <utility>
 
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/digest.h"
 #include "checkpoint/dtypes.h"
 #include "checkpoint/hdf5_handles.h"
@@ -29,15 +30,6 @@
 
 namespace shardtrain {
 namespace {
-
-constexpr int64_t kFormatVersion = 1;
-constexpr const char* kFormatAttribute = "shardtrain_format_version";
-constexpr const char* kWorldSizeAttribute = "writer_world_size";
-// Checksums came after format version 1 without changing the layout: a file
-// that has this root attribute has a checksum attribute on every dataset.
-constexpr const char* kChecksumAlgorithmAttribute = "shardtrain_checksum_algorithm";
-constexpr const char* kChecksumAlgorithm = "sum-mix64-v1";
-constexpr const char* kChecksumAttribute = "shardtrain_checksum";
 
 // ---- small helpers -------------------------------------------------------------
 
@@ -53,68 +45,15 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-std::string join_group(const std::string& group, const std::string& name) { return "/" + group + "/" + name; }
-
-void check_group_name(const std::string& group) {
-  if (group.empty() || group.front() == '/' || group.back() == '/' || group.find("//") != std::string::npos)
-    throw Error("checkpoint group name '" + group + "' must be a relative path like 'model' or 'optim/exp_avg'");
-}
-
-// A rank's contribution to one group, as seen by every rank after the exchange.
-struct SliceRecord {
-  int rank = 0;
-  std::string name;
-  int dtype = 0;
-  std::vector<int64_t> shape;
-  int64_t begin = 0, count = 0;
-};
-
-template <class T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-template <class T>
-T take(const char*& in) {
-  T value;
-  std::memcpy(&value, in, sizeof(T));
-  in += sizeof(T);
-  return value;
-}
-
 // Allgather of every rank's slice metadata (names, shapes, ranges), so that all
 // ranks agree on which datasets exist and validate them identically.
-std::vector<SliceRecord> exchange_records(const std::vector<SliceRecord>& mine, MPI_Comm comm,
+std::vector<detail::SliceRecord> exchange_records(const std::vector<detail::SliceRecord>& mine, MPI_Comm comm,
                                          const std::string& phase) {
-  std::string bytes;
-  put<int64_t>(bytes, static_cast<int64_t>(mine.size()));
-  for (const auto& r : mine) {
-    put<int64_t>(bytes, static_cast<int64_t>(r.name.size()));
-    bytes += r.name;
-    put<int32_t>(bytes, r.dtype);
-    put<int64_t>(bytes, static_cast<int64_t>(r.shape.size()));
-    for (int64_t d : r.shape) put<int64_t>(bytes, d);
-    put<int64_t>(bytes, r.begin);
-    put<int64_t>(bytes, r.count);
-  }
-  const std::vector<std::string> all = all_gather_strings(bytes, comm, phase);
-  std::vector<SliceRecord> records;
-  for (int rank = 0; rank < static_cast<int>(all.size()); ++rank) {
-    const char* in = all[static_cast<size_t>(rank)].data();
-    auto num_records = take<int64_t>(in);
-    for (int64_t i = 0; i < num_records; ++i) {
-      SliceRecord r;
-      r.rank = rank;
-      auto name_length = take<int64_t>(in);
-      r.name.assign(in, static_cast<size_t>(name_length));
-      in += name_length;
-      r.dtype = take<int32_t>(in);
-      auto ndim = take<int64_t>(in);
-      for (int64_t d = 0; d < ndim; ++d) r.shape.push_back(take<int64_t>(in));
-      r.begin = take<int64_t>(in);
-      r.count = take<int64_t>(in);
+  const std::vector<std::string> all = all_gather_strings(detail::encode_slice_records(mine), comm, phase);
+  std::vector<detail::SliceRecord> records;
+  for (int rank = 0; rank < static_cast<int>(all.size()); ++rank)
+    for (detail::SliceRecord& r : detail::decode_slice_records(all[static_cast<size_t>(rank)], rank))
       records.push_back(std::move(r));
-    }
-  }
   return records;
 }
 
@@ -122,13 +61,13 @@ std::vector<SliceRecord> exchange_records(const std::vector<SliceRecord>& mine, 
 struct TensorPlan {
   std::vector<int64_t> shape;
   int dtype = 0;
-  std::vector<SliceRecord> records;
+  std::vector<detail::SliceRecord> records;
 };
 
 // Groups the records by tensor name (sorted, so every rank visits datasets in
 // the same order) and checks what can be checked without the file. `where`
 // names the group for messages.
-std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& records, const std::string& where,
+std::map<std::string, TensorPlan> plan_group(const std::vector<detail::SliceRecord>& records, const std::string& where,
                                              bool require_exact_cover) {
   const auto& table = detail::dtype_table();
   std::map<std::string, TensorPlan> plans;
@@ -139,7 +78,7 @@ std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& rec
       continue;
     }
     TensorPlan& plan = found->second;
-    const SliceRecord& first = plan.records.front();
+    const detail::SliceRecord& first = plan.records.front();
     if (plan.shape != r.shape || plan.dtype != r.dtype)
       throw Error(where + "/" + r.name + ": ranks disagree on the tensor: rank " + std::to_string(first.rank) +
                   " has " + table[first.dtype].name + " " + shape_string(first.shape) + ", rank " +
@@ -156,8 +95,8 @@ std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& rec
                     shape_string(plan.shape) + ")");
     }
     // Sorted by (begin, rank): overlap checks need neighbours in flat order.
-    std::vector<SliceRecord> sorted = plan.records;
-    std::sort(sorted.begin(), sorted.end(), [](const SliceRecord& a, const SliceRecord& b) {
+    std::vector<detail::SliceRecord> sorted = plan.records;
+    std::sort(sorted.begin(), sorted.end(), [](const detail::SliceRecord& a, const detail::SliceRecord& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
     });
     if (require_exact_cover) {
@@ -311,7 +250,7 @@ int size_of(MPI_Comm comm) {
 }
 
 // The flat ranges of [0, numel) that `records` do not cover, sorted.
-std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<SliceRecord>& records, int64_t numel) {
+std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<detail::SliceRecord>& records, int64_t numel) {
   std::vector<std::pair<int64_t, int64_t>> covered;
   for (const auto& r : records)
     if (r.count > 0) covered.emplace_back(r.begin, r.begin + r.count);
@@ -329,7 +268,7 @@ std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<SliceRecord
 // The parts of [begin, begin + count) that no record of a rank below `rank`
 // covers: the elements whose checksum terms `rank` adds, so that each element
 // of a dataset read by several ranks is counted once. Sorted (begin, count).
-std::vector<std::pair<int64_t, int64_t>> first_claims(const std::vector<SliceRecord>& records, int rank,
+std::vector<std::pair<int64_t, int64_t>> first_claims(const std::vector<detail::SliceRecord>& records, int rank,
                                                       int64_t begin, int64_t count) {
   std::vector<std::pair<int64_t, int64_t>> lower;
   for (const auto& r : records)
@@ -446,9 +385,9 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
     throw;
   }
 
-  set_attribute(kFormatAttribute, kFormatVersion);
-  set_attribute(kWorldSizeAttribute, static_cast<int64_t>(w.size));
-  set_attribute(kChecksumAlgorithmAttribute, kChecksumAlgorithm);
+  set_attribute(detail::kFormatAttribute, detail::kFormatVersion);
+  set_attribute(detail::kWorldSizeAttribute, static_cast<int64_t>(w.size));
+  set_attribute(detail::kChecksumAlgorithmAttribute, detail::kChecksumAlgorithm);
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -471,16 +410,16 @@ MPI_Comm CheckpointWriter::comm() const { return impl_->comm; }
 void CheckpointWriter::write_group(const std::string& group, const std::vector<TensorSlice>& slices) {
   Impl& w = *impl_;
   w.check_open("write_group");
-  check_group_name(group);
+  detail::check_group_name(group);
   const std::string where = w.final_path + ": /" + group;
 
-  std::vector<SliceRecord> mine;
+  std::vector<detail::SliceRecord> mine;
   std::vector<at::Tensor> host_data;  // CPU contiguous copies where needed
   for (const auto& slice : slices) {
     if (slice.name.empty() || slice.name.find('/') != std::string::npos)
       throw Error(where + ": tensor name '" + slice.name + "' must be non-empty and contain no '/'");
     if (!slice.data.defined()) throw Error(where + "/" + slice.name + ": slice has no data");
-    SliceRecord r;
+    detail::SliceRecord r;
     r.rank = w.rank;
     r.name = slice.name;
     r.dtype = detail::dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
@@ -551,7 +490,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
       detail::Dataspace file_space = make_file_space(plan.shape);
       detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), detail::dtype_table()[plan.dtype].file_type,
                                                file_space.get(), H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
-      w.write_attribute(dataset.get(), kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(), &checksum);
+      w.write_attribute(dataset.get(), detail::kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(), &checksum);
       const haddr_t offset = H5Dget_offset(dataset.get());
       if (offset != HADDR_UNDEF)
         end_of_data = std::max<uint64_t>(end_of_data, offset + H5Dget_storage_size(dataset.get()));
@@ -565,7 +504,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   size_t index = 0;
   for (const auto& [name, plan] : plans) {
     detail::Dataset& dataset = datasets[index++];
-    const std::string full = join_group(group, name);
+    const std::string full = detail::join_group(group, name);
     PhaseGuard guard(w.comm, w.phase(full));
     if (numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
 
@@ -687,17 +626,24 @@ void check_checkpoint_file(const std::string& path) {
   }
   detail::File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) throw Error(path + " is damaged: " + detail::damage_reason());
-  const htri_t has_format = H5Aexists(file.get(), kFormatAttribute);
+  const htri_t has_format = H5Aexists(file.get(), detail::kFormatAttribute);
   if (has_format < 0) throw Error(path + " is damaged: " + detail::damage_reason());
   if (!has_format)
-    throw Error(path + " is an HDF5 file but not a shardtrain checkpoint (no '" + kFormatAttribute + "' attribute)");
-  detail::Attribute attribute(H5Aopen(file.get(), kFormatAttribute, H5P_DEFAULT));
+    throw Error(path + " is an HDF5 file but not a shardtrain checkpoint (no '" + detail::kFormatAttribute + "' attribute)");
+  detail::Attribute attribute(H5Aopen(file.get(), detail::kFormatAttribute, H5P_DEFAULT));
   int64_t version = 0;
   if (!attribute.valid() || H5Aread(attribute.get(), H5T_NATIVE_INT64, &version) < 0)
     throw Error(path + " is damaged: " + detail::damage_reason());
-  if (version != kFormatVersion)
-    throw Error(path + ": checkpoint format version " + std::to_string(version) + ", this build reads version " +
-                std::to_string(kFormatVersion));
+  detail::check_format_version(path, version);
+}
+
+detail::TypeClass type_class_of(H5T_class_t type_class) {
+  switch (type_class) {
+    case H5T_INTEGER: return detail::TypeClass::kInteger;
+    case H5T_FLOAT: return detail::TypeClass::kFloat;
+    case H5T_STRING: return detail::TypeClass::kString;
+    default: return detail::TypeClass::kOther;
+  }
 }
 
 }  // namespace
@@ -722,7 +668,7 @@ struct CheckpointReader::Impl {
     return status;
   }
   detail::Dataset open_dataset(const std::string& group, const std::string& name) const {
-    const std::string full = join_group(group, name);
+    const std::string full = detail::join_group(group, name);
     if (!link_exists(file.get(), full, path)) throw Error(path + ": dataset " + full + " does not exist in the checkpoint");
     return detail::Dataset(ok(H5Dopen2(file.get(), full.c_str(), H5P_DEFAULT), "dataset " + full));
   }
@@ -742,21 +688,39 @@ struct CheckpointReader::Impl {
   // The checksum written with the dataset; nullopt for a file without checksums.
   std::optional<uint64_t> stored_checksum(hid_t dataset, const std::string& full) const {
     if (!has_checksums) return std::nullopt;
-    if (!ok(H5Aexists(dataset, kChecksumAttribute), "the checksum of " + full))
+    if (!ok(H5Aexists(dataset, detail::kChecksumAttribute), "the checksum of " + full))
       throw Error(path + ": tensor " + full + " has no checksum although the file has them: the file was "
                   "modified after it was written; use another checkpoint");
-    detail::Attribute attribute(ok(H5Aopen(dataset, kChecksumAttribute, H5P_DEFAULT), "the checksum of " + full));
+    detail::Attribute attribute(ok(H5Aopen(dataset, detail::kChecksumAttribute, H5P_DEFAULT), "the checksum of " + full));
     uint64_t value = 0;
     ok(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value), "the checksum of " + full);
     return value;
   }
-  detail::Attribute open_attribute(const std::string& key) const {
-    if (!ok(H5Aexists(file.get(), key.c_str()), "attribute '" + key + "'"))
+  // A root attribute, open, that holds the kind asked for.
+  struct OpenAttribute {
+    std::string what;  // "attribute 'step'", for messages
+    detail::Attribute id;
+    detail::Datatype type;
+    detail::AttributeShape shape;
+  };
+  // Error when the attribute is missing or does not hold `kind`.
+  OpenAttribute open_attribute(const std::string& key, detail::AttributeKind kind) const {
+    OpenAttribute out;
+    out.what = "attribute '" + key + "'";
+    if (!ok(H5Aexists(file.get(), key.c_str()), out.what))
       throw Error(path + ": checkpoint has no attribute '" + key + "'");
-    return detail::Attribute(ok(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT), "attribute '" + key + "'"));
-  }
-  [[noreturn]] void wrong_kind(const std::string& key, const char* wanted) const {
-    throw Error(path + ": attribute '" + key + "' is not " + wanted);
+    out.id = detail::Attribute(ok(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT), out.what));
+    out.type = detail::Datatype(ok(H5Aget_type(out.id.get()), out.what));
+    out.shape.type_class = type_class_of(H5Tget_class(out.type.get()));
+    out.shape.type_size_bytes = H5Tget_size(out.type.get());
+    if (kind != detail::AttributeKind::kString) {
+      detail::Dataspace space(ok(H5Aget_space(out.id.get()), out.what));
+      out.shape.num_dimensions = H5Sget_simple_extent_ndims(space.get());
+      out.shape.num_elements = H5Sget_simple_extent_npoints(space.get());
+    }
+    if (!detail::holds(kind, out.shape))
+      throw Error(path + ": attribute '" + key + "' is not " + detail::kind_description(kind));
+    return out;
   }
 };
 
@@ -777,11 +741,9 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
     if (!r.file.valid()) problem = "cannot open checkpoint " + path + ": " + detail::io_failure_reason(errno, "");
   }
   throw_if_any_failed(problem, comm, r.phase("agreeing on the open"));
-  r.has_checksums = has_attribute(kChecksumAlgorithmAttribute);
+  r.has_checksums = has_attribute(detail::kChecksumAlgorithmAttribute);
   if (r.has_checksums) {
-    const std::string algorithm = string_attribute(kChecksumAlgorithmAttribute);
-    if (algorithm != kChecksumAlgorithm)
-      throw Error(path + ": checksums of kind '" + algorithm + "', this build knows '" + kChecksumAlgorithm + "'");
+    detail::check_checksum_algorithm(path, string_attribute(detail::kChecksumAlgorithmAttribute));
   } else {
     // Once per file and process: a resume scans a run folder and opens its files more than once.
     static std::mutex mutex;
@@ -800,7 +762,7 @@ bool CheckpointReader::has_checksums() const { return impl_->has_checksums; }
 
 std::vector<std::string> CheckpointReader::names(const std::string& group) const {
   const Impl& r = *impl_;
-  check_group_name(group);
+  detail::check_group_name(group);
   if (!link_exists(r.file.get(), "/" + group, r.path))
     throw Error(r.path + ": group /" + group + " does not exist in the checkpoint");
   detail::Group group_id(r.ok(H5Gopen2(r.file.get(), group.c_str(), H5P_DEFAULT), "group /" + group));
@@ -814,28 +776,28 @@ std::vector<std::string> CheckpointReader::names(const std::string& group) const
 }
 
 bool CheckpointReader::has(const std::string& group, const std::string& name) const {
-  return link_exists(impl_->file.get(), join_group(group, name), impl_->path);
+  return link_exists(impl_->file.get(), detail::join_group(group, name), impl_->path);
 }
 
 std::vector<int64_t> CheckpointReader::shape(const std::string& group, const std::string& name) const {
   detail::Dataset dataset = impl_->open_dataset(group, name);
-  return impl_->dataset_shape(dataset.get(), join_group(group, name));
+  return impl_->dataset_shape(dataset.get(), detail::join_group(group, name));
 }
 
 at::ScalarType CheckpointReader::dtype(const std::string& group, const std::string& name) const {
   detail::Dataset dataset = impl_->open_dataset(group, name);
-  return detail::dtype_table()[impl_->dataset_dtype(dataset.get(), join_group(group, name))].scalar_type;
+  return detail::dtype_table()[impl_->dataset_dtype(dataset.get(), detail::join_group(group, name))].scalar_type;
 }
 
 void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& slices) {
   Impl& r = *impl_;
-  check_group_name(group);
+  detail::check_group_name(group);
   const std::string where = r.path + ": /" + group;
   const int rank = rank_of(r.comm);
-  std::vector<SliceRecord> mine;
+  std::vector<detail::SliceRecord> mine;
   for (const auto& slice : slices) {
     if (!slice.data.defined()) throw Error(where + "/" + slice.name + ": slice has no data tensor to fill");
-    SliceRecord record;
+    detail::SliceRecord record;
     record.rank = rank;
     record.name = slice.name;
     record.dtype = detail::dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
@@ -854,7 +816,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   std::vector<detail::Dataset> datasets;
   std::vector<std::optional<uint64_t>> stored;
   for (const auto& [name, plan] : plans) {
-    const std::string full = join_group(group, name);
+    const std::string full = detail::join_group(group, name);
     detail::Dataset dataset = r.open_dataset(group, name);
     std::vector<int64_t> file_shape = r.dataset_shape(dataset.get(), full);
     int file_dtype = r.dataset_dtype(dataset.get(), full);
@@ -878,7 +840,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     detail::Dataset& dataset = datasets[k];
     const int64_t numel = numel_of(plan.shape);
     if (numel == 0) continue;
-    const std::string full = join_group(group, name);
+    const std::string full = detail::join_group(group, name);
     // What this rank reads: its slices, and on rank 0 whatever no rank asked
     // for, so that the whole dataset is hashed. slice == -1 marks such a gap.
     struct Piece {
@@ -940,7 +902,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   index = 0;
   for (const auto& [name, plan] : plans) {
     const size_t k = index++;
-    const std::string full = join_group(group, name);
+    const std::string full = detail::join_group(group, name);
     if (stored[k] && *stored[k] != checksums[k]) detail::checksum_mismatch(r.path, full, *stored[k], checksums[k]);
     if (non_finite[k] > 0) detail::non_finite_values(r.path, full, non_finite[k]);
   }
@@ -948,7 +910,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
 
 at::Tensor CheckpointReader::read_tensor(const std::string& group, const std::string& name) const {
   const Impl& r = *impl_;
-  const std::string full = join_group(group, name);
+  const std::string full = detail::join_group(group, name);
   detail::Dataset dataset = r.open_dataset(group, name);
   std::vector<int64_t> shape = r.dataset_shape(dataset.get(), full);
   const int code = r.dataset_dtype(dataset.get(), full);
@@ -980,66 +942,42 @@ std::vector<std::string> CheckpointReader::attribute_names() const {
 }
 
 int64_t CheckpointReader::int_attribute(const std::string& key) const {
-  const Impl& r = *impl_;
-  detail::Attribute attribute = r.open_attribute(key);
-  const std::string what = "attribute '" + key + "'";
-  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  detail::Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Sget_simple_extent_npoints(space.get()) != 1)
-    r.wrong_kind(key, "an integer");
+  const Impl::OpenAttribute opened = impl_->open_attribute(key, detail::AttributeKind::kInteger);
   int64_t value = 0;
-  r.ok(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), what);
+  impl_->ok(H5Aread(opened.id.get(), H5T_NATIVE_INT64, &value), opened.what);
   return value;
 }
 
 double CheckpointReader::double_attribute(const std::string& key) const {
-  const Impl& r = *impl_;
-  detail::Attribute attribute = r.open_attribute(key);
-  const std::string what = "attribute '" + key + "'";
-  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  detail::Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
-  if (H5Tget_class(type.get()) != H5T_FLOAT || H5Sget_simple_extent_npoints(space.get()) != 1)
-    r.wrong_kind(key, "a floating-point number");
+  const Impl::OpenAttribute opened = impl_->open_attribute(key, detail::AttributeKind::kFloat);
   double value = 0;
-  r.ok(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value), what);
+  impl_->ok(H5Aread(opened.id.get(), H5T_NATIVE_DOUBLE, &value), opened.what);
   return value;
 }
 
 std::string CheckpointReader::string_attribute(const std::string& key) const {
   const Impl& r = *impl_;
-  detail::Attribute attribute = r.open_attribute(key);
-  const std::string what = "attribute '" + key + "'";
-  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  if (H5Tget_class(type.get()) != H5T_STRING) r.wrong_kind(key, "a string");
-  if (r.ok(H5Tis_variable_str(type.get()), what)) {
+  const Impl::OpenAttribute opened = r.open_attribute(key, detail::AttributeKind::kString);
+  if (r.ok(H5Tis_variable_str(opened.type.get()), opened.what)) {
     detail::Datatype memory_type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
     ST_CHECK_HDF5(H5Tset_size(memory_type.get(), H5T_VARIABLE));
-    ST_CHECK_HDF5(H5Tset_cset(memory_type.get(), H5Tget_cset(type.get())));
+    ST_CHECK_HDF5(H5Tset_cset(memory_type.get(), H5Tget_cset(opened.type.get())));
     char* pointer = nullptr;
-    r.ok(H5Aread(attribute.get(), memory_type.get(), &pointer), what);
+    r.ok(H5Aread(opened.id.get(), memory_type.get(), &pointer), opened.what);
     std::string value = pointer ? pointer : "";
     H5free_memory(pointer);
     return value;
   }
   // Fixed-length strings (e.g. written by other tools): size bytes, NUL padded.
-  size_t size = H5Tget_size(type.get());
-  std::string value(size, '\0');
-  r.ok(H5Aread(attribute.get(), type.get(), value.data()), what);
-  value.resize(std::strlen(value.c_str()));
-  return value;
+  std::string value(opened.shape.type_size_bytes, '\0');
+  r.ok(H5Aread(opened.id.get(), opened.type.get(), value.data()), opened.what);
+  return detail::text_of_fixed_length_string(std::move(value));
 }
 
 std::vector<uint8_t> CheckpointReader::bytes_attribute(const std::string& key) const {
-  const Impl& r = *impl_;
-  detail::Attribute attribute = r.open_attribute(key);
-  const std::string what = "attribute '" + key + "'";
-  detail::Datatype type(r.ok(H5Aget_type(attribute.get()), what));
-  detail::Dataspace space(r.ok(H5Aget_space(attribute.get()), what));
-  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
-      H5Sget_simple_extent_ndims(space.get()) != 1)
-    r.wrong_kind(key, "bytes (a 1-D uint8 array)");
-  std::vector<uint8_t> value(static_cast<size_t>(H5Sget_simple_extent_npoints(space.get())));
-  if (!value.empty()) r.ok(H5Aread(attribute.get(), H5T_NATIVE_UINT8, value.data()), what);
+  const Impl::OpenAttribute opened = impl_->open_attribute(key, detail::AttributeKind::kBytes);
+  std::vector<uint8_t> value(static_cast<size_t>(opened.shape.num_elements));
+  if (!value.empty()) impl_->ok(H5Aread(opened.id.get(), H5T_NATIVE_UINT8, value.data()), opened.what);
   return value;
 }
 
@@ -1054,11 +992,11 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     if (status < 0) throw Error(path + ": cannot read " + what + ": " + detail::damage_reason());
     return status > 0;
   };
-  if (!require(H5Aexists(file.get(), kWorldSizeAttribute), "its attributes"))
-    throw Error(path + ": the checkpoint has no '" + std::string(kWorldSizeAttribute) +
+  if (!require(H5Aexists(file.get(), detail::kWorldSizeAttribute), "its attributes"))
+    throw Error(path + ": the checkpoint has no '" + std::string(detail::kWorldSizeAttribute) +
                 "' attribute (every shardtrain checkpoint has one): the file is damaged");
   CheckpointVerification report;
-  report.has_checksums = require(H5Aexists(file.get(), kChecksumAlgorithmAttribute), "its attributes");
+  report.has_checksums = require(H5Aexists(file.get(), detail::kChecksumAlgorithmAttribute), "its attributes");
 
   // Every object of the file, groups and datasets, in name order.
   std::vector<std::string> links;
@@ -1092,10 +1030,10 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     const std::vector<int64_t> shape(dims.begin(), dims.end());
     std::optional<uint64_t> stored;
     if (report.has_checksums) {
-      if (!require(H5Aexists(dataset.get(), kChecksumAttribute), "the checksum of " + full))
+      if (!require(H5Aexists(dataset.get(), detail::kChecksumAttribute), "the checksum of " + full))
         throw Error(path + ": tensor " + full + " has no checksum although the file has them: the file was "
                     "modified after it was written");
-      detail::Attribute attribute(H5Aopen(dataset.get(), kChecksumAttribute, H5P_DEFAULT));
+      detail::Attribute attribute(H5Aopen(dataset.get(), detail::kChecksumAttribute, H5P_DEFAULT));
       uint64_t value = 0;
       require(attribute.valid() ? H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) : -1, "the checksum of " + full);
       stored = value;
