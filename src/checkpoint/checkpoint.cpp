@@ -22,6 +22,7 @@
 #include "checkpoint/digest.h"
 #include "checkpoint/dtypes.h"
 #include "checkpoint/hdf5_handles.h"
+#include "checkpoint/slice_plan.h"
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
@@ -30,104 +31,6 @@
 
 namespace shardtrain {
 namespace {
-
-// ---- small helpers -------------------------------------------------------------
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// Allgather of every rank's slice metadata (names, shapes, ranges), so that all
-// ranks agree on which datasets exist and validate them identically.
-std::vector<detail::SliceRecord> exchange_records(const std::vector<detail::SliceRecord>& mine, MPI_Comm comm,
-                                         const std::string& phase) {
-  const std::vector<std::string> all = all_gather_strings(detail::encode_slice_records(mine), comm, phase);
-  std::vector<detail::SliceRecord> records;
-  for (int rank = 0; rank < static_cast<int>(all.size()); ++rank)
-    for (detail::SliceRecord& r : detail::decode_slice_records(all[static_cast<size_t>(rank)], rank))
-      records.push_back(std::move(r));
-  return records;
-}
-
-// One tensor of a group: its agreed shape and dtype, and every rank's ranges.
-struct TensorPlan {
-  std::vector<int64_t> shape;
-  int dtype = 0;
-  std::vector<detail::SliceRecord> records;
-};
-
-// Groups the records by tensor name (sorted, so every rank visits datasets in
-// the same order) and checks what can be checked without the file. `where`
-// names the group for messages.
-std::map<std::string, TensorPlan> plan_group(const std::vector<detail::SliceRecord>& records, const std::string& where,
-                                             bool require_exact_cover) {
-  const auto& table = detail::dtype_table();
-  std::map<std::string, TensorPlan> plans;
-  for (const auto& r : records) {
-    auto found = plans.find(r.name);
-    if (found == plans.end()) {
-      plans[r.name] = TensorPlan{r.shape, r.dtype, {r}};
-      continue;
-    }
-    TensorPlan& plan = found->second;
-    const detail::SliceRecord& first = plan.records.front();
-    if (plan.shape != r.shape || plan.dtype != r.dtype)
-      throw Error(where + "/" + r.name + ": ranks disagree on the tensor: rank " + std::to_string(first.rank) +
-                  " has " + table[first.dtype].name + " " + shape_string(first.shape) + ", rank " +
-                  std::to_string(r.rank) + " has " + table[r.dtype].name + " " + shape_string(r.shape));
-    plan.records.push_back(r);
-  }
-  for (auto& [name, plan] : plans) {
-    const int64_t numel = numel_of(plan.shape);
-    for (const auto& r : plan.records) {
-      if (r.begin < 0 || r.count < 0 || r.begin + r.count > numel)
-        throw Error(where + "/" + name + ": rank " + std::to_string(r.rank) + "'s slice [" +
-                    std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) +
-                    ") is outside the tensor's " + std::to_string(numel) + " elements (shape " +
-                    shape_string(plan.shape) + ")");
-    }
-    // Sorted by (begin, rank): overlap checks need neighbours in flat order.
-    std::vector<detail::SliceRecord> sorted = plan.records;
-    std::sort(sorted.begin(), sorted.end(), [](const detail::SliceRecord& a, const detail::SliceRecord& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
-    });
-    if (require_exact_cover) {
-      int64_t next = 0;
-      for (const auto& r : sorted) {
-        if (r.count == 0) continue;
-        if (r.begin != next)
-          throw Error(where + "/" + name + ": the ranks' slices " +
-                      (r.begin > next ? "leave elements [" + std::to_string(next) + ", " + std::to_string(r.begin) +
-                                            ") unwritten"
-                                      : "overlap at element " + std::to_string(r.begin) + " (rank " +
-                                            std::to_string(r.rank) + ")"));
-        next = r.begin + r.count;
-      }
-      if (next != numel)
-        throw Error(where + "/" + name + ": the ranks' slices leave elements [" + std::to_string(next) + ", " +
-                    std::to_string(numel) + ") unwritten");
-    } else {
-      std::map<int, int64_t> end_by_rank;
-      for (const auto& r : sorted) {
-        if (r.count == 0) continue;
-        auto it = end_by_rank.find(r.rank);
-        if (it != end_by_rank.end() && r.begin < it->second)
-          throw Error(where + "/" + name + ": rank " + std::to_string(r.rank) +
-                      " requests overlapping slices at element " + std::to_string(r.begin));
-        end_by_rank[r.rank] = r.begin + r.count;
-      }
-    }
-  }
-  return plans;
-}
 
 // Selects the flat element range [begin, end) of a row-major dataspace as a
 // union of boxes. Greedy from `begin`: take the largest block (a run along the
@@ -186,7 +89,7 @@ detail::PropertyList collective_transfer() {
 // `buffer` holds their elements back to back. Returns "" or why it failed
 // (the OS's reason where there is one); the caller agrees on failure with the
 // other ranks (throw_if_any_failed), so every rank throws alike.
-std::string transfer(bool writing, hid_t dataset, const TensorPlan& plan,
+std::string transfer(bool writing, hid_t dataset, const detail::TensorPlan& plan,
                      const std::vector<std::pair<int64_t, int64_t>>& ranges, void* buffer, hid_t dxpl,
                      const std::string& file_path) {
   detail::Dataspace file_space = make_file_space(plan.shape);
@@ -249,45 +152,6 @@ int size_of(MPI_Comm comm) {
   return size;
 }
 
-// The flat ranges of [0, numel) that `records` do not cover, sorted.
-std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<detail::SliceRecord>& records, int64_t numel) {
-  std::vector<std::pair<int64_t, int64_t>> covered;
-  for (const auto& r : records)
-    if (r.count > 0) covered.emplace_back(r.begin, r.begin + r.count);
-  std::sort(covered.begin(), covered.end());
-  std::vector<std::pair<int64_t, int64_t>> gaps;
-  int64_t next = 0;
-  for (const auto& [begin, end] : covered) {
-    if (begin > next) gaps.emplace_back(next, begin - next);
-    next = std::max(next, end);
-  }
-  if (next < numel) gaps.emplace_back(next, numel - next);
-  return gaps;
-}
-
-// The parts of [begin, begin + count) that no record of a rank below `rank`
-// covers: the elements whose checksum terms `rank` adds, so that each element
-// of a dataset read by several ranks is counted once. Sorted (begin, count).
-std::vector<std::pair<int64_t, int64_t>> first_claims(const std::vector<detail::SliceRecord>& records, int rank,
-                                                      int64_t begin, int64_t count) {
-  std::vector<std::pair<int64_t, int64_t>> lower;
-  for (const auto& r : records)
-    if (r.rank < rank && r.count > 0) lower.emplace_back(r.begin, r.begin + r.count);
-  std::sort(lower.begin(), lower.end());
-  std::vector<std::pair<int64_t, int64_t>> out;
-  int64_t position = begin;
-  const int64_t end = begin + count;
-  for (const auto& [b, e] : lower) {
-    if (e <= position) continue;
-    if (b >= end) break;
-    if (b > position) out.emplace_back(position, b - position);
-    position = std::max(position, e);
-    if (position >= end) break;
-  }
-  if (position < end) out.emplace_back(position, end - position);
-  return out;
-}
-
 }  // namespace
 
 // ---- slices of a flat shard ----------------------------------------------------
@@ -299,9 +163,9 @@ std::vector<TensorSlice> slices_of_shard(const std::vector<FlatTensor>& layout, 
   std::vector<TensorSlice> slices;
   for (const auto& tensor : layout) {
     const int64_t begin = std::max(tensor.offset, shard_begin);
-    const int64_t end = std::min(tensor.offset + numel_of(tensor.shape), shard_end);
+    const int64_t end = std::min(tensor.offset + detail::numel_of(tensor.shape), shard_end);
     // An empty tensor is in every shard, so its dataset is still created.
-    if (begin >= end && numel_of(tensor.shape) > 0) continue;
+    if (begin >= end && detail::numel_of(tensor.shape) > 0) continue;
     if (begin >= end) {
       slices.push_back(TensorSlice{tensor.name, tensor.shape, 0, flat.narrow(0, 0, 0)});
       continue;
@@ -432,8 +296,8 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   // Validation happens on the gathered records, so every rank throws alike.
   if (std::find(w.written_groups.begin(), w.written_groups.end(), group) != w.written_groups.end())
     throw Error(where + ": group written twice in one checkpoint");
-  std::map<std::string, TensorPlan> plans = plan_group(
-      exchange_records(mine, w.comm, w.phase("/" + group + ": exchanging the slices")), where,
+  std::map<std::string, detail::TensorPlan> plans = detail::plan_group(
+      detail::exchange_records(mine, w.comm, w.phase("/" + group + ": exchanging the slices")), where,
       /*require_exact_cover=*/true);
   w.written_groups.push_back(group);
 
@@ -441,7 +305,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   // covers HDF5's metadata (object headers, the group's B-tree).
   uint64_t group_bytes = uint64_t{1} << 20;
   for (const auto& [name, plan] : plans)
-    group_bytes += static_cast<uint64_t>(numel_of(plan.shape)) *
+    group_bytes += static_cast<uint64_t>(detail::numel_of(plan.shape)) *
                        at::elementSize(detail::dtype_table()[static_cast<size_t>(plan.dtype)].scalar_type) + 4096;
   on_rank0(w.comm, w.phase("/" + group + ": checking free space"), [&] {
     require_free_space(file_directory(w.final_path), group_bytes, "checkpoint " + w.final_path + " (/" + group + ")");
@@ -506,7 +370,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
     detail::Dataset& dataset = datasets[index++];
     const std::string full = detail::join_group(group, name);
     PhaseGuard guard(w.comm, w.phase(full));
-    if (numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
+    if (detail::numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
 
     std::vector<std::pair<int64_t, int64_t>> ranges;
     std::vector<size_t> order = my_slices_by_name[name];
@@ -806,8 +670,8 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     record.count = slice.data.numel();
     mine.push_back(std::move(record));
   }
-  std::map<std::string, TensorPlan> plans =
-      plan_group(exchange_records(mine, r.comm, r.phase("/" + group + ": exchanging the requests")), where,
+  std::map<std::string, detail::TensorPlan> plans =
+      detail::plan_group(detail::exchange_records(mine, r.comm, r.phase("/" + group + ": exchanging the requests")), where,
                  /*require_exact_cover=*/false);
 
   // Validate everything first: every rank checks the same union of requests,
@@ -821,8 +685,8 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     std::vector<int64_t> file_shape = r.dataset_shape(dataset.get(), full);
     int file_dtype = r.dataset_dtype(dataset.get(), full);
     if (file_shape != plan.shape || file_dtype != plan.dtype)
-      throw Error(r.path + ": dataset " + full + " is " + table[file_dtype].name + " " + shape_string(file_shape) +
-                  " in the checkpoint but " + table[plan.dtype].name + " " + shape_string(plan.shape) +
+      throw Error(r.path + ": dataset " + full + " is " + table[file_dtype].name + " " + detail::shape_string(file_shape) +
+                  " in the checkpoint but " + table[plan.dtype].name + " " + detail::shape_string(plan.shape) +
                   " was expected");
     stored.push_back(r.stored_checksum(dataset.get(), full));
     datasets.push_back(std::move(dataset));
@@ -838,7 +702,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   for (const auto& [name, plan] : plans) {
     const size_t k = index++;
     detail::Dataset& dataset = datasets[k];
-    const int64_t numel = numel_of(plan.shape);
+    const int64_t numel = detail::numel_of(plan.shape);
     if (numel == 0) continue;
     const std::string full = detail::join_group(group, name);
     // What this rank reads: its slices, and on rank 0 whatever no rank asked
@@ -851,7 +715,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     for (size_t i : my_slices_by_name[name])
       if (slices[i].data.numel() > 0) pieces.push_back({slices[i].begin, slices[i].data.numel(), static_cast<long>(i)});
     if (rank == 0)
-      for (const auto& [begin, count] : uncovered(plan.records, numel)) pieces.push_back({begin, count, -1});
+      for (const auto& [begin, count] : detail::uncovered(plan.records, numel)) pieces.push_back({begin, count, -1});
     std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
     std::vector<std::pair<int64_t, int64_t>> ranges;
     int64_t total = 0;
@@ -881,7 +745,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     for (const Piece& p : pieces) {
       // Elements a lower rank also read are hashed there, not here.
       const auto claims = p.slice < 0 ? std::vector<std::pair<int64_t, int64_t>>{{p.begin, p.count}}
-                                      : first_claims(plan.records, rank, p.begin, p.count);
+                                      : detail::first_claims(plan.records, rank, p.begin, p.count);
       for (const auto& [begin, count] : claims) {
         const detail::RangeDigest d = detail::digest(bytes + (offset + begin - p.begin) * element_size, plan.dtype, begin, count);
         checksums[k] += d.checksum;
@@ -1038,7 +902,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
       require(attribute.valid() ? H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) : -1, "the checksum of " + full);
       stored = value;
     }
-    const int64_t numel = numel_of(shape);
+    const int64_t numel = detail::numel_of(shape);
     const auto element_size = static_cast<int64_t>(at::elementSize(table[static_cast<size_t>(code)].scalar_type));
     detail::RangeDigest total;
     at::Tensor buffer;
