@@ -21,6 +21,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/digest.h"
 #include "checkpoint/dtypes.h"
+#include "checkpoint/flat_range_io.h"
 #include "checkpoint/hdf5_handles.h"
 #include "checkpoint/slice_plan.h"
 #include "shardtrain/comm/mpi_helpers.h"
@@ -31,89 +32,6 @@
 
 namespace shardtrain {
 namespace {
-
-// Selects the flat element range [begin, end) of a row-major dataspace as a
-// union of boxes. Greedy from `begin`: take the largest block (a run along the
-// outermost possible dimension) that starts aligned and fits; this yields at
-// most 2 * rank - 1 boxes (partial innermost rows up to an aligned start, whole
-// blocks, then partial rows down to `end`).
-void select_flat_range(hid_t space, const std::vector<int64_t>& shape, int64_t begin, int64_t end, bool* first) {
-  const size_t rank = shape.size();
-  if (rank == 0) {
-    ST_CHECK_HDF5(H5Sselect_all(space));
-    *first = false;
-    return;
-  }
-  std::vector<int64_t> stride(rank, 1);
-  for (size_t k = rank - 1; k > 0; --k) stride[k - 1] = stride[k] * shape[k];
-  std::vector<hsize_t> start(rank), count(rank);
-  int64_t position = begin;
-  while (position < end) {
-    size_t dim = rank - 1;
-    for (size_t k = 0; k < rank; ++k) {
-      if (position % stride[k] == 0 && position + stride[k] <= end) {
-        dim = k;
-        break;
-      }
-    }
-    int64_t remainder = position;
-    for (size_t k = 0; k < rank; ++k) {
-      start[k] = static_cast<hsize_t>(remainder / stride[k]);
-      remainder %= stride[k];
-    }
-    const int64_t room_in_dim = shape[dim] - static_cast<int64_t>(start[dim]);
-    const int64_t steps = std::min((end - position) / stride[dim], room_in_dim);
-    for (size_t k = 0; k < rank; ++k)
-      count[k] = k < dim ? 1 : (k == dim ? static_cast<hsize_t>(steps) : static_cast<hsize_t>(shape[k]));
-    ST_CHECK_HDF5(H5Sselect_hyperslab(space, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
-                                      count.data(), nullptr));
-    *first = false;
-    position += steps * stride[dim];
-  }
-}
-
-detail::Dataspace make_file_space(const std::vector<int64_t>& shape) {
-  if (shape.empty()) return detail::Dataspace(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-  std::vector<hsize_t> dims(shape.begin(), shape.end());
-  return detail::Dataspace(ST_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
-}
-
-detail::PropertyList collective_transfer() {
-  detail::PropertyList dxpl(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_XFER)));
-  ST_CHECK_HDF5(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE));
-  return dxpl;
-}
-
-// One collective H5Dread or H5Dwrite of this rank's ranges of a dataset (none
-// -> empty selection). `ranges` are (begin, count) sorted by begin, disjoint;
-// `buffer` holds their elements back to back. Returns "" or why it failed
-// (the OS's reason where there is one); the caller agrees on failure with the
-// other ranks (throw_if_any_failed), so every rank throws alike.
-std::string transfer(bool writing, hid_t dataset, const detail::TensorPlan& plan,
-                     const std::vector<std::pair<int64_t, int64_t>>& ranges, void* buffer, hid_t dxpl,
-                     const std::string& file_path) {
-  detail::Dataspace file_space = make_file_space(plan.shape);
-  int64_t total = 0;
-  bool first = true;
-  for (const auto& [begin, count] : ranges) {
-    if (count == 0) continue;
-    select_flat_range(file_space.get(), plan.shape, begin, begin + count, &first);
-    total += count;
-  }
-  hsize_t memory_length = static_cast<hsize_t>(std::max<int64_t>(total, 1));
-  detail::Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &memory_length, nullptr)));
-  static char dummy[8];
-  if (total == 0) {
-    ST_CHECK_HDF5(H5Sselect_none(file_space.get()));
-    ST_CHECK_HDF5(H5Sselect_none(memory_space.get()));
-    buffer = dummy;
-  }
-  hid_t memory_type = detail::dtype_table()[plan.dtype].memory_type;
-  errno = 0;
-  const herr_t status = writing ? H5Dwrite(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer)
-                                : H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), dxpl, buffer);
-  return status < 0 ? detail::io_failure_reason(errno, writing ? file_path : std::string()) : std::string();
-}
 
 // Whether `path` exists in the file. H5Lexists fails (rather than returning
 // false) when an intermediate group is missing, so walk the path one
@@ -337,7 +255,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   // Every element is written (exact cover is checked above): skip the fill pass.
   ST_CHECK_HDF5(H5Pset_alloc_time(dataset_create.get(), H5D_ALLOC_TIME_EARLY));
   ST_CHECK_HDF5(H5Pset_fill_time(dataset_create.get(), H5D_FILL_TIME_NEVER));
-  detail::PropertyList dxpl = collective_transfer();
+  detail::PropertyList dxpl = detail::collective_transfer();
   detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
 
   // All datasets first (their space is allocated at creation), so rank 0 can
@@ -351,7 +269,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
     size_t index = 0;
     for (const auto& [name, plan] : plans) {
       const uint64_t checksum = checksums[index++];
-      detail::Dataspace file_space = make_file_space(plan.shape);
+      detail::Dataspace file_space = detail::make_file_space(plan.shape);
       detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(), detail::dtype_table()[plan.dtype].file_type,
                                                file_space.get(), H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
       w.write_attribute(dataset.get(), detail::kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(), &checksum);
@@ -384,7 +302,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
       buffer = at::cat(pieces);
     }
     for (size_t i : order) ranges.emplace_back(slices[i].begin, host_data[i].numel());
-    std::string problem = transfer(/*writing=*/true, dataset.get(), plan, ranges,
+    std::string problem = detail::transfer(/*writing=*/true, dataset.get(), plan.shape, plan.dtype, ranges,
                                    buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), w.temporary_path);
     if (!problem.empty()) problem = w.write_failure(full, problem);
     throw_if_any_failed(problem, w.comm, w.phase(full + ": agreeing on the write"));
@@ -694,7 +612,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
 
   std::map<std::string, std::vector<size_t>> my_slices_by_name;
   for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
-  detail::PropertyList dxpl = collective_transfer();
+  detail::PropertyList dxpl = detail::collective_transfer();
   // Per dataset: this rank's share of the checksum and of the non-finite count.
   std::vector<uint64_t> checksums(plans.size(), 0);
   std::vector<int64_t> non_finite(plans.size(), 0);
@@ -734,7 +652,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     if (!direct && total > 0) buffer = at::empty({total}, at::TensorOptions().dtype(table[plan.dtype].scalar_type));
     {
       PhaseGuard guard(r.comm, r.phase(full));
-      std::string problem = transfer(/*writing=*/false, dataset.get(), plan, ranges,
+      std::string problem = detail::transfer(/*writing=*/false, dataset.get(), plan.shape, plan.dtype, ranges,
                                      buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), r.path);
       throw_if_any_failed(problem.empty() ? problem : "cannot read checkpoint " + r.path + " (" + full + "): " + problem,
                           r.comm, r.phase(full + ": agreeing on the read"));
@@ -910,9 +828,9 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
       const int64_t count = std::min(kChunkElements, numel - begin);
       if (!buffer.defined() || buffer.numel() < count)
         buffer = at::empty({count}, at::TensorOptions().dtype(table[static_cast<size_t>(code)].scalar_type));
-      detail::Dataspace file_space = make_file_space(shape);
+      detail::Dataspace file_space = detail::make_file_space(shape);
       bool first = true;
-      select_flat_range(file_space.get(), shape, begin, begin + count, &first);
+      detail::select_flat_range(file_space.get(), shape, begin, begin + count, &first);
       const hsize_t length = static_cast<hsize_t>(count);
       detail::Dataspace memory_space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
       errno = 0;
