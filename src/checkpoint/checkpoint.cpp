@@ -72,28 +72,6 @@ int size_of(MPI_Comm comm) {
 
 }  // namespace
 
-// ---- slices of a flat shard ----------------------------------------------------
-
-std::vector<TensorSlice> slices_of_shard(const std::vector<FlatTensor>& layout, int64_t shard_begin,
-                                         const at::Tensor& shard) {
-  const int64_t shard_end = shard_begin + shard.numel();
-  at::Tensor flat = shard.view({-1});
-  std::vector<TensorSlice> slices;
-  for (const auto& tensor : layout) {
-    const int64_t begin = std::max(tensor.offset, shard_begin);
-    const int64_t end = std::min(tensor.offset + detail::numel_of(tensor.shape), shard_end);
-    // An empty tensor is in every shard, so its dataset is still created.
-    if (begin >= end && detail::numel_of(tensor.shape) > 0) continue;
-    if (begin >= end) {
-      slices.push_back(TensorSlice{tensor.name, tensor.shape, 0, flat.narrow(0, 0, 0)});
-      continue;
-    }
-    slices.push_back(TensorSlice{tensor.name, tensor.shape, begin - tensor.offset,
-                                 flat.narrow(0, begin - shard_begin, end - begin)});
-  }
-  return slices;
-}
-
 // ---- writer ----------------------------------------------------------------------
 
 struct CheckpointWriter::Impl {
