@@ -210,14 +210,7 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   std::vector<detail::SliceRecord> mine;
   for (const auto& slice : slices) {
     if (!slice.data.defined()) throw Error(where + "/" + slice.name + ": slice has no data tensor to fill");
-    detail::SliceRecord record;
-    record.rank = rank;
-    record.name = slice.name;
-    record.dtype = detail::dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
-    record.shape = slice.shape;
-    record.begin = slice.begin;
-    record.count = slice.data.numel();
-    mine.push_back(std::move(record));
+    mine.push_back(detail::record_of(slice, rank, where));
   }
   std::map<std::string, detail::TensorPlan> plans = detail::plan_group(
       detail::exchange_records(mine, r.comm, r.phase("/" + group + ": exchanging the requests")), where,

@@ -55,6 +55,15 @@ struct CheckpointWriter::Impl {
         ST_CHECK_HDF5(H5Acreate2(location, key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT)));
     ST_CHECK_HDF5(H5Awrite(attribute.get(), memory_type, value));
   }
+  // A number as a root attribute: rank 0's value, stored as `file_type`.
+  template <class T>
+  void set_scalar_attribute(const std::string& key, T value, hid_t file_type, hid_t memory_type) {
+    check_open("set_attribute");
+    value = broadcast_value(value, comm, phase("attribute " + key));
+    PhaseGuard guard(comm, phase("attribute " + key));
+    detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+    write_attribute(file.get(), key, file_type, memory_type, scalar.get(), &value);
+  }
   void check_open(const char* method) const {
     if (!file.valid())
       throw Error(std::string("CheckpointWriter::") + method + " called after commit() on " + final_path);
@@ -145,14 +154,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
     if (slice.name.empty() || slice.name.find('/') != std::string::npos)
       throw Error(where + ": tensor name '" + slice.name + "' must be non-empty and contain no '/'");
     if (!slice.data.defined()) throw Error(where + "/" + slice.name + ": slice has no data");
-    detail::SliceRecord r;
-    r.rank = w.rank;
-    r.name = slice.name;
-    r.dtype = detail::dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
-    r.shape = slice.shape;
-    r.begin = slice.begin;
-    r.count = slice.data.numel();
-    mine.push_back(std::move(r));
+    mine.push_back(detail::record_of(slice, w.rank, where));
     host_data.push_back(slice.data.to(at::kCPU).contiguous().view({-1}));
   }
   // Validation happens on the gathered records, so every rank throws alike.
@@ -260,21 +262,11 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, int64_t value) {
-  Impl& w = *impl_;
-  w.check_open("set_attribute");
-  value = broadcast_value(value, w.comm, w.phase("attribute " + key));
-  PhaseGuard guard(w.comm, w.phase("attribute " + key));
-  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-  w.write_attribute(w.file.get(), key, H5T_STD_I64LE, H5T_NATIVE_INT64, scalar.get(), &value);
+  impl_->set_scalar_attribute(key, value, H5T_STD_I64LE, H5T_NATIVE_INT64);
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, double value) {
-  Impl& w = *impl_;
-  w.check_open("set_attribute");
-  value = broadcast_value(value, w.comm, w.phase("attribute " + key));
-  PhaseGuard guard(w.comm, w.phase("attribute " + key));
-  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-  w.write_attribute(w.file.get(), key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, scalar.get(), &value);
+  impl_->set_scalar_attribute(key, value, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE);
 }
 
 void CheckpointWriter::set_attribute(const std::string& key, const std::string& value) {

@@ -21,6 +21,17 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
+SliceRecord record_of(const TensorSlice& slice, int rank, const std::string& where) {
+  SliceRecord record;
+  record.rank = rank;
+  record.name = slice.name;
+  record.dtype = dtype_code(slice.data.scalar_type(), where + "/" + slice.name);
+  record.shape = slice.shape;
+  record.begin = slice.begin;
+  record.count = slice.data.numel();
+  return record;
+}
+
 std::vector<SliceRecord> exchange_records(const std::vector<SliceRecord>& mine, MPI_Comm comm,
                                           const std::string& phase) {
   const std::vector<std::string> all = all_gather_strings(encode_slice_records(mine), comm, phase);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_format.h"
+#include "shardtrain/checkpoint/checkpoint.h"
 
 namespace shardtrain {
 namespace detail {
@@ -33,6 +34,10 @@ struct TensorPlan {
   int dtype = 0;
   std::vector<SliceRecord> records;
 };
+
+// What `rank` sends of its `slice`. Error naming `where` (the group) for a
+// dtype a checkpoint cannot hold.
+SliceRecord record_of(const TensorSlice& slice, int rank, const std::string& where);
 
 // Allgather of every rank's slice metadata (names, shapes, ranges), so that all
 // ranks agree on which datasets exist and validate them identically.
