@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "checkpoint/slice_plan.h"
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
 
@@ -16,12 +17,6 @@ namespace {
 constexpr const char* kModelGroup = "model";
 constexpr const char* kExpAvgGroup = "optim/exp_avg";
 constexpr const char* kExpAvgSqGroup = "optim/exp_avg_sq";
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // Whether every rank has `value`; Error on all ranks (naming `what`) when the
 // ranks disagree, because the collective calls that follow would not match.
@@ -80,8 +75,8 @@ void check_group_matches(const CheckpointReader& reader, const std::string& grou
                   " (the checkpoint belongs to another model architecture)");
     const std::vector<int64_t> shape = reader.shape(group, tensor.name);
     if (shape != tensor.shape)
-      throw Error(path + ": tensor /" + group + "/" + tensor.name + " has shape " + shape_string(shape) +
-                  " in the checkpoint but the model's is " + shape_string(tensor.shape));
+      throw Error(path + ": tensor /" + group + "/" + tensor.name + " has shape " + detail::shape_string(shape) +
+                  " in the checkpoint but the model's is " + detail::shape_string(tensor.shape));
   }
 }
 
@@ -115,6 +110,26 @@ std::vector<TensorSlice> slices_of_parts(const std::vector<FlatTensor>& layout, 
 }
 
 }  // namespace
+
+std::vector<TensorSlice> slices_of_shard(const std::vector<FlatTensor>& layout, int64_t shard_begin,
+                                         const at::Tensor& shard) {
+  const int64_t shard_end = shard_begin + shard.numel();
+  at::Tensor flat = shard.view({-1});
+  std::vector<TensorSlice> slices;
+  for (const auto& tensor : layout) {
+    const int64_t begin = std::max(tensor.offset, shard_begin);
+    const int64_t end = std::min(tensor.offset + detail::numel_of(tensor.shape), shard_end);
+    // An empty tensor is in every shard, so its dataset is still created.
+    if (begin >= end && detail::numel_of(tensor.shape) > 0) continue;
+    if (begin >= end) {
+      slices.push_back(TensorSlice{tensor.name, tensor.shape, 0, flat.narrow(0, 0, 0)});
+      continue;
+    }
+    slices.push_back(TensorSlice{tensor.name, tensor.shape, begin - tensor.offset,
+                                 flat.narrow(0, begin - shard_begin, end - begin)});
+  }
+  return slices;
+}
 
 const char* model_group() { return kModelGroup; }
 

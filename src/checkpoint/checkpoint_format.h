@@ -1,0 +1,98 @@
+// Private to src/checkpoint: what the names and bytes that describe a
+// checkpoint mean, as pure functions over values, strings and byte buffers (no
+// MPI, no HDF5, no torch), so that a hostile file's metadata can be parsed,
+// and fuzzed, in one process without either. The I/O around them fetches the
+// raw values: checkpoint_reader.cpp and verify.cpp from the file,
+// slice_plan.cpp from the other ranks.
+//
+//   detail::check_format_version(path, stored_version);   // Error unless this build reads it
+//   detail::AttributeShape shape;                           // as HDF5 describes the attribute
+//   shape.type_class = detail::TypeClass::kInteger;
+//   shape.num_elements = 1;
+//   if (!detail::holds(detail::AttributeKind::kInteger, shape)) ...
+//   std::vector<SliceRecord> records = detail::decode_slice_records(bytes, rank);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtrain {
+namespace detail {
+
+// ---- names and versions in the file ------------------------------------------
+
+constexpr int64_t kFormatVersion = 1;
+constexpr const char* kFormatAttribute = "shardtrain_format_version";
+constexpr const char* kWorldSizeAttribute = "writer_world_size";
+// Checksums came after format version 1 without changing the layout: a file
+// that has this root attribute has a checksum attribute on every dataset.
+constexpr const char* kChecksumAlgorithmAttribute = "shardtrain_checksum_algorithm";
+constexpr const char* kChecksumAlgorithm = "sum-mix64-v1";
+constexpr const char* kChecksumAttribute = "shardtrain_checksum";
+
+// The dataset path "/<group>/<name>".
+std::string join_group(const std::string& group, const std::string& name);
+
+// Error unless `group` is a relative path like "model" or "optim/exp_avg".
+void check_group_name(const std::string& group);
+
+// Error naming the file `path` unless this build reads checkpoints of `version`.
+void check_format_version(const std::string& path, int64_t version);
+
+// Error naming the file unless its checksums are of the kind this build computes.
+void check_checksum_algorithm(const std::string& path, const std::string& algorithm);
+
+// ---- root attributes -----------------------------------------------------------
+
+// What CheckpointReader's int_attribute(), double_attribute(),
+// string_attribute() and bytes_attribute() return.
+enum class AttributeKind { kInteger, kFloat, kString, kBytes };
+
+// An attribute's HDF5 type class, as far as the kinds tell them apart.
+enum class TypeClass { kInteger, kFloat, kString, kOther };
+
+// How the file describes an attribute. The reader fills in what the wanted
+// kind looks at: the type always, the dataspace for every kind but kString.
+struct AttributeShape {
+  TypeClass type_class = TypeClass::kOther;
+  size_t type_size_bytes = 0;
+  int num_dimensions = -1;
+  int64_t num_elements = -1;
+};
+
+// Whether an attribute of `shape` holds a value of `kind`: one integer, one
+// floating-point number, a string of any length, or a 1-D array of 1-byte
+// integers.
+bool holds(AttributeKind kind, const AttributeShape& shape);
+
+// `kind` in "attribute 'step' is not <an integer>" messages.
+const char* kind_description(AttributeKind kind);
+
+// The text of a fixed-length string attribute (as other tools write them):
+// its bytes up to the first NUL.
+std::string text_of_fixed_length_string(std::string bytes);
+
+// ---- slice records, between ranks ---------------------------------------------
+
+// A rank's contribution to one group, as seen by every rank after the exchange.
+struct SliceRecord {
+  int rank = 0;
+  std::string name;
+  int dtype = 0;  // a code of checkpoint/dtypes.h
+  std::vector<int64_t> shape;
+  int64_t begin = 0, count = 0;
+};
+
+// One rank's records as bytes (native byte order: they only travel between the
+// ranks of one job). The `rank` fields are not sent.
+std::string encode_slice_records(const std::vector<SliceRecord>& records);
+
+// The records encode_slice_records() wrote on `rank`. Error when `bytes` are
+// cut short or run on (never for bytes encode_slice_records() wrote). Dtype
+// codes, shapes and ranges are taken as sent: plan_group() judges them.
+std::vector<SliceRecord> decode_slice_records(const std::string& bytes, int rank);
+
+}  // namespace detail
+}  // namespace shardtrain
