@@ -33,13 +33,8 @@ void Resolver::resolve_optimizer(const json* optimizer) {
     problem("optimizer.type", type, "only \"AdamW\" (or \"Adam\" with adam_w_mode true) is implemented");
     return;
   }
-  const json empty = json::object();
-  const json* params = find(*optimizer, "params");
-  if (params && !object("optimizer.params", *params)) return;
-  if (!params) params = &empty;
-  for (const auto& item : optimizer->items())
-    if (item.key() != "type" && item.key() != "params")
-      problem("optimizer." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
+  const json* params = params_of("optimizer", *optimizer);
+  if (!params) return;
 
   bool torch_adam = false;
   if (const json* v = find(*params, "torch_adam")) {

@@ -132,6 +132,19 @@ class Resolver {
     return false;
   }
 
+  // The "params" object of a {"type": ..., "params": {...}} section (an empty
+  // object when it is absent), after reporting the section's other keys;
+  // nullptr when "params" is not an object.
+  const json* params_of(const std::string& name, const json& section) {
+    static const json kEmpty = json::object();
+    const json* params = find(section, "params");
+    if (params && !object(name + ".params", *params)) return nullptr;
+    for (const auto& item : section.items())
+      if (item.key() != "type" && item.key() != "params")
+        problem(name + "." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
+    return params ? params : &kEmpty;
+  }
+
   // zero_optimization's "auto" bucket sizes (deepspeed_zero.cpp): H * H,
   // int(0.9 * H * H) and 10 * H of the model's hidden size H, read once.
   std::optional<int64_t> hidden_size(const std::string& key, const json& v);

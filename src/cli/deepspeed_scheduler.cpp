@@ -40,13 +40,8 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   }
   if (assign("train.lr_scheduler_type", c_.train.lr_scheduler_type, kind, "scheduler.type", type, false))
     line("scheduler.type", type, "train.lr_scheduler_type = " + text(kind));
-  const json empty = json::object();
-  const json* params = find(*scheduler, "params");
-  if (params && !object("scheduler.params", *params)) return;
-  if (!params) params = &empty;
-  for (const auto& item : scheduler->items())
-    if (item.key() != "type" && item.key() != "params")
-      problem("scheduler." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
+  const json* params = params_of("scheduler", *scheduler);
+  if (!params) return;
   std::string names;
   for (const Param& p : kParams)
     if (std::strchr(p.types, letter)) names += std::string(names.empty() ? "" : ", ") + p.name;
