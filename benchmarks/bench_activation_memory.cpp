@@ -39,7 +39,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 
 using namespace shardtrain;
 
@@ -79,7 +79,7 @@ struct Measured {
 };
 
 Measured measure(bool checkpointing, int64_t B, int64_t L, int reps) {
-  BertForSequenceClassification model(bert_base_cased_config(2));
+  SequenceClassifier model(bert_base_cased_config(2));
   model.init_weights(1);
   model.set_gradient_checkpointing(checkpointing);
   model.set_unpadded(false);  // full-length rows: padded and packed hold the same tokens

@@ -42,7 +42,7 @@
 #include "bench_util.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/dropout.h"
 
 using namespace shardtrain;
@@ -57,17 +57,27 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.detach() - b.detach()).abs().max().item<double>() / (1.0 + b.detach().abs().max().item<double>());
 }
 
-// HF's eager BertLayer on `layer`'s parameters.
-at::Tensor hf_layer(BertLayer& layer, const at::Tensor& x, const at::Tensor& mask, int64_t H, double p) {
+// HF's eager BertLayer on the parameters of `model`'s layer 0.
+at::Tensor hf_layer(const SequenceClassifier& model, const at::Tensor& x, const at::Tensor& mask, int64_t H,
+                    double p) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), Dh = D / H;
-  auto heads = [&](torch::nn::Linear& lin) { return lin(x).view({B, L, H, Dh}).transpose(1, 2); };
-  at::Tensor scores = at::matmul(heads(layer.query), heads(layer.key).transpose(-1, -2)) / std::sqrt(double(Dh)) + mask;
+  auto linear = [&](const at::Tensor& in, const std::string& name) {
+    return at::linear(in, model.parameter("bert.encoder.layer.0." + name + ".weight"),
+                      model.parameter("bert.encoder.layer.0." + name + ".bias"));
+  };
+  auto norm = [&](const at::Tensor& in, const std::string& name) {
+    return at::layer_norm(in, {D}, model.parameter("bert.encoder.layer.0." + name + ".weight"),
+                          model.parameter("bert.encoder.layer.0." + name + ".bias"), model.config().layer_norm_eps);
+  };
+  auto heads = [&](const std::string& name) { return linear(x, name).view({B, L, H, Dh}).transpose(1, 2); };
+  at::Tensor scores = at::matmul(heads("attention.self.query"), heads("attention.self.key").transpose(-1, -2)) /
+                          std::sqrt(double(Dh)) + mask;
   at::Tensor probs = at::dropout(at::softmax(scores, -1), p, p > 0);
-  at::Tensor context = at::matmul(probs, heads(layer.value)).transpose(1, 2).reshape({B, L, D});
+  at::Tensor context = at::matmul(probs, heads("attention.self.value")).transpose(1, 2).reshape({B, L, D});
   at::Tensor attended =
-      layer.attention_output_layer_norm(at::dropout(layer.attention_output_dense(context), p, p > 0) + x);
-  at::Tensor inner = at::gelu(layer.intermediate_dense(attended));
-  return layer.output_layer_norm(at::dropout(layer.output_dense(inner), p, p > 0) + attended);
+      norm(at::dropout(linear(context, "attention.output.dense"), p, p > 0) + x, "attention.output.LayerNorm");
+  at::Tensor inner = at::gelu(linear(attended, "intermediate.dense"));
+  return norm(at::dropout(linear(inner, "output.dense"), p, p > 0) + attended, "output.LayerNorm");
 }
 
 struct Row {
@@ -108,7 +118,7 @@ int run(World& world, int argc, char** argv) {
   }
   if (threads > 0) at::set_num_threads(threads);
 
-  BertConfig config = bert_base_cased_config(2);
+  EncoderConfig config = bert_base_cased_config(2);
   const int64_t D = config.hidden_size, H = config.num_attention_heads, B = 16;
   auto gen = at::detail::createCPUGenerator(7);
   const at::Tensor lengths = at::randint(30, 81, {B}, gen, at::kLong);
@@ -130,23 +140,26 @@ int run(World& world, int argc, char** argv) {
 
   // ---- layer, attention-only ----
   for (const double p : {0.0, 0.1}) {
-    BertConfig c = config;
+    EncoderConfig c = config;
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = p;
-    auto layer = std::make_shared<BertLayer>(c);
-    layer->train();
-    auto ours = [&] { layer->forward(x, mask).backward(upstream); };
-    auto theirs = [&] { hf_layer(*layer, x, mask, H, p).backward(upstream); };
+    c.num_hidden_layers = 1;
+    SequenceClassifier model(c);
+    model.init_weights(11);
+    model.train();
+    const at::Tensor query = model.parameter("bert.encoder.layer.0.attention.self.query.weight");
+    auto ours = [&] { model.forward_layer(0, x, mask).backward(upstream); };
+    auto theirs = [&] { hf_layer(model, x, mask, H, p).backward(upstream); };
     if (p == 0.0) {
-      const at::Tensor a = layer->forward(x, mask), b = hf_layer(*layer, x, mask, H, 0.0);
+      const at::Tensor a = model.forward_layer(0, x, mask), b = hf_layer(model, x, mask, H, 0.0);
       check("layer outputs", max_diff(a, b));
-      layer->zero_grad();
+      model.zero_grad();
       a.backward(upstream);
-      const at::Tensor grad_a = layer->query->weight.grad().clone();
-      layer->zero_grad();
+      const at::Tensor grad_a = query.grad().clone();
+      model.zero_grad();
       b.backward(upstream);
-      check("layer query.weight grads", max_diff(grad_a, layer->query->weight.grad()));
+      check("layer query.weight grads", max_diff(grad_a, query.grad()));
     }
-    rows.push_back(time_pair(p == 0.0 ? "attention-only" : "layer", "BertLayer::forward", ours,
+    rows.push_back(time_pair(p == 0.0 ? "attention-only" : "layer", "the encoder layer", ours,
                              "HF eager ops", theirs, reps));
   }
 
@@ -179,21 +192,25 @@ int run(World& world, int argc, char** argv) {
 
   // ---- word-embedding gradient ----
   {
-    auto embeddings = std::make_shared<BertEmbeddings>(config);
-    at::Tensor weight = embeddings->word_embeddings->weight;
+    EncoderConfig c = config;
+    c.num_hidden_layers = 1;
+    SequenceClassifier embeddings(c);
+    embeddings.init_weights(13);
+    auto p = [&](const char* name) { return embeddings.parameter(std::string("bert.embeddings.") + name); };
+    at::Tensor weight = p("word_embeddings.weight");
     weight.mutable_grad() = at::zeros_like(weight);  // a strategy's flat-buffer view
     const at::Tensor ids = at::randint(1, config.vocab_size, {T}, gen, at::kLong);
     const at::Tensor up = at::randn({T, D}, gen, at::TensorOptions());
     // Both ways add the same token-type and position rows and apply the same
     // LayerNorm: only the word rows' gradient path differs.
-    auto lookup_ours = [&] { return embeddings->forward_packed(ids, at::zeros_like(ids), at::zeros_like(ids)); };
+    auto lookup_ours = [&] { return embeddings.forward_embeddings(ids, at::zeros_like(ids), at::zeros_like(ids)); };
     auto lookup_theirs = [&] {
       at::Tensor x = at::embedding(weight, ids, config.pad_token_id) +
-                     embeddings->token_type_embeddings(at::zeros_like(ids)) +
-                     embeddings->position_embeddings(at::zeros_like(ids));
-      return embeddings->layer_norm(x);
+                     at::embedding(p("token_type_embeddings.weight"), at::zeros_like(ids)) +
+                     at::embedding(p("position_embeddings.weight"), at::zeros_like(ids));
+      return at::layer_norm(x, {D}, p("LayerNorm.weight"), p("LayerNorm.bias"), config.layer_norm_eps);
     };
-    embeddings->eval();  // dropout off: the two ways must give the same gradient
+    embeddings.eval();  // dropout off: the two ways must give the same gradient
     weight.grad().zero_();
     lookup_ours().backward(up);
     const at::Tensor grad_ours = weight.grad().clone();

@@ -45,18 +45,18 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 
 using namespace shardtrain;
 using namespace shardtrain_bench::sharding;
 
 namespace {
 
-BertConfig resolve_model(const std::string& model) {
-  BertConfig c = model == "bert-base"    ? bert_base_cased_config()
-                 : model == "quickstart" ? BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) +
+EncoderConfig resolve_model(const std::string& model) {
+  EncoderConfig c = model == "bert-base"    ? bert_base_cased_config()
+                 : model == "quickstart" ? EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) +
                                                                  "/configs/models/bert_tiny.json")
-                                         : BertConfig::from_file(model);
+                                         : EncoderConfig::from_file(model);
   c.hidden_dropout_prob = 0.0;
   c.attention_probs_dropout_prob = 0.0;
   c.classifier_dropout = -1.0;
@@ -114,7 +114,7 @@ int run(World& world, int argc, char** argv) {
   }
   if (names.empty()) throw Error("--strategies: nothing to run");
 
-  const BertConfig config = resolve_model(options.model_name);
+  const EncoderConfig config = resolve_model(options.model_name);
   if (options.seq_len > config.max_position_embeddings)
     throw Error(str_format("--seq-len %lld exceeds the model's max_position_embeddings (%lld)",
                            static_cast<long long>(options.seq_len),

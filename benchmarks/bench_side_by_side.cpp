@@ -60,7 +60,7 @@
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
@@ -73,10 +73,10 @@ namespace {
 
 const Clock::time_point kProcessStart = Clock::now();
 
-BertConfig resolve_model(const std::string& model) {
-  if (model == "quickstart") return BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
+EncoderConfig resolve_model(const std::string& model) {
+  if (model == "quickstart") return EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
   if (model == "bert-base") return bert_base_cased_config();
-  return BertConfig::from_file(model);
+  return EncoderConfig::from_file(model);
 }
 
 RawTable read_mrpc(const std::string& path) {
@@ -130,7 +130,7 @@ int run_train(World& world, const TrainArgs& a) {
   HfLoadOptions load;
   if (a.dropout >= 0) load.hidden_dropout_prob = load.attention_probs_dropout_prob = a.dropout;
   HfModel hf = load_hf_folder(a.model_dir, load);
-  BertForSequenceClassification& model = *hf.model;
+  SequenceClassifier& model = *hf.model;
   if (!hf.report.message().empty()) throw Error(a.model_dir + ": " + hf.report.message());
   model.train();
   model.set_unpadded(packed);
@@ -264,9 +264,9 @@ int run(World& world, int argc, char** argv) {
   }
 
   if (*init) {
-    BertConfig config = resolve_model(model_name);
+    EncoderConfig config = resolve_model(model_name);
     config.set_num_labels(2);
-    auto model = std::make_shared<BertForSequenceClassification>(config);
+    auto model = std::make_shared<SequenceClassifier>(config);
     model->init_weights(static_cast<uint64_t>(init_seed));
     if (world.rank() == 0) save_hf_folder(*model, out);
     return 0;

@@ -1,4 +1,4 @@
-// One data-parallel training step of BertForSequenceClassification, timed
+// One data-parallel training step of SequenceClassifier, timed
 // through the real training path: the strategy of --strategy (default ddp,
 // DataParallel in parallel/ddp.h; zero1/zero2/zero3/fsdp/hybrid as
 // make_strategy builds them, --offload-optimizer for DeepSpeed's
@@ -90,7 +90,7 @@
 #include "bench_util.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/data/collator.h"
@@ -108,10 +108,10 @@ using shardtrain_bench::Summary;
 using shardtrain_bench::summarize;
 using shardtrain_bench::to_json;
 
-BertConfig resolve_model(const std::string& model) {
-  if (model == "quickstart") return BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
+EncoderConfig resolve_model(const std::string& model) {
+  if (model == "quickstart") return EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
   if (model == "bert-base") return bert_base_cased_config();  // model/bert.h
-  return BertConfig::from_file(model);
+  return EncoderConfig::from_file(model);
 }
 
 // Waits for the device's queued work (nothing to wait for on the CPU).
@@ -149,7 +149,7 @@ struct FlopCount {
   double training() const { return 3.0 * forward(); }
 };
 
-FlopCount count_flops(const BertConfig& c, int64_t global_samples, int64_t seq_len) {
+FlopCount count_flops(const EncoderConfig& c, int64_t global_samples, int64_t seq_len) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
   const double N = static_cast<double>(c.num_hidden_layers), C = static_cast<double>(c.num_labels);
   const double S = static_cast<double>(global_samples), L = static_cast<double>(seq_len);
@@ -161,7 +161,7 @@ FlopCount count_flops(const BertConfig& c, int64_t global_samples, int64_t seq_l
 }
 
 int run(World& world, int argc, char** argv) {
-  CLI::App app{"Data-parallel training step of BertForSequenceClassification: samples/s, tokens/s, MFU"};
+  CLI::App app{"Data-parallel training step of SequenceClassifier: samples/s, tokens/s, MFU"};
   std::string model_name = "quickstart", device_name = "cpu", json_path;
   int64_t batch_size = 16, seq_len = 128, peak_size = 2048, seed = 42;
   int steps = 10, warmup = 2;
@@ -194,7 +194,7 @@ int run(World& world, int argc, char** argv) {
     return e.get_exit_code();
   }
 
-  const BertConfig config = resolve_model(model_name);
+  const EncoderConfig config = resolve_model(model_name);
   if (seq_len > config.max_position_embeddings)
     throw Error(str_format("--seq-len %lld exceeds the model's max_position_embeddings (%lld)",
                            static_cast<long long>(seq_len), static_cast<long long>(config.max_position_embeddings)));
@@ -232,7 +232,7 @@ int run(World& world, int argc, char** argv) {
   world.log_binding();
 
   // ---- model, strategy, data ----
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+  auto model = std::make_shared<SequenceClassifier>(config);
   model->init_weights(static_cast<uint64_t>(seed));
   if (device.is_cuda()) model->to(device);
   model->train();

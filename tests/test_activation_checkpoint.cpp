@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "shardtrain/model/activation_checkpoint.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "support/train_fixtures.h"
 
 using namespace shardtrain;
@@ -128,8 +128,8 @@ struct GradFnNames : public UnitHooks {
 };
 
 // The tests' tiny BERT with one more layer and dropout on.
-BertConfig small_bert() {
-  BertConfig c = shardtrain_test::tiny_bert_config();
+EncoderConfig small_bert() {
+  EncoderConfig c = shardtrain_test::tiny_bert_config();
   c.num_hidden_layers = 3;
   c.hidden_dropout_prob = 0.1;
   c.attention_probs_dropout_prob = 0.1;
@@ -138,7 +138,7 @@ BertConfig small_bert() {
 
 // Trains-mode forward + backward of one batch; returns every parameter's gradient.
 std::vector<at::Tensor> bert_grads(bool checkpointing, bool unpadded, std::vector<std::string>* grad_fns) {
-  BertForSequenceClassification model(small_bert());
+  SequenceClassifier model(small_bert());
   model.init_weights(5);
   model.set_gradient_checkpointing(checkpointing);
   model.set_unpadded(unpadded);

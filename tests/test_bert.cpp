@@ -1,4 +1,4 @@
-// BertForSequenceClassification against an independent float64 PyTorch
+// SequenceClassifier against an independent float64 PyTorch
 // reference (tests/fixtures/make_bert_golden.py): logits, loss and the gradient
 // of every parameter, per tensor, printed OK / NOT OK.
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
 
@@ -96,9 +96,9 @@ TEST_CASE("logits, loss and every gradient match the float64 reference") {
 TEST_CASE("tolerances catch a wrong activation") {
   // gelu_new (tanh) and gelu (erf) differ by < 1e-3 per element; the test must see it.
   Golden g = load_golden("small_gelu_new_l2");
-  BertConfig wrong = g.hf.config;
+  EncoderConfig wrong = g.hf.config;
   wrong.hidden_act = "gelu";
-  auto model = std::make_shared<BertForSequenceClassification>(wrong);
+  auto model = std::make_shared<SequenceClassifier>(wrong);
   load_hf_weights(*model, g.hf.model->state_dict());
   model->eval();
   at::Tensor logits = model->forward(g.get("input_ids"), g.get("token_type_ids"), g.get("attention_mask"));
@@ -115,27 +115,25 @@ TEST_CASE("parameter names are exactly HF's, in HF's order") {
   CHECK(got == want);
   CHECK(got.front() == "bert.embeddings.word_embeddings.weight");
   CHECK(got.back() == "classifier.bias");
-  // The pieces strategies walk over, with names relative to each piece.
+  // The units strategies walk over: embeddings, the 3 layers, the head.
   auto& model = *g.hf.model;
-  REQUIRE(model.layers().size() == 3);
-  auto layer_names = model.layers()[1]->named_parameters().keys();
-  CHECK(layer_names.front() == "attention.self.query.weight");
-  CHECK(layer_names.back() == "output.LayerNorm.bias");
-  CHECK(layer_names.size() == 16);
-  CHECK(BertForSequenceClassification::layer_prefix(1) + layer_names.front() ==
-        "bert.encoder.layer.1.attention.self.query.weight");
-  CHECK(model.embeddings()->named_parameters().size() == 5);
-  CHECK(model.pooler()->named_parameters().size() == 2);
-  CHECK(model.classifier()->weight.sizes() == at::IntArrayRef({1, 32}));
-  CHECK(model.named_buffers().size() == 0);  // no position_ids buffer to leak into checkpoints
+  REQUIRE(model.num_units() == 5);
+  CHECK(model.unit_parameters(2).size() == 16);
+  CHECK(model.unit_of("bert.encoder.layer.1.attention.self.query.weight") == 2);
+  CHECK(model.unit_of("bert.encoder.layer.1.output.LayerNorm.bias") == 2);
+  CHECK(model.unit_parameters(0).size() == 5);
+  CHECK(model.unit_parameters(4).size() == 4);  // pooler + classifier
+  CHECK(model.unit_of("bert.pooler.dense.weight") == 4);
+  CHECK(model.parameter("classifier.weight").sizes() == at::IntArrayRef({1, 32}));
+  CHECK(model.fixed_tensors().empty());  // no position_ids buffer to leak into checkpoints
 }
 
 TEST_CASE("bert-base parameter count") {
-  BertConfig cased = bert_base_cased_config(2);
+  EncoderConfig cased = bert_base_cased_config(2);
   CHECK(cased.num_parameters() == 108311810);
-  BertConfig uncased;  // HF defaults: bert-base-uncased, vocab 30522
+  EncoderConfig uncased;  // HF defaults: bert-base-uncased, vocab 30522
   CHECK(uncased.num_parameters() == 109483778);
-  auto model = std::make_shared<BertForSequenceClassification>(cased);
+  auto model = std::make_shared<SequenceClassifier>(cased);
   int64_t total = 0;
   for (const auto& p : model->parameters()) total += p.numel();
   std::printf("bert-base-cased + 2-label head: %lld parameters\n", static_cast<long long>(total));
@@ -168,13 +166,13 @@ TEST_CASE("dropout only in train mode") {
 }
 
 TEST_CASE("init_weights follows HF _init_weights and is reproducible") {
-  BertConfig config = BertConfig::from_file(kGolden + "regression_l3/config.json");
+  EncoderConfig config = EncoderConfig::from_file(kGolden + "regression_l3/config.json");
   config.vocab_size = 2000;
   config.pad_token_id = 3;
   config.initializer_range = 0.05;
-  auto a = std::make_shared<BertForSequenceClassification>(config);
-  auto b = std::make_shared<BertForSequenceClassification>(config);
-  auto c = std::make_shared<BertForSequenceClassification>(config);
+  auto a = std::make_shared<SequenceClassifier>(config);
+  auto b = std::make_shared<SequenceClassifier>(config);
+  auto c = std::make_shared<SequenceClassifier>(config);
   a->init_weights(7);
   b->init_weights(7);
   c->init_weights(8);
@@ -191,20 +189,20 @@ TEST_CASE("init_weights follows HF _init_weights and is reproducible") {
       CHECK_FALSE(at::equal(sa[i].second, sc[i].second));
     }
   }
-  at::Tensor words = a->embeddings()->word_embeddings->weight;
+  at::Tensor words = a->parameter("bert.embeddings.word_embeddings.weight");
   CHECK(words[3].abs().sum().item<double>() == 0.0);  // padding row
   // 64000 samples of N(0, 0.05): the sample std is within 2% with overwhelming probability.
   CHECK(words.std().item<double>() == doctest::Approx(0.05).epsilon(0.02));
   CHECK(words.mean().item<double>() == doctest::Approx(0.0).epsilon(0.001).scale(1.0));
   // Initialising a subset gives the same values as the full init (order-independent seeding).
-  auto d = std::make_shared<BertForSequenceClassification>(config);
+  auto d = std::make_shared<SequenceClassifier>(config);
   d->init_weights(7, {"classifier.weight"});
-  CHECK(at::equal(d->classifier()->weight, a->classifier()->weight));
+  CHECK(at::equal(d->parameter("classifier.weight"), a->parameter("classifier.weight")));
 }
 
 TEST_CASE("losses follow HF's problem types") {
-  BertConfig config = BertConfig::from_file(kGolden + "small_gelu_new_l2/config.json");
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+  EncoderConfig config = EncoderConfig::from_file(kGolden + "small_gelu_new_l2/config.json");
+  auto model = std::make_shared<SequenceClassifier>(config);
   at::Tensor logits = torch::tensor({{1.0f, 2.0f, 0.5f}, {0.1f, -1.0f, 3.0f}});
   at::Tensor labels = torch::tensor({1, 2}, torch::kLong);
   at::Tensor log_probs = torch::log_softmax(logits, 1);
@@ -225,22 +223,22 @@ TEST_CASE("config.json parsing, validation and round trip") {
       "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 64,
       "hidden_act": "gelu_new", "id2label": {"1": "yes", "0": "no"}, "transformers_version": "4.40.0",
       "classifier_dropout": 0.2})";
-  BertConfig c = BertConfig::from_json(text, "my/config.json");
+  EncoderConfig c = EncoderConfig::from_json(text, "my/config.json");
   CHECK(c.num_labels == 2);
   CHECK(c.id2label == std::vector<std::string>{"no", "yes"});
   CHECK(c.effective_classifier_dropout() == 0.2);
   CHECK(c.head_dim() == 4);
-  BertConfig again = BertConfig::from_json(c.to_json());
+  EncoderConfig again = EncoderConfig::from_json(c.to_json());
   CHECK(again.to_json() == c.to_json());
   CHECK(again.id2label == c.id2label);
   CHECK(c.to_json().find("\"transformers_version\": \"4.40.0\"") != std::string::npos);
   CHECK(c.to_json().find("\"label2id\"") != std::string::npos);
   CHECK(c.to_json().find("\"BertForSequenceClassification\"") != std::string::npos);
-  CHECK(BertConfig::from_json(R"({"num_labels": 5})").id2label.back() == "LABEL_4");
+  CHECK(EncoderConfig::from_json(R"({"num_labels": 5})").id2label.back() == "LABEL_4");
 
   auto fails = [](const std::string& json, const std::string& expected) {
     CAPTURE(json);
-    CHECK_THROWS_WITH_AS(BertConfig::from_json(json, "x/config.json"), doctest::Contains(expected.c_str()), Error);
+    CHECK_THROWS_WITH_AS(EncoderConfig::from_json(json, "x/config.json"), doctest::Contains(expected.c_str()), Error);
   };
   fails(R"({"hidden_size": 10, "num_attention_heads": 4})", "\"hidden_size\": 10 is not a multiple of num_attention_heads");
   fails(R"({"position_embedding_type": "relative_key"})", "\"position_embedding_type\"");
@@ -250,7 +248,7 @@ TEST_CASE("config.json parsing, validation and round trip") {
   fails(R"({"num_labels": 3, "id2label": {"0": "a", "1": "b"}})", "\"num_labels\"");
   fails(R"({"id2label": {"0": "a", "2": "b"}})", "\"id2label\"");
   fails(R"({"hidden_dropout_prob": 1.5})", "\"hidden_dropout_prob\"");
-  fails(R"({"model_type": "roberta"})", "\"model_type\"");
+  fails(R"({"model_type": "gpt2"})", "\"model_type\": is \"gpt2\"; shardtrain trains bert, roberta");
   fails(R"({"problem_type": "regression", "num_labels": 2})", "\"problem_type\"");
   fails("{not json", "x/config.json: not valid JSON");
   for (const char* act : {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu", "swish",
@@ -266,8 +264,8 @@ TEST_CASE("config.json parsing, validation and round trip") {
 }
 
 TEST_CASE("sequences longer than max_position_embeddings are a user error") {
-  BertConfig config = BertConfig::from_file(kGolden + "tiny_gelu_l1/config.json");
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+  EncoderConfig config = EncoderConfig::from_file(kGolden + "tiny_gelu_l1/config.json");
+  auto model = std::make_shared<SequenceClassifier>(config);
   at::Tensor ids = at::ones({1, 33}, at::kLong);
-  CHECK_THROWS_WITH_AS(model->forward(ids), doctest::Contains("max_position_embeddings (32)"), Error);
+  CHECK_THROWS_WITH_AS(model->forward(ids), doctest::Contains("exceeds the 32 positions of this bert model"), Error);
 }

@@ -1,4 +1,4 @@
-// BertForSequenceClassification::forward_packed (unpadded BERT) against the
+// SequenceClassifier::forward_packed (unpadded BERT) against the
 // padded forward() and the float64 golden reference: logits and the gradient
 // of every parameter, on random batches of varied lengths; the unit hooks in
 // the same order; dropout training; the word-embedding gradient added in place
@@ -14,7 +14,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/dropout.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
@@ -42,8 +42,8 @@ double excess(const at::Tensor& got, const at::Tensor& want, double tol) {
   return ((g - w).abs() - (tol + tol * w.abs())).max().item<double>();
 }
 
-BertConfig small_config(const std::string& act = "gelu") {
-  BertConfig c;
+EncoderConfig small_config(const std::string& act = "gelu") {
+  EncoderConfig c;
   c.vocab_size = 97;
   c.hidden_size = 32;
   c.num_hidden_layers = 3;
@@ -74,7 +74,7 @@ Batch random_batch(int64_t B, int64_t max_length, int64_t vocab, uint64_t seed) 
   return b;
 }
 
-at::Tensor packed_logits(BertForSequenceClassification& model, const PackedBatch& p) {
+at::Tensor packed_logits(SequenceClassifier& model, const PackedBatch& p) {
   return model.forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
 }
 
@@ -85,7 +85,7 @@ struct Outcome {
 };
 
 template <class Forward>
-Outcome run(BertForSequenceClassification& model, const at::Tensor& labels, Forward forward) {
+Outcome run(SequenceClassifier& model, const at::Tensor& labels, Forward forward) {
   model.zero_grad();
   Outcome out;
   out.logits = forward();
@@ -116,7 +116,7 @@ TEST_CASE("packed forward: logits and every gradient equal the padded forward's 
     for (uint64_t seed : {1u, 2u, 3u}) {
       CAPTURE(act);
       CAPTURE(seed);
-      auto model = std::make_shared<BertForSequenceClassification>(small_config(act));
+      auto model = std::make_shared<SequenceClassifier>(small_config(act));
       model->init_weights(seed);
       model->train();  // dropout probabilities are 0: train mode with deterministic math
       const Batch padded = random_batch(6, 29, 97, 100 + seed);
@@ -173,7 +173,7 @@ TEST_CASE("packed forward matches the float64 golden reference") {
 }
 
 TEST_CASE("packed eval (no grad) gives the padded logits; default positions and types") {
-  auto model = std::make_shared<BertForSequenceClassification>(small_config());
+  auto model = std::make_shared<SequenceClassifier>(small_config());
   model->init_weights(11);
   model->eval();
   at::NoGradGuard no_grad;
@@ -192,7 +192,7 @@ TEST_CASE("packed eval (no grad) gives the padded logits; default positions and 
 }
 
 TEST_CASE("packed forward runs the unit hooks around the same units, in the same order") {
-  auto model = std::make_shared<BertForSequenceClassification>(small_config());
+  auto model = std::make_shared<SequenceClassifier>(small_config());
   model->init_weights(3);
   const Batch padded = random_batch(4, 12, 97, 5);
   const PackedBatch packed = pack_batch(padded);
@@ -224,10 +224,10 @@ TEST_CASE("packed forward runs the unit hooks around the same units, in the same
 }
 
 TEST_CASE("packed training with dropout learns a small task") {
-  BertConfig config = small_config();
+  EncoderConfig config = small_config();
   config.hidden_dropout_prob = 0.1;
   config.attention_probs_dropout_prob = 0.1;
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+  auto model = std::make_shared<SequenceClassifier>(config);
   model->init_weights(21);
   model->train();
   torch::manual_seed(5);
@@ -255,30 +255,39 @@ TEST_CASE("packed training with dropout learns a small task") {
 // The model's math written out with plain ATen ops and autograd (at::matmul,
 // at::softmax; dropout from model/dropout.h, which draws the model's masks):
 // what HF's eager BERT does, for the check below.
-at::Tensor reference_logits(BertForSequenceClassification& m, const Batch& b) {
-  const BertConfig& c = m.config();
+at::Tensor reference_logits(SequenceClassifier& m, const Batch& b) {
+  const EncoderConfig& c = m.config();
   const int64_t B = b.input_ids.size(0), L = b.input_ids.size(1), H = c.num_attention_heads, Dh = c.head_dim();
-  auto e = m.embeddings();
-  at::Tensor x = at::embedding(e->word_embeddings->weight, b.input_ids) +
-                 at::embedding(e->token_type_embeddings->weight, b.token_type_ids) +
-                 at::embedding(e->position_embeddings->weight, at::arange(L, at::kLong));
-  x = at::layer_norm(x, {c.hidden_size}, e->layer_norm->weight, e->layer_norm->bias, c.layer_norm_eps);
+  auto p = [&](const std::string& name) { return m.parameter(name); };
+  auto linear = [&](const at::Tensor& in, const std::string& name) {
+    return at::linear(in, p(name + ".weight"), p(name + ".bias"));
+  };
+  auto norm = [&](const at::Tensor& in, const std::string& name) {
+    return at::layer_norm(in, {c.hidden_size}, p(name + ".weight"), p(name + ".bias"), c.layer_norm_eps);
+  };
+  at::Tensor x = at::embedding(p("bert.embeddings.word_embeddings.weight"), b.input_ids) +
+                 at::embedding(p("bert.embeddings.token_type_embeddings.weight"), b.token_type_ids) +
+                 at::embedding(p("bert.embeddings.position_embeddings.weight"), at::arange(L, at::kLong));
+  x = norm(x, "bert.embeddings.LayerNorm");
   const at::Tensor mask = (1.0 - b.attention_mask.to(at::kFloat)).mul(std::numeric_limits<float>::lowest()).view({B, 1, 1, L});
-  for (const auto& layer : m.layers()) {
-    auto heads = [&](torch::nn::Linear& lin) { return lin(x).view({B, L, H, Dh}).transpose(1, 2); };
-    at::Tensor scores = at::matmul(heads(layer->query), heads(layer->key).transpose(-1, -2)) / std::sqrt(double(Dh)) + mask;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string layer = "bert.encoder.layer." + std::to_string(i) + ".";
+    auto heads = [&](const std::string& name) { return linear(x, layer + name).view({B, L, H, Dh}).transpose(1, 2); };
+    at::Tensor scores = at::matmul(heads("attention.self.query"), heads("attention.self.key").transpose(-1, -2)) /
+                            std::sqrt(double(Dh)) + mask;
     at::Tensor probs = shardtrain::dropout(at::softmax(scores, -1), c.attention_probs_dropout_prob, true);
-    at::Tensor context = at::matmul(probs, heads(layer->value)).transpose(1, 2).reshape({B, L, c.hidden_size});
-    at::Tensor attended = layer->attention_output_layer_norm(layer->attention_output_dense(context) + x);
-    x = layer->output_layer_norm(layer->output_dense(at::gelu(layer->intermediate_dense(attended))) + attended);
+    at::Tensor context = at::matmul(probs, heads("attention.self.value")).transpose(1, 2).reshape({B, L, c.hidden_size});
+    at::Tensor attended = norm(linear(context, layer + "attention.output.dense") + x, layer + "attention.output.LayerNorm");
+    x = norm(linear(at::gelu(linear(attended, layer + "intermediate.dense")), layer + "output.dense") + attended,
+             layer + "output.LayerNorm");
   }
-  return m.classifier()(at::tanh(m.pooler()->dense(x.select(1, 0))));
+  return linear(at::tanh(linear(x.select(1, 0), "bert.pooler.dense")), "classifier");
 }
 
 TEST_CASE("attention dropout: the CPU attention kernel applies dropout's masks and backpropagates as autograd") {
-  BertConfig config = small_config();
+  EncoderConfig config = small_config();
   config.attention_probs_dropout_prob = 0.3;  // the only dropout: the RNG feeds the attention masks alone
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+  auto model = std::make_shared<SequenceClassifier>(config);
   model->init_weights(12);
   model->train();
   const Batch padded = random_batch(5, 13, 97, 8);
@@ -309,12 +318,12 @@ TEST_CASE("attention dropout: the CPU attention kernel applies dropout's masks a
 // mask mismatch, a softmax in bf16 without fp32 accumulation at these sizes,
 // or a wrong gradient formula moves them by O(1).
 TEST_CASE("bf16 forward and backward follow fp32 through the CPU attention and dropout kernels") {
-  BertConfig config = small_config();
+  EncoderConfig config = small_config();
   config.attention_probs_dropout_prob = 0.2;
   config.hidden_dropout_prob = 0.1;
-  auto fp32 = std::make_shared<BertForSequenceClassification>(config);
+  auto fp32 = std::make_shared<SequenceClassifier>(config);
   fp32->init_weights(21);
-  auto bf16 = std::make_shared<BertForSequenceClassification>(config);
+  auto bf16 = std::make_shared<SequenceClassifier>(config);
   bf16->init_weights(21);
   bf16->to(at::kBFloat16);
   fp32->train();
@@ -352,10 +361,10 @@ TEST_CASE("bf16 forward and backward follow fp32 through the CPU attention and d
 }
 
 TEST_CASE("word-embedding gradient: added in place into an existing dense .grad, equal to the dense one") {
-  auto model = std::make_shared<BertForSequenceClassification>(small_config());
+  auto model = std::make_shared<SequenceClassifier>(small_config());
   model->init_weights(4);
   const Batch padded = random_batch(5, 15, 97, 3);
-  at::Tensor weight = model->embeddings()->word_embeddings->weight;
+  at::Tensor weight = model->parameter("bert.embeddings.word_embeddings.weight");
 
   // No .grad yet: PyTorch's dense gradient, and .grad stays dense.
   model->zero_grad();
@@ -381,7 +390,7 @@ TEST_CASE("word-embedding gradient: added in place into an existing dense .grad,
 }
 
 TEST_CASE("forward_packed refuses inconsistent packed inputs with a message") {
-  auto model = std::make_shared<BertForSequenceClassification>(small_config());
+  auto model = std::make_shared<SequenceClassifier>(small_config());
   model->init_weights(1);
   const at::Tensor ids = torch::tensor({5, 6, 7, 8, 9}, torch::kLong);
   auto fails = [&](const at::Tensor& input_ids, const at::Tensor& cu, int64_t max_seqlen, const char* expected) {
@@ -394,7 +403,7 @@ TEST_CASE("forward_packed refuses inconsistent packed inputs with a message") {
   // Decreasing bounds: refused before anything is sized from them (bounds[B] = 3 < 5).
   fails(ids, torch::tensor({0, 5, 3}, torch::kLong), 5, "sequence 1 has -2 tokens");
   fails(ids, torch::tensor({0, 2, 4}, torch::kLong), 3, "cu_seqlens ends at 4 but input_ids has 5 tokens");
-  fails(ids, torch::tensor({0, 5}, torch::kLong), 41, "exceeds max_position_embeddings (40)");
+  fails(ids, torch::tensor({0, 5}, torch::kLong), 41, "exceeds the 40 positions of this bert model");
   fails(ids.view({1, 5}), torch::tensor({0, 5}, torch::kLong), 5, "input_ids must be [T]");
   CHECK_THROWS_WITH_AS(model->forward_packed(ids, torch::zeros({4}, torch::kLong), {}, torch::tensor({0, 5}), 5),
                        doctest::Contains("must be [T] = [5]"), Error);

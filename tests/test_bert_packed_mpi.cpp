@@ -29,7 +29,7 @@
 #include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
 
@@ -65,7 +65,7 @@ Batch rank_batch(int s, int rank) {
 
 // One optimizer step through shardtrain::train_step (the trainer's step), the
 // model computing padded or packed as set_unpadded() says.
-double step_on(Strategy& strategy, BertForSequenceClassification& model, int s, bool with_dropout) {
+double step_on(Strategy& strategy, SequenceClassifier& model, int s, bool with_dropout) {
   StepOptions options;
   options.lr = 1e-2;
   options.max_grad_norm = 1.0;
@@ -82,7 +82,7 @@ struct Variant {
 // Trains `variants` side by side (the same init, the same batches) under
 // strategy `name` for 3 steps; after each step each variant's parameters
 // must be within `tolerance` of variant 0's.
-void train_variants(const std::string& name, const std::vector<Variant>& variants, const BertConfig& config,
+void train_variants(const std::string& name, const std::vector<Variant>& variants, const EncoderConfig& config,
                     bool with_dropout, double tolerance) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   AdamWOptions adamw;
@@ -94,10 +94,10 @@ void train_variants(const std::string& name, const std::vector<Variant>& variant
   // hybrid: nodes of half the ranks (sharded within, replicated across).
   if (parallel.strategy == StrategyKind::kHybrid) parallel.ranks_per_node = std::max(1, world_size() / 2);
   parallel.zero.stage3_param_persistence_threshold = 0;  // every tensor sharded, gathered and freed
-  std::vector<std::shared_ptr<BertForSequenceClassification>> models;
+  std::vector<std::shared_ptr<SequenceClassifier>> models;
   std::vector<std::unique_ptr<Strategy>> strategies;
   for (const Variant& v : variants) {
-    models.push_back(std::make_shared<BertForSequenceClassification>(config));
+    models.push_back(std::make_shared<SequenceClassifier>(config));
     models.back()->init_weights(31);
     models.back()->set_unpadded(v.unpadded);
     models.back()->set_gradient_checkpointing(v.checkpointing);
@@ -136,7 +136,7 @@ TEST_CASE("packed and padded batches train identically under ddp, zero1, zero2, 
 // FSDP and hybrid gather the layer again for the recomputation), with and
 // without optimizer offload.
 TEST_CASE("gradient checkpointing trains bit-identically to the plain run under every strategy, with dropout") {
-  BertConfig config = shardtrain_test::tiny_bert_config();
+  EncoderConfig config = shardtrain_test::tiny_bert_config();
   config.hidden_dropout_prob = 0.1;
   config.attention_probs_dropout_prob = 0.1;
   for (const std::string name : {"ddp", "zero1", "zero2", "zero3", "fsdp", "hybrid", "zero3+offload", "zero1+offload"}) {

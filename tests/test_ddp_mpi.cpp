@@ -9,7 +9,7 @@
 #include "support/mpi_ranks.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/train/train_checkpoint.h"
 
@@ -22,7 +22,7 @@ using shardtrain_test::world_size;
 
 namespace {
 
-BertConfig tiny() { return shardtrain_test::tiny_bert_config(); }
+EncoderConfig tiny() { return shardtrain_test::tiny_bert_config(); }
 
 struct Inputs {
   at::Tensor ids, types, labels;
@@ -38,12 +38,12 @@ Inputs inputs_for(int r, int m) {
   return in;
 }
 
-at::Tensor loss_of(BertForSequenceClassification& model, const Inputs& in) {
+at::Tensor loss_of(SequenceClassifier& model, const Inputs& in) {
   return model.loss(model.forward(in.ids, in.types), in.labels);
 }
 
 // Flat gradient of `model` in state_dict order.
-at::Tensor flat_grad(BertForSequenceClassification& model) {
+at::Tensor flat_grad(SequenceClassifier& model) {
   std::vector<at::Tensor> parts;
   for (auto& kv : model.state_dict()) parts.push_back(kv.second.grad().reshape({-1}));
   return torch::cat(parts);
@@ -57,7 +57,7 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
   MPI_Comm_size(MPI_COMM_WORLD, &W);
   MpiCommunicator comm(MPI_COMM_WORLD);
 
-  auto model = std::make_shared<BertForSequenceClassification>(tiny());
+  auto model = std::make_shared<SequenceClassifier>(tiny());
   model->init_weights(rank == 0 ? 5 : 6);  // differ on purpose: broadcast must fix it
   AdamWOptions adamw;
   DdpOptions options;
@@ -65,7 +65,7 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
   DataParallel ddp(*model, comm, adamw, options);
   ddp.broadcast_parameters(0);
 
-  auto reference = std::make_shared<BertForSequenceClassification>(tiny());
+  auto reference = std::make_shared<SequenceClassifier>(tiny());
   reference->init_weights(5);
   const int64_t numel = ddp.layout().numel();
   CHECK(at::equal(ddp.flat_params().narrow(0, 0, numel),
@@ -101,7 +101,7 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
     MESSAGE("max |grad - reference| " << diff);
     CHECK(diff < 1e-6);  // fp32 sums of W terms in another order
     // The module's .grad tensors are views of the flat buffer.
-    CHECK(model->classifier()->weight.grad().data_ptr() ==
+    CHECK(model->parameter("classifier.weight").grad().data_ptr() ==
           ddp.flat_grads().narrow(0, ddp.layout().slot("classifier.weight").offset, 1).data_ptr());
   }
 
@@ -130,10 +130,10 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
     ddp.prepare_backward(true);
     loss_of(*model, inputs_for(rank, 0)).backward();
     ddp.finish_backward();
-    const at::Tensor before = model->classifier()->weight.detach().clone();
+    const at::Tensor before = model->parameter("classifier.weight").detach().clone();
     const double norm = ddp.step({1e-2, 1.0}).grad_norm;
     CHECK(norm > 0);
-    CHECK_FALSE(at::equal(before, model->classifier()->weight.detach()));
+    CHECK_FALSE(at::equal(before, model->parameter("classifier.weight").detach()));
     at::Tensor mine = ddp.flat_params().clone();
     at::Tensor root = mine.clone();
     comm.broadcast(root, 0);

@@ -23,7 +23,7 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/safetensors.h"
 #include "shardtrain/optim/param_layout.h"
 #include "shardtrain/train/checkpoint_model.h"
@@ -58,8 +58,8 @@ std::string rank_file(const std::string& name) {
 
 // Several layers whose largest tensor (word embeddings, 120 x 32) is well
 // under a tenth of the model.
-BertConfig export_config() {
-  BertConfig config;
+EncoderConfig export_config() {
+  EncoderConfig config;
   config.vocab_size = 120;
   config.hidden_size = 32;
   config.num_hidden_layers = 6;
@@ -71,8 +71,8 @@ BertConfig export_config() {
 }
 
 // Collective: a checkpoint of `model` written from an even part per rank.
-void write_model_checkpoint(const std::string& path, const BertForSequenceClassification& model,
-                            const BertConfig& stated_config) {
+void write_model_checkpoint(const std::string& path, const SequenceClassifier& model,
+                            const EncoderConfig& stated_config) {
   torch::NoGradGuard no_grad;
   const auto named = model.state_dict();
   const ParamLayout layout(named);
@@ -93,15 +93,15 @@ void write_model_checkpoint(const std::string& path, const BertForSequenceClassi
 }
 
 struct ExportFixture {
-  BertConfig config = export_config();
-  std::shared_ptr<BertForSequenceClassification> model;
+  EncoderConfig config = export_config();
+  std::shared_ptr<SequenceClassifier> model;
   std::string checkpoint;
 };
 
 ExportFixture& export_fixture() {
   static ExportFixture f;
   if (f.model) return f;
-  f.model = std::make_shared<BertForSequenceClassification>(f.config);
+  f.model = std::make_shared<SequenceClassifier>(f.config);
   {
     torch::NoGradGuard no_grad;
     torch::manual_seed(5);
@@ -257,14 +257,14 @@ TEST_CASE("stream writer: converting in chunks gives the bytes of a whole conver
 }
 
 TEST_CASE("model_flat_tensors: the state dict's names, order, shapes and offsets without the model") {
-  BertConfig regression = export_config();
+  EncoderConfig regression = export_config();
   regression.num_hidden_layers = 3;
   regression.type_vocab_size = 3;
   regression.intermediate_size = 64;
   regression.problem_type = "regression";
   regression.set_num_labels(1);
-  for (const BertConfig& config : {export_config(), regression}) {
-    const BertForSequenceClassification model(config);
+  for (const EncoderConfig& config : {export_config(), regression}) {
+    const SequenceClassifier model(config);
     const std::vector<FlatTensor> want = flat_tensors(ParamLayout(model.state_dict()));
     const std::vector<FlatTensor> got = model_flat_tensors(config);
     REQUIRE(got.size() == want.size());
@@ -274,7 +274,7 @@ TEST_CASE("model_flat_tensors: the state dict's names, order, shapes and offsets
       CHECK(got[i].offset == want[i].offset);
     }
   }
-  BertConfig bad = export_config();
+  EncoderConfig bad = export_config();
   bad.num_attention_heads = 5;
   CHECK(contains(error_of([&] { model_flat_tensors(bad, "ckpt.h5 (model_config_json)"); }),
                  "ckpt.h5 (model_config_json)"));
@@ -333,7 +333,7 @@ TEST_CASE("export: rank 0 alone streams the bytes of the whole-model path, holdi
 TEST_CASE("export: a checkpoint whose tensors do not match its config is refused before any file appears") {
   ExportFixture& f = export_fixture();
   // Tensors of the 3-label model, attribute saying 2 labels.
-  BertConfig stated = f.config;
+  EncoderConfig stated = f.config;
   stated.set_num_labels(2);
   const std::string odd = checkpoint_path(export_dir(), 2);
   write_model_checkpoint(odd, *f.model, stated);

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
 
@@ -54,7 +54,7 @@ Inputs fixture_inputs() {
   return {golden.tensor("input_ids"), golden.tensor("token_type_ids"), golden.tensor("attention_mask")};
 }
 
-at::Tensor logits_of(BertForSequenceClassification& model) {
+at::Tensor logits_of(SequenceClassifier& model) {
   Inputs in = fixture_inputs();
   model.eval();
   at::NoGradGuard no_grad;
@@ -109,21 +109,21 @@ TEST_CASE("a missing classifier is initialised and reported like HF; pretraining
   CHECK(message.find("were not used when initializing BertForSequenceClassification: ['cls.predictions.bias', "
                      "'cls.seq_relationship.weight']") != std::string::npos);
   // HF init for the new head: bias 0, weight ~ N(0, initializer_range = 0.02), seeded.
-  auto head = loaded.model->classifier();
-  CHECK(head->bias.abs().sum().item<double>() == 0.0);
-  CHECK(head->weight.abs().max().item<double>() < 0.02 * 6);
-  CHECK(head->weight.abs().max().item<double>() > 0.0);
+  const at::Tensor head_weight = loaded.model->parameter("classifier.weight");
+  CHECK(loaded.model->parameter("classifier.bias").abs().sum().item<double>() == 0.0);
+  CHECK(head_weight.abs().max().item<double>() < 0.02 * 6);
+  CHECK(head_weight.abs().max().item<double>() > 0.0);
   HfModel again = load_hf_folder(dir.string(), options);
-  CHECK(at::equal(again.model->classifier()->weight, head->weight));
+  CHECK(at::equal(again.model->parameter("classifier.weight"), head_weight));
   // The encoder is the checkpoint's.
-  CHECK(at::equal(loaded.model->layers()[0]->query->weight, fixture_tensors()[5].second));
+  CHECK(at::equal(loaded.model->parameter("bert.encoder.layer.0.attention.self.query.weight"), fixture_tensors()[5].second));
 
   // Without a head in the checkpoint, num_labels may be overridden.
   options.num_labels = 5;
   HfModel five = load_hf_folder(dir.string(), options);
   CHECK(five.config.num_labels == 5);
   CHECK(five.config.id2label.back() == "LABEL_4");
-  CHECK(five.model->classifier()->weight.sizes() == at::IntArrayRef({5, 16}));
+  CHECK(five.model->parameter("classifier.weight").sizes() == at::IntArrayRef({5, 16}));
   CHECK(logits_of(*five.model).sizes() == at::IntArrayRef({3, 5}));
 }
 

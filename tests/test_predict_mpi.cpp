@@ -43,8 +43,8 @@ const fs::path& temp_dir() {
   return dir;
 }
 
-BertConfig small_config(int64_t num_labels) {
-  BertConfig config = bert_base_cased_config(num_labels);
+EncoderConfig small_config(int64_t num_labels) {
+  EncoderConfig config = bert_base_cased_config(num_labels);
   config.hidden_size = 16;
   config.num_hidden_layers = 2;
   config.num_attention_heads = 2;
@@ -58,7 +58,7 @@ BertConfig small_config(int64_t num_labels) {
 std::string make_model_folder(const std::string& name, int64_t num_labels, uint64_t seed) {
   const fs::path dir = temp_dir() / name;
   if (world_rank() == 0) {
-    BertForSequenceClassification model(small_config(num_labels));
+    SequenceClassifier model(small_config(num_labels));
     model.init_weights(seed);
     // Weights 10x HF's N(0, 0.02) (LayerNorms left at 1 / 0): logits of order 1
     // that differ clearly from row to row, without saturating softmax or tanh.

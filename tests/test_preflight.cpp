@@ -10,7 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/train/preflight.h"
 
 #include "support/mpi_ranks.h"
@@ -24,8 +24,8 @@ bool preflight_contains(const std::string& text, const std::string& part) {
 }
 
 // A small model whose parameter count is easy to state: 10,000 x 8 embeddings etc.
-BertConfig preflight_model() {
-  BertConfig m;
+EncoderConfig preflight_model() {
+  EncoderConfig m;
   m.vocab_size = 1000;
   m.hidden_size = 8;
   m.num_hidden_layers = 2;
@@ -46,7 +46,7 @@ AvailableMemory preflight_available(double bytes) {
 }  // namespace
 
 TEST_CASE("sentence pairs need type_vocab_size >= 2") {
-  BertConfig m = preflight_model();
+  EncoderConfig m = preflight_model();
   DataConfig pairs;  // text_b "#2 String" by default
   check_model_for_data(m, pairs, "model.json");
   m.type_vocab_size = 1;
@@ -59,7 +59,7 @@ TEST_CASE("sentence pairs need type_vocab_size >= 2") {
 }
 
 TEST_CASE("the memory estimate follows the strategy formulas") {
-  const BertConfig m = preflight_model();
+  const EncoderConfig m = preflight_model();
   const double psi = static_cast<double>(m.num_parameters());
   RunConfig c;
   c.train.batch_size = 4;
@@ -94,7 +94,7 @@ TEST_CASE("the memory estimate follows the strategy formulas") {
 }
 
 TEST_CASE("a run that cannot fit is refused, naming the keys and the bytes") {
-  const BertConfig m = preflight_model();
+  const EncoderConfig m = preflight_model();
   RunConfig c;
   c.train.batch_size = 100000000000;  // --train.batch_size 1e11
   const MemoryEstimate e = estimate_rank_memory(c, m, 2);
@@ -111,7 +111,7 @@ TEST_CASE("a run that cannot fit is refused, naming the keys and the bytes") {
   c.train.batch_size = 16;
   check_memory_fits(estimate_rank_memory(c, m, 2), c, m, 2, preflight_available(20.0 * (1 << 30)));
   // A huge model names its sizes and the strategy.
-  BertConfig big = m;
+  EncoderConfig big = m;
   big.vocab_size = 2000000000;
   big.hidden_size = 1024;
   big.num_attention_heads = 16;
@@ -129,25 +129,25 @@ TEST_CASE("a run that cannot fit is refused, naming the keys and the bytes") {
 TEST_CASE("sizes in config.json are bounded before anything is allocated") {
   const std::string base = R"({"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
                                 "intermediate_size": 16, "max_position_embeddings": 16)";
-  CHECK(shardtrain_test::error_of([&] { BertConfig::from_json(base + R"(, "vocab_size": 1e12})", "c.json"); }) ==
+  CHECK(shardtrain_test::error_of([&] { EncoderConfig::from_json(base + R"(, "vocab_size": 1e12})", "c.json"); }) ==
         "c.json: key \"vocab_size\": 1000000000000 is more than 2147483647 (token ids are 32-bit)");
-  CHECK(shardtrain_test::error_of([&] { BertConfig::from_json(base + R"(, "vocab_size": 100, "num_labels": 1000000000})", "c.json"); }) ==
+  CHECK(shardtrain_test::error_of([&] { EncoderConfig::from_json(base + R"(, "vocab_size": 100, "num_labels": 1000000000})", "c.json"); }) ==
         "c.json: key \"num_labels\": 1000000000 is more than 1048576 labels");
   CHECK(preflight_contains(
       shardtrain_test::error_of([&] {
-        BertConfig::from_json(R"({"vocab_size": 2000000000, "hidden_size": 1048576, "num_attention_heads": 1})", "c.json");
+        EncoderConfig::from_json(R"({"vocab_size": 2000000000, "hidden_size": 1048576, "num_attention_heads": 1})", "c.json");
       }),
       "c.json: key \"hidden_size\": this config makes a model of about 2.15e+15 parameters"));
-  BertConfig m = preflight_model();
+  EncoderConfig m = preflight_model();
   CHECK(shardtrain_test::error_of([&] { m.set_num_labels(1000000000); }) ==
         "num_labels = 1000000000 is more than the 1048576 labels a classifier may have");
   // Valid but too large for this machine: refused by the model, before LibTorch allocates.
-  BertConfig big = preflight_model();
+  EncoderConfig big = preflight_model();
   big.vocab_size = 2000000000;
   big.hidden_size = 2048;
   big.num_attention_heads = 16;
-  const std::string message = shardtrain_test::error_of([&] { BertForSequenceClassification model(big); });
-  CHECK(message.rfind("the model (", 0) == 0);
-  CHECK(preflight_contains(message, "parameters in fp32: vocab_size 2000000000, hidden_size 2048"));
+  const std::string message = shardtrain_test::error_of([&] { SequenceClassifier model(big); });
+  CHECK(message.rfind("the bert model (", 0) == 0);
+  CHECK(preflight_contains(message, "parameters in fp32: vocab_size 2000000000, hidden size 2048"));
   CHECK(preflight_contains(message, "of host memory, but "));
 }

@@ -27,7 +27,7 @@
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/sharded.h"
 #include "shardtrain/parallel/make_strategy.h"
@@ -49,8 +49,8 @@ constexpr double kLr = 1e-2;
 constexpr double kMaxGradNorm = 0.1;  // most steps clip, some do not
 constexpr int kRowsPerWorldRank = 3;
 
-std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
-  auto model = std::make_shared<BertForSequenceClassification>(shardtrain_test::tiny_bert_config());
+std::shared_ptr<SequenceClassifier> make_model(uint64_t seed) {
+  auto model = std::make_shared<SequenceClassifier>(shardtrain_test::tiny_bert_config());
   model->init_weights(seed);
   return model;
 }
@@ -72,7 +72,7 @@ Inputs slice_of_global(int s, int m, int r, int size) {
 
 // One optimizer step of two micro-steps (the first without sync) as rank r of
 // a job of `size` ranks. Returns the gradient norm.
-double step_as(Strategy& strategy, BertForSequenceClassification& model, int s, int r, int size) {
+double step_as(Strategy& strategy, SequenceClassifier& model, int s, int r, int size) {
   return shardtrain_test::step_over(strategy, model, {slice_of_global(s, 0, r, size), slice_of_global(s, 1, r, size)},
                                     kLr, kMaxGradNorm);
 }
@@ -199,11 +199,11 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
       if (options.reduce_every_micro_step && options.forward_prefetch_elements == 0 && !options.overlap_comm)
         CHECK(memory.peak_transient_bytes < 4 * numel);
       // Parameters really freed between steps: no memory under them.
-      CHECK(model->classifier()->weight.storage().nbytes() == 0);
-      CHECK(model->layers()[0]->parameters().front().storage().nbytes() == 0);
+      CHECK(model->parameter("classifier.weight").storage().nbytes() == 0);
+      CHECK(model->unit_parameters(1).front().storage().nbytes() == 0);
     } else if (!stage3) {
       CHECK(memory.param_bytes == 4 * S * G);  // the gathered units; this rank's chunks are in them
-      CHECK(model->classifier()->weight.storage().nbytes() > 0);
+      CHECK(model->parameter("classifier.weight").storage().nbytes() > 0);
     }
 
     const StrategyStats& stats = strategy->stats();
@@ -225,7 +225,7 @@ TEST_CASE("zero2, zero3, fsdp and hybrid train exactly like DDP, with the state 
       const double diff = max_diff(model->forward(in.ids, in.types), reference_model->forward(in.ids, in.types));
       CHECK(diff <= 1e-5);
       if (stage3 && options.persistence_threshold == 0)
-        CHECK(model->layers()[0]->parameters().front().storage().nbytes() == 0);
+        CHECK(model->unit_parameters(1).front().storage().nbytes() == 0);
       model->train();
     }
   }

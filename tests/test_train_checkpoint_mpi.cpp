@@ -22,7 +22,7 @@
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/optim/param_layout.h"
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/train_checkpoint.h"
@@ -41,8 +41,8 @@ namespace {
 
 const char* kVocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\non\nmat\n##s\n.\n";
 
-BertConfig tiny_config(int64_t num_labels = 3) {
-  BertConfig config;
+EncoderConfig tiny_config(int64_t num_labels = 3) {
+  EncoderConfig config;
   config.vocab_size = 100;
   config.hidden_size = 32;
   config.num_hidden_layers = 2;
@@ -56,8 +56,8 @@ BertConfig tiny_config(int64_t num_labels = 3) {
 
 // A model whose weights are far from HF's init (std 0.4, LayerNorm weights
 // non-1), so logits are O(1) and a swapped or zeroed tensor shows.
-std::shared_ptr<BertForSequenceClassification> tiny_model(const BertConfig& config, uint64_t seed) {
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+std::shared_ptr<SequenceClassifier> tiny_model(const EncoderConfig& config, uint64_t seed) {
+  auto model = std::make_shared<SequenceClassifier>(config);
   torch::NoGradGuard no_grad;
   torch::manual_seed(seed);
   for (auto& [name, param] : model->state_dict()) param.normal_(0.0, 0.4);
@@ -70,7 +70,7 @@ struct Flat {
   at::Tensor params, exp_avg, exp_avg_sq;
 };
 
-Flat flatten(const BertForSequenceClassification& model) {
+Flat flatten(const SequenceClassifier& model) {
   torch::NoGradGuard no_grad;
   const auto named = model.state_dict();
   ParamLayout layout(named);
@@ -118,8 +118,8 @@ FlatPart part_of(const Flat& flat, int64_t begin, int64_t end, bool with_optimiz
 // Written once per process by the first case that needs it.
 struct Fixture {
   std::string dir, path, model_only_path;
-  BertConfig config = tiny_config();
-  std::shared_ptr<BertForSequenceClassification> model;
+  EncoderConfig config = tiny_config();
+  std::shared_ptr<SequenceClassifier> model;
   std::unique_ptr<Flat> flat;
 };
 

@@ -23,7 +23,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/train_checkpoint.h"
 #include "shardtrain/train/trainer.h"
@@ -159,8 +159,8 @@ TEST_CASE("eval counts every example once; checkpoints hold the parameters by na
   REQUIRE(result.reports.size() == 3);
 
   // Recompute the last eval on one process from the final parameters.
-  auto model = std::make_shared<BertForSequenceClassification>(
-      BertConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json"));
+  auto model = std::make_shared<SequenceClassifier>(
+      EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json"));
   {
     at::NoGradGuard no_grad;
     auto named = model->state_dict();

@@ -33,7 +33,7 @@
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/parallel/zero1.h"
@@ -56,7 +56,7 @@ constexpr double kNormRelTolerance = 1e-5;
 constexpr double kLr = 1e-2;
 constexpr double kMaxGradNorm = 0.1;  // the norms here are 0.05-0.23: most steps clip, some do not
 
-BertConfig tiny() { return shardtrain_test::tiny_bert_config(); }
+EncoderConfig tiny() { return shardtrain_test::tiny_bert_config(); }
 
 using Inputs = shardtrain_test::TinyInputs;
 
@@ -83,15 +83,15 @@ Inputs concatenated(int first, int count, int s, int m) {
   return {torch::cat(ids), torch::cat(types), torch::cat(labels)};
 }
 
-std::shared_ptr<BertForSequenceClassification> make_model(uint64_t seed) {
-  auto model = std::make_shared<BertForSequenceClassification>(tiny());
+std::shared_ptr<SequenceClassifier> make_model(uint64_t seed) {
+  auto model = std::make_shared<SequenceClassifier>(tiny());
   model->init_weights(seed);
   return model;
 }
 
 // One optimizer step of two accumulated micro-steps (the first without sync),
 // this rank standing for data-ranks [first, first + count). Returns the norm.
-double step_as(Strategy& strategy, BertForSequenceClassification& model, int first, int count, int s) {
+double step_as(Strategy& strategy, SequenceClassifier& model, int first, int count, int s) {
   return shardtrain_test::step_over(strategy, model, {concatenated(first, count, s, 0), concatenated(first, count, s, 1)},
                                     kLr, kMaxGradNorm);
 }
@@ -109,7 +109,7 @@ ZeroOptions zero_options(int64_t allgather_bucket_size) {
 }
 
 // parallel.strategy = name, buckets as small as zero_options'.
-std::unique_ptr<Strategy> strategy_named(StrategyKind kind, BertForSequenceClassification& model,
+std::unique_ptr<Strategy> strategy_named(StrategyKind kind, SequenceClassifier& model,
                                          Communicator& comm) {
   ParallelConfig parallel;
   parallel.strategy = kind;
@@ -172,7 +172,7 @@ TEST_CASE("ZeRO stage 1 trains exactly like DDP, with the optimizer state sharde
                        << ", max |param - ddp| " << diff);
       CHECK(diff <= kParamTolerance);
       // The module's parameters are views of the gathered buffer: every rank has all of them.
-      CHECK(model->classifier()->weight.data_ptr() ==
+      CHECK(model->parameter("classifier.weight").data_ptr() ==
             zero.flat_params().narrow(0, zero.layout().slot("classifier.weight").offset, 1).data_ptr());
       at::Tensor root = zero.flat_params().clone();
       comm.broadcast(root, 0);

@@ -9,7 +9,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 
 using namespace shardtrain;
 
@@ -20,7 +20,7 @@ constexpr double kMB = 1024.0 * 1024.0;
 
 }  // namespace
 
-void print_preamble(const Options& options, const BertConfig& config, int ranks) {
+void print_preamble(const Options& options, const EncoderConfig& config, int ranks) {
   const bool mixed = options.mixed_precision != Precision::kNo;
   std::printf("# bench_sharding: model %s (D %lld, layers %lld, heads %lld, I %lld, vocab %lld), Psi = %lld "
               "parameters, %s, AdamW; dropout off\n",
@@ -94,7 +94,7 @@ void print_results(const std::vector<Row>& rows, int ranks, bool all_memory_pass
 }
 
 void write_json(const std::string& path, const std::vector<Row>& rows, const Options& options,
-                const BertConfig& config, int ranks, bool all_memory_pass) {
+                const EncoderConfig& config, int ranks, bool all_memory_pass) {
   nlohmann::json out_rows = nlohmann::json::array();
   for (const Row& r : rows) {
     out_rows.push_back(

@@ -12,17 +12,17 @@
 #include "sharding/run_strategy.h"
 
 namespace shardtrain {
-struct BertConfig;
+struct EncoderConfig;
 }
 
 namespace shardtrain_bench::sharding {
 
-void print_preamble(const Options& options, const shardtrain::BertConfig& config, int ranks);
+void print_preamble(const Options& options, const shardtrain::EncoderConfig& config, int ranks);
 // `reference`: the strategy whose warm-up `row` was checked against (null: the first).
 void print_strategy_done(const Row& row, const Row* reference);
 void print_results(const std::vector<Row>& rows, int ranks, bool all_memory_pass);
 // Throws shardtrain::Error when `path` cannot be written.
 void write_json(const std::string& path, const std::vector<Row>& rows, const Options& options,
-                const shardtrain::BertConfig& config, int ranks, bool all_memory_pass);
+                const shardtrain::EncoderConfig& config, int ranks, bool all_memory_pass);
 
 }  // namespace shardtrain_bench::sharding

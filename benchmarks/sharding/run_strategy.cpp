@@ -13,7 +13,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
@@ -86,14 +86,14 @@ void measure_memory(const Strategy& strategy, MPI_Comm comm, Row& row) {
 
 }  // namespace
 
-Row run_strategy(World& world, const std::string& name, const BertConfig& config, const std::vector<Batch>& batches,
+Row run_strategy(World& world, const std::string& name, const EncoderConfig& config, const std::vector<Batch>& batches,
                  const Options& options, const Row* reference) {
   const int ranks = world.size();
   ParallelConfig parallel;
   parallel.strategy = parse_choice<StrategyKind>(name, "--strategies");
   if (name == "hybrid") parallel.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : ranks / 2;
 
-  auto model = std::make_shared<BertForSequenceClassification>(config);
+  auto model = std::make_shared<SequenceClassifier>(config);
   model->init_weights(static_cast<uint64_t>(options.seed));
   model->train();
 
@@ -103,7 +103,7 @@ Row run_strategy(World& world, const std::string& name, const BertConfig& config
   row.group = name == "hybrid" ? static_cast<int>(parallel.ranks_per_node) : ranks;
   row.counts = count_model(*model, name == "fsdp" ? 0 : parallel.zero.stage3_param_persistence_threshold);
   ST_ASSERT(row.counts.psi == config.num_parameters(), "bench_sharding: the model's tensors do not add up to "
-                                                       "BertConfig::num_parameters()");
+                                                       "EncoderConfig::num_parameters()");
   row.formula = zero_formula(name, row.counts, ranks, row.group, options.mixed_precision != Precision::kNo);
 
   auto recorder = std::make_shared<Recorder>();

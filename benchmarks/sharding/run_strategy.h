@@ -39,7 +39,7 @@
 #include "shardtrain/parallel/strategy.h"
 
 namespace shardtrain {
-struct BertConfig;
+struct EncoderConfig;
 }
 
 namespace shardtrain_bench::sharding {
@@ -83,7 +83,7 @@ struct Row {
 // same for every strategy) and measures it; a collective on world.comm().
 // `reference`: the first strategy's row, whose warm-up losses and norms this
 // one must match (null for the first).
-Row run_strategy(shardtrain::World& world, const std::string& name, const shardtrain::BertConfig& config,
+Row run_strategy(shardtrain::World& world, const std::string& name, const shardtrain::EncoderConfig& config,
                  const std::vector<shardtrain::Batch>& batches, const Options& options, const Row* reference);
 
 }  // namespace shardtrain_bench::sharding

@@ -21,7 +21,7 @@
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/train/checkpoint_model.h"
 
 namespace shardtrain {
@@ -65,7 +65,7 @@ nlohmann::json summarize(const std::string& path) {
     throw Error(path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
   CheckpointReader reader(path, MPI_COMM_SELF);
   const TrainState state = read_train_state(reader);
-  const BertConfig config = BertConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
+  const EncoderConfig config = EncoderConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
 
   nlohmann::json metrics;
   try {
@@ -100,7 +100,9 @@ nlohmann::json summarize(const std::string& path) {
                   {"loss_count", state.loss_count},
                   {"train_seconds", state.train_seconds}};
   out["metrics"] = metrics;
-  out["model"] = {{"num_hidden_layers", config.num_hidden_layers},
+  out["model"] = {{"model_type", config.model_type},
+                  {"architecture", config.architecture()},
+                  {"num_hidden_layers", config.num_hidden_layers},
                   {"hidden_size", config.hidden_size},
                   {"num_attention_heads", config.num_attention_heads},
                   {"intermediate_size", config.intermediate_size},
@@ -161,9 +163,9 @@ void print_text(const nlohmann::json& s) {
   std::printf("metrics:     %s\n", metrics.empty() ? "(none)" : metrics.c_str());
   std::string labels;
   for (const auto& name : m["id2label"]) labels += (labels.empty() ? "" : ", ") + name.get<std::string>();
-  std::printf("model:       BertForSequenceClassification, %lld layers, hidden %lld, %lld heads, intermediate %lld, "
+  std::printf("model:       %s, %lld layers, hidden %lld, %lld heads, intermediate %lld, "
               "vocab %lld, %lld labels (%s)\n",
-              i64(m["num_hidden_layers"]), i64(m["hidden_size"]), i64(m["num_attention_heads"]),
+              m["architecture"].get<std::string>().c_str(), i64(m["num_hidden_layers"]), i64(m["hidden_size"]), i64(m["num_attention_heads"]),
               i64(m["intermediate_size"]), i64(m["vocab_size"]), i64(m["num_labels"]), labels.c_str());
   std::printf("parameters:  %s in %lld tensors (%s)\n", grouped(m["num_parameters"].get<int64_t>()).c_str(),
               i64(m["num_tensors"]), format_bytes(static_cast<double>(m["parameter_bytes"].get<int64_t>())).c_str());
@@ -187,7 +189,7 @@ void verify(const std::string& path) {
   const CheckpointVerification v = verify_checkpoint(path);
   CheckpointReader reader(path, MPI_COMM_SELF);
   const TrainState state = read_train_state(reader);
-  const BertConfig config = BertConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
+  const EncoderConfig config = EncoderConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
   for (const FlatTensor& tensor : model_flat_tensors(config, path + " (attribute model_config_json)")) {
     if (!reader.has("model", tensor.name))
       throw Error(path + ": the checkpoint has no tensor /model/" + tensor.name + " of its model config");

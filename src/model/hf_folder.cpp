@@ -9,6 +9,8 @@
 #include <set>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/parameter_plan.h"
 
 namespace shardtrain {
 namespace {
@@ -33,26 +35,39 @@ std::string python_list(const std::vector<std::string>& names) {
   return out + "]";
 }
 
-// The name BertForSequenceClassification uses for a checkpoint tensor, as
-// transformers' loader rewrites it; "" for tensors HF drops silently.
-std::string model_key(const std::string& name) {
-  if (name == "bert.embeddings.position_ids" || name == "embeddings.position_ids") return "";
+// The top-level module names of each family's bare base model (BertModel,
+// RobertaModel, ...): a checkpoint of the bare model lacks the prefix.
+std::vector<std::string> base_parts(const EncoderConfig& config) {
+  switch (config.family) {
+    case ModelFamily::kDistilBert: return {"embeddings.", "transformer."};
+    case ModelFamily::kElectra: return {"embeddings.", "embeddings_project.", "encoder."};
+    case ModelFamily::kModernBert: return {"embeddings.", "layers.", "final_norm."};
+    default: return {"embeddings.", "encoder.", "pooler."};
+  }
+}
+
+// The name the model uses for a checkpoint tensor, as transformers' loader
+// rewrites it; "" for tensors HF drops silently (buffers).
+std::string model_key(const std::string& name, const EncoderConfig& config) {
+  const std::string base = config.base_prefix();
+  for (const char* buffer : {"embeddings.position_ids", "embeddings.token_type_ids"})
+    if (name == buffer || name == base + buffer) return "";
   std::string key = name;
   // transformers' _fix_key: TF-era checkpoints call LayerNorm parameters gamma/beta.
   if (ends_with(key, ".gamma")) key = key.substr(0, key.size() - 5) + "weight";
   if (ends_with(key, ".beta")) key = key.substr(0, key.size() - 4) + "bias";
-  // A bare BertModel checkpoint lacks the base_model_prefix "bert.".
-  for (const char* part : {"embeddings.", "encoder.", "pooler."})
-    if (starts_with(key, part)) key = "bert." + key;
+  // A bare base-model checkpoint lacks the base_model_prefix ("bert.", "model.", ...).
+  for (const std::string& part : base_parts(config))
+    if (starts_with(key, part)) key = base + key;
   return key;
 }
 
-std::map<std::string, at::Tensor> normalise(const NamedTensors& checkpoint, const std::string& source,
-                                            std::vector<std::string>* renamed) {
+std::map<std::string, at::Tensor> normalise(const NamedTensors& checkpoint, const EncoderConfig& config,
+                                            const std::string& source, std::vector<std::string>* renamed) {
   std::map<std::string, at::Tensor> out;
   std::map<std::string, std::string> origin;
   for (const auto& [name, tensor] : checkpoint) {
-    const std::string key = model_key(name);
+    const std::string key = model_key(name, config);
     if (key.empty()) continue;
     if (key != name && renamed) renamed->push_back(name + " -> " + key);
     if (out.count(key))
@@ -63,23 +78,35 @@ std::map<std::string, at::Tensor> normalise(const NamedTensors& checkpoint, cons
   return out;
 }
 
+// Copies a checkpoint tensor into a model tensor of the same shape.
+void copy_checked(at::Tensor& param, const at::Tensor& value, const std::string& name, const std::string& source) {
+  if (value.sizes() != param.sizes())
+    throw Error(source + ": tensor '" + name + "' has shape " + shape_text(value.sizes()) +
+                " in the checkpoint but the model (config.json) expects " + shape_text(param.sizes()));
+  if (!at::isFloatingType(value.scalar_type()))
+    throw Error(source + ": tensor '" + name + "' has non-floating dtype " +
+                std::string(c10::toString(value.scalar_type())));
+  param.copy_(value);
+}
+
 }  // namespace
 
 std::string HfLoadReport::message() const {
   std::string out;
   if (!unexpected_keys.empty()) {
-    out += "Some weights of the model checkpoint at " + folder +
-           " were not used when initializing BertForSequenceClassification: " + python_list(unexpected_keys) +
-           "\n- This IS expected if you are initializing BertForSequenceClassification from the checkpoint of a "
-           "model trained on another task or with another architecture (e.g. initializing a "
-           "BertForSequenceClassification model from a BertForPreTraining model).\n- This IS NOT expected if you "
-           "are initializing BertForSequenceClassification from the checkpoint of a model that you expect to be "
-           "exactly identical (initializing a BertForSequenceClassification model from a "
-           "BertForSequenceClassification model).";
+    out += "Some weights of the model checkpoint at " + folder + " were not used when initializing " +
+           architecture + ": " + python_list(unexpected_keys) + "\n- This IS expected if you are initializing " +
+           architecture +
+           " from the checkpoint of a model trained on another task or with another architecture (e.g. "
+           "initializing a BertForSequenceClassification model from a BertForPreTraining model).\n- This IS NOT "
+           "expected if you are initializing " +
+           architecture +
+           " from the checkpoint of a model that you expect to be exactly identical (initializing a "
+           "BertForSequenceClassification model from a BertForSequenceClassification model).";
   }
   if (!missing_keys.empty()) {
     if (!out.empty()) out += "\n";
-    out += "Some weights of BertForSequenceClassification were not initialized from the model checkpoint at " +
+    out += "Some weights of " + architecture + " were not initialized from the model checkpoint at " +
            folder + " and are newly initialized: " + python_list(missing_keys) +
            "\nYou should probably TRAIN this model on a down-stream task to be able to use it for predictions and "
            "inference.";
@@ -116,39 +143,41 @@ NamedTensors read_hf_weights(const std::string& folder) {
       throw Error(folder + ": has only " + pickle +
                   " (a Python pickle); shardtrain never loads pickles because they can run arbitrary code. "
                   "Provide model.safetensors instead, e.g. in Python: "
-                  "BertForSequenceClassification.from_pretrained(folder).save_pretrained(folder, "
+                  "AutoModelForSequenceClassification.from_pretrained(folder).save_pretrained(folder, "
                   "safe_serialization=True)");
   throw Error(folder + ": no model.safetensors or model.safetensors.index.json (TF/Flax weights are not supported)");
 }
 
-HfLoadReport load_hf_weights(BertForSequenceClassification& model, const NamedTensors& checkpoint,
-                             uint64_t init_seed, const std::string& source) {
+HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& checkpoint, uint64_t init_seed,
+                             const std::string& source) {
   HfLoadReport report;
   report.folder = source;
-  std::map<std::string, at::Tensor> tensors = normalise(checkpoint, source, &report.renamed_keys);
+  report.architecture = model.config().architecture();
+  std::map<std::string, at::Tensor> tensors = normalise(checkpoint, model.config(), source, &report.renamed_keys);
 
   std::set<std::string> used;
   {
     at::NoGradGuard no_grad;
-    for (const auto& [name, param] : model.state_dict()) {
+    for (auto& [name, param] : model.state_dict()) {
       auto found = tensors.find(name);
       if (found == tensors.end()) {
         report.missing_keys.push_back(name);
         continue;
       }
-      const at::Tensor& value = found->second;
-      if (value.sizes() != param.sizes())
-        throw Error(source + ": tensor '" + name + "' has shape " + shape_text(value.sizes()) +
-                    " in the checkpoint but the model (config.json) expects " + shape_text(param.sizes()));
-      if (!at::isFloatingType(value.scalar_type()))
-        throw Error(source + ": tensor '" + name + "' has non-floating dtype " +
-                    std::string(c10::toString(value.scalar_type())));
-      param.copy_(value);
+      copy_checked(param, found->second, name, source);
+      used.insert(name);
+    }
+    // Fixed tensors (DistilBERT's sinusoidal positions) load when present, as
+    // in HF, and are computed from the config otherwise.
+    for (auto& [name, tensor] : model.fixed_tensors()) {
+      auto found = tensors.find(name);
+      if (found == tensors.end()) continue;
+      copy_checked(tensor, found->second, name, source);
       used.insert(name);
     }
   }
   for (const auto& [name, tensor] : checkpoint) {
-    const std::string key = model_key(name);
+    const std::string key = model_key(name, model.config());
     if (!key.empty() && !used.count(key)) report.unexpected_keys.push_back(name);
   }
   if (!report.missing_keys.empty()) model.init_weights(init_seed, report.missing_keys);
@@ -160,16 +189,19 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   const std::string config_path = (fs::path(folder) / "config.json").string();
   if (!fs::exists(config_path)) throw Error(folder + ": no config.json in the model folder");
   HfModel out;
-  out.config = BertConfig::from_file(config_path);
+  out.config = EncoderConfig::from_file(config_path);
   if (options.hidden_dropout_prob) out.config.hidden_dropout_prob = *options.hidden_dropout_prob;
   if (options.attention_probs_dropout_prob)
     out.config.attention_probs_dropout_prob = *options.attention_probs_dropout_prob;
 
   const NamedTensors checkpoint = read_hf_weights(folder);
   if (options.num_labels && *options.num_labels != out.config.num_labels) {
+    std::string classifier;
+    for (const ParameterSpec& p : parameter_plan(out.config))
+      if (p.slot == Slot::kClassifierWeight) classifier = p.name;
     const at::Tensor* head = nullptr;
     for (const auto& [name, tensor] : checkpoint)
-      if (model_key(name) == "classifier.weight") head = &tensor;
+      if (model_key(name, out.config) == classifier) head = &tensor;
     if (head)
       throw Error(folder + ": num_labels " + std::to_string(*options.num_labels) +
                   " differs from the checkpoint's classifier head (" + std::to_string(head->size(0)) +
@@ -179,18 +211,18 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
     if (out.config.problem_type == "regression" && *options.num_labels != 1) out.config.problem_type.clear();
   }
   out.config.validate(config_path);
-  out.model = std::make_shared<BertForSequenceClassification>(out.config);
+  out.model = std::make_shared<SequenceClassifier>(out.config);
   out.report = load_hf_weights(*out.model, checkpoint, options.init_seed, folder);
   return out;
 }
 
-std::string hf_config_json(const BertConfig& config, at::ScalarType dtype) {
+std::string hf_config_json(const EncoderConfig& config, at::ScalarType dtype) {
   nlohmann::json json = nlohmann::json::parse(config.to_json());
   json["torch_dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kHalf ? "float16" : "bfloat16";
   return json.dump(2) + "\n";
 }
 
-void save_hf_folder(const BertForSequenceClassification& model, const std::string& folder,
+void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
                     const HfSaveOptions& options) {
   if (options.dtype != at::kFloat && options.dtype != at::kHalf && options.dtype != at::kBFloat16)
     throw Error(folder + ": weights can be saved as float32, float16 or bfloat16, not " +
@@ -208,7 +240,9 @@ void save_hf_folder(const BertForSequenceClassification& model, const std::strin
   }
 
   NamedTensors tensors;
-  for (const auto& [name, param] : model.state_dict()) tensors.emplace_back(name, param.detach().to(options.dtype));
+  // HF's state-dict order: the fixed tensors sit where the plan puts them.
+  for (const ParameterSpec& p : parameter_plan(model.config()))
+    tensors.emplace_back(p.name, model.parameter(p.name).detach().to(options.dtype));
   write_safetensors((fs::path(folder) / "model.safetensors").string(), tensors);
 
   for (const auto& file : options.copy_files) {

@@ -8,12 +8,12 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/sampler.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/train/metrics.h"
 
 namespace shardtrain {
 
-std::vector<float> sharded_logits(BertForSequenceClassification& model, const TokenizedDataset& data,
+std::vector<float> sharded_logits(SequenceClassifier& model, const TokenizedDataset& data,
                                   int64_t batch_size, int32_t pad_id, const at::Device& device, MPI_Comm comm,
                                   std::vector<int64_t>* rows) {
   int rank = 0, world = 1;

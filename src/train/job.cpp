@@ -147,7 +147,7 @@ Tables read_tables(TrainJob& job) {
 void preflight(const TrainJob& job) {
   const RunConfig& config = *job.config;
   const std::string config_path = model_config_path(config.model);
-  BertConfig model = BertConfig::from_file(config_path);
+  EncoderConfig model = EncoderConfig::from_file(config_path);
   model.set_num_labels(job.num_labels);
   check_model_for_data(model, config.data, config_path);
   if (config.run.device != Device::kCpu) return;
@@ -168,12 +168,12 @@ void build_model(TrainJob& job, const Tables& tables) {
     if (!message.empty()) log_info("%s", message.c_str());
     job.model = hf.model;
   } else {
-    BertConfig bc = BertConfig::from_file(model_config_path(config.model));
+    EncoderConfig bc = EncoderConfig::from_file(model_config_path(config.model));
     bc.set_num_labels(job.num_labels);
     if (config.model.hidden_dropout_prob) bc.hidden_dropout_prob = *config.model.hidden_dropout_prob;
     if (config.model.attention_probs_dropout_prob)
       bc.attention_probs_dropout_prob = *config.model.attention_probs_dropout_prob;
-    job.model = std::make_shared<BertForSequenceClassification>(bc);
+    job.model = std::make_shared<SequenceClassifier>(bc);
     job.model->init_weights(static_cast<uint64_t>(config.train.seed));
   }
   job.saved_config = job.model->config();
@@ -182,9 +182,12 @@ void build_model(TrainJob& job, const Tables& tables) {
     throw Error(str_format("model.vocab: %lld tokens, but the model's vocab_size is %lld",
                            static_cast<long long>(job.tokenizer->vocab_size()),
                            static_cast<long long>(job.saved_config.vocab_size)));
-  if (config.data.max_length > job.saved_config.max_position_embeddings)
-    throw Error(str_format("data.max_length = %lld exceeds the model's max_position_embeddings (%lld)",
+  if (config.data.max_length > job.saved_config.max_sequence_length())
+    throw Error(str_format("data.max_length = %lld exceeds the %lld positions of the %s model "
+                           "(max_position_embeddings %lld); lower data.max_length",
                            static_cast<long long>(config.data.max_length),
+                           static_cast<long long>(job.saved_config.max_sequence_length()),
+                           job.saved_config.model_type.c_str(),
                            static_cast<long long>(job.saved_config.max_position_embeddings)));
   job.model->set_unpadded(config.model.unpadded);
   job.model->set_gradient_checkpointing(config.model.gradient_checkpointing);

@@ -24,7 +24,7 @@
 namespace shardtrain {
 namespace {
 
-bool has_custom_label_names(const BertConfig& config) {
+bool has_custom_label_names(const EncoderConfig& config) {
   for (size_t i = 0; i < config.id2label.size(); ++i)
     if (config.id2label[i] != "LABEL_" + std::to_string(i)) return true;
   return false;
@@ -33,7 +33,7 @@ bool has_custom_label_names(const BertConfig& config) {
 // The file's labels as the model's class ids. Integer labels are ids already;
 // string labels only mean something through the model's id2label, never through
 // the reader's sorted order (a file missing one class would shift every id).
-void map_labels(const RawTable& table, const BertConfig& config, PredictResult* result) {
+void map_labels(const RawTable& table, const EncoderConfig& config, PredictResult* result) {
   const Labels& labels = table.labels;
   result->label_kind = labels.kind;
   if (labels.kind == LabelKind::kNone) return;
@@ -69,8 +69,8 @@ void map_labels(const RawTable& table, const BertConfig& config, PredictResult* 
 
 // The model and tokenizer from a HF folder or a training checkpoint file.
 struct PredictModel {
-  BertConfig config;
-  std::shared_ptr<BertForSequenceClassification> model;
+  EncoderConfig config;
+  std::shared_ptr<SequenceClassifier> model;
   Tokenizer tokenizer;
   HfLoadReport report;
   std::string config_source;  // where the config came from, for messages
@@ -122,7 +122,7 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
                     : std::string("--dtype ") + c10::toString(options.dtype) + ": use float32 or bfloat16");
   const PredictModel loaded = load_predict_model(options, comm);
   if (options.dtype != at::kFloat) loaded.model->to(options.dtype);
-  const BertConfig& config = loaded.config;
+  const EncoderConfig& config = loaded.config;
   const Tokenizer& tokenizer = loaded.tokenizer;
   if (config.problem_type == "multi_label_classification")
     throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");

@@ -25,7 +25,7 @@ Sharding sharding_of(const ParallelConfig& p) {
 }
 
 // Parameters of the largest FSDP unit: the embeddings, one encoder layer, or the head.
-double largest_unit(const BertConfig& m) {
+double largest_unit(const EncoderConfig& m) {
   const double D = static_cast<double>(m.hidden_size), I = static_cast<double>(m.intermediate_size);
   const double embeddings =
       (static_cast<double>(m.vocab_size) + static_cast<double>(m.max_position_embeddings) +
@@ -36,7 +36,7 @@ double largest_unit(const BertConfig& m) {
 }
 
 // Bytes one encoder layer keeps for backward for a batch of B sequences of L tokens.
-double layer_activation_bytes(const BertConfig& m, double B, double L) {
+double layer_activation_bytes(const EncoderConfig& m, double B, double L) {
   const double D = static_cast<double>(m.hidden_size), I = static_cast<double>(m.intermediate_size),
                H = static_cast<double>(m.num_attention_heads);
   return 4 * (16 * B * L * D + 2 * B * L * I + 3 * B * H * L * L) + B * H * L * L;
@@ -48,20 +48,23 @@ std::string count_text(double value) {
 
 }  // namespace
 
-void check_model_for_data(const BertConfig& model, const DataConfig& data, const std::string& model_source) {
-  if (!data.text_b.empty() && model.type_vocab_size < 2)
+void check_model_for_data(const EncoderConfig& model, const DataConfig& data, const std::string& model_source) {
+  // Families without token types (DistilBERT, ModernBERT) ignore them, and
+  // RoBERTa's tokenizers give every token type 0.
+  if (model.has_token_types() && model.family != ModelFamily::kRoberta && !data.text_b.empty() &&
+      model.type_vocab_size < 2)
     throw Error(model_source + ": type_vocab_size = " + std::to_string(model.type_vocab_size) +
                 ", but data.text_b = '" + shorten(data.text_b) +
                 "' makes sentence pairs, whose second sentence has token type 1; use a model with type_vocab_size "
                 ">= 2, or set data.text_b = \"\" for single sentences");
 }
 
-MemoryEstimate estimate_rank_memory(const RunConfig& config, const BertConfig& model, int world_size) {
+MemoryEstimate estimate_rank_memory(const RunConfig& config, const EncoderConfig& model, int world_size) {
   MemoryEstimate e;
   e.strategy = choice_name(config.parallel.strategy);
   // Doubles throughout: a hostile config (batch_size 1e11) must give a large
   // number, not an overflow.
-  const double psi = static_cast<double>(model.num_parameters());  // bounded by BertConfig::validate
+  const double psi = static_cast<double>(model.num_parameters());  // bounded by EncoderConfig::validate
   e.parameters = psi;
   const double n = std::max(1, world_size);
   const double shard = effective_strategy(config.parallel) == StrategyKind::kHybrid && config.parallel.ranks_per_node > 0
@@ -87,7 +90,7 @@ MemoryEstimate estimate_rank_memory(const RunConfig& config, const BertConfig& m
   return e;
 }
 
-void check_memory_fits(const MemoryEstimate& need, const RunConfig& config, const BertConfig& model, int ranks_on_node,
+void check_memory_fits(const MemoryEstimate& need, const RunConfig& config, const EncoderConfig& model, int ranks_on_node,
                        const std::optional<AvailableMemory>& available) {
   if (!available) return;
   const double ranks = std::max(1, ranks_on_node);

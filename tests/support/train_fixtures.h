@@ -12,7 +12,7 @@
 
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/parallel/strategy.h"
 #include "shardtrain/train/train_step.h"
 #include "shardtrain/train/trainer.h"
@@ -22,8 +22,8 @@ namespace shardtrain_test {
 
 // A BERT small enough to compare strategies step by step: vocab 50, hidden 16,
 // 2 layers, 3 labels, dropout off.
-inline shardtrain::BertConfig tiny_bert_config() {
-  shardtrain::BertConfig c;
+inline shardtrain::EncoderConfig tiny_bert_config() {
+  shardtrain::EncoderConfig c;
   c.vocab_size = 50;
   c.hidden_size = 16;
   c.num_hidden_layers = 2;
@@ -85,7 +85,7 @@ struct TinyInputs {
 // One optimizer step (shardtrain::train_step) over `micro`, accumulated, with
 // lr and clipping as given and the generator left alone. Returns the
 // gradient norm.
-inline double step_over(shardtrain::Strategy& strategy, shardtrain::BertForSequenceClassification& model,
+inline double step_over(shardtrain::Strategy& strategy, shardtrain::SequenceClassifier& model,
                         const std::vector<TinyInputs>& micro, double lr, double max_grad_norm) {
   std::vector<shardtrain::Batch> batches;
   for (const TinyInputs& in : micro) {

@@ -33,7 +33,7 @@ struct ModelConfig {
   // input and runs its forward again in backward (model/activation_checkpoint.h).
   bool gradient_checkpointing = false;
   // Unpadded (packed) batches: the model computes on the real tokens only
-  // (model/bert.h); false = on the padded [B, L] batch, as HF does.
+  // (model/classifier.h); false = on the padded [B, L] batch, as HF does.
   bool unpadded = true;
 };
 

@@ -1,4 +1,4 @@
-// Dropout for BertForSequenceClassification's training mode.
+// Dropout for the classifiers' training mode (model/classifier.h).
 //
 //   y = dropout(x, p, training);   // x * noise; noise = 0 with probability p, else 1 / (1 - p)
 //

@@ -12,12 +12,15 @@
 // (model.safetensors.index.json + the shards it names). A folder with only
 // pytorch_model.bin (a Python pickle) is refused: shardtrain never unpickles.
 //
-// Names are matched like transformers does for BertForSequenceClassification:
-// legacy LayerNorm names "gamma"/"beta" become "weight"/"bias"; a bare BertModel
-// checkpoint ("embeddings.*", "encoder.*", "pooler.*") gets the "bert." prefix;
-// "bert.embeddings.position_ids" (a buffer) is dropped; pretraining heads
-// ("cls.predictions.*", "cls.seq_relationship.*") and other unknown tensors are
-// reported as unused. Parameters absent from the checkpoint (typically the
+// The family comes from config.json's model_type (model/encoder_config.h).
+// Names are matched like transformers does for <Family>ForSequenceClassification:
+// legacy LayerNorm names "gamma"/"beta" become "weight"/"bias"; a bare base-model
+// checkpoint ("embeddings.*", "encoder.*", ...) gets the base prefix ("bert.",
+// "roberta.", "distilbert.", "electra.", "model."); the position_ids /
+// token_type_ids buffers are dropped; pretraining heads ("cls.predictions.*",
+// "lm_head.*", "discriminator_predictions.*", "vocab_projector.*", ModernBERT's
+// "decoder.*") and other unknown tensors are reported as unused. A ModernBERT
+// masked-LM checkpoint's "head.*" is the classification head's too, as in HF. Parameters absent from the checkpoint (typically the
 // classifier) are initialised as HF's _init_weights does and reported. A shape
 // mismatch is an error naming the tensor and both shapes.
 #pragma once
@@ -28,10 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/encoder_config.h"
 #include "shardtrain/model/safetensors.h"
 
 namespace shardtrain {
+
+class SequenceClassifier;
 
 struct HfLoadOptions {
   // Number of labels for the classifier. Allowed to differ from config.json only
@@ -49,14 +54,15 @@ struct HfLoadReport {
   std::string folder;
   std::vector<std::string> missing_keys;     // model parameters not in the checkpoint (freshly initialised)
   std::vector<std::string> unexpected_keys;  // checkpoint tensors the model does not use
-  std::vector<std::string> renamed_keys;     // "old -> new" for gamma/beta and bert.-prefix fixes
+  std::vector<std::string> renamed_keys;     // "old -> new" for gamma/beta and base-prefix fixes
+  std::string architecture;                  // "BertForSequenceClassification", ...
   // The log lines transformers prints for missing / unexpected keys (empty if neither).
   std::string message() const;
 };
 
 struct HfModel {
-  BertConfig config;
-  std::shared_ptr<BertForSequenceClassification> model;
+  EncoderConfig config;
+  std::shared_ptr<SequenceClassifier> model;
   HfLoadReport report;
 };
 
@@ -72,7 +78,7 @@ NamedTensors read_hf_weights(const std::string& folder);
 
 // Copies `checkpoint` (HF names or the legacy/bare variants above) into `model`,
 // converting dtypes; parameters it lacks are initialised from `init_seed`.
-HfLoadReport load_hf_weights(BertForSequenceClassification& model, const NamedTensors& checkpoint,
+HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& checkpoint,
                              uint64_t init_seed = 42, const std::string& source = "checkpoint");
 
 struct HfSaveOptions {
@@ -83,14 +89,15 @@ struct HfSaveOptions {
 
 // config.json as save_hf_folder() writes it: the model config plus
 // torch_dtype (float32, float16 or bfloat16).
-std::string hf_config_json(const BertConfig& config, at::ScalarType dtype);
+std::string hf_config_json(const EncoderConfig& config, at::ScalarType dtype);
 
 // Writes `folder`/config.json (num_labels, id2label/label2id, architectures
-// ["BertForSequenceClassification"], model_type "bert") and
-// `folder`/model.safetensors (HF names, contiguous, options.dtype), then copies
-// options.copy_files. Creates the folder if needed. HF transformers loads the
-// result with BertForSequenceClassification.from_pretrained(folder).
-void save_hf_folder(const BertForSequenceClassification& model, const std::string& folder,
+// [config.architecture()], the family's model_type) and
+// `folder`/model.safetensors (HF names, contiguous, options.dtype; fixed
+// tensors included), then copies options.copy_files. Creates the folder if
+// needed. HF transformers loads the result with
+// AutoModelForSequenceClassification.from_pretrained(folder).
+void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
                     const HfSaveOptions& options = {});
 
 }  // namespace shardtrain

@@ -9,7 +9,10 @@
 // Weight decay follows HF run_glue / Accelerate's examples:
 //   no_decay = ["bias", "LayerNorm.weight"]
 //   decay    = not any(nd in name for nd in no_decay)     (substring match)
-// so every `.bias` and every LayerNorm weight is excluded. decay_ranges() lists
+// extended with "norm.weight" for the families whose norms have other names
+// (DistilBERT's sa_layer_norm / output_layer_norm, ModernBERT's attn_norm,
+// mlp_norm, final_norm, head.norm), so every `.bias` and every norm weight is
+// excluded, as HF Trainer's get_decay_parameter_names excludes every LayerNorm. decay_ranges() lists
 // the decayed elements as merged [begin, end) ranges for AdamW::step().
 #pragma once
 
@@ -35,7 +38,7 @@ struct ParamSlot {
 class ParamLayout {
  public:
   // HF's no_decay substrings.
-  static std::vector<std::string> default_no_decay() { return {"bias", "LayerNorm.weight"}; }
+  static std::vector<std::string> default_no_decay() { return {"bias", "LayerNorm.weight", "norm.weight"}; }
 
   // Throws shardtrain::Error on a duplicate name.
   explicit ParamLayout(const std::vector<std::pair<std::string, at::Tensor>>& named_parameters,

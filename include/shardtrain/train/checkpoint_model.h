@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
@@ -24,8 +24,8 @@ namespace shardtrain {
 // config and tokenizer inputs. Build its tokenizer with
 // Tokenizer::from_vocab_text(vocab_text, options with lowercase).
 struct CheckpointModel {
-  BertConfig config;
-  std::shared_ptr<BertForSequenceClassification> model;
+  EncoderConfig config;
+  std::shared_ptr<SequenceClassifier> model;
   std::string vocab_text;
   bool lowercase = false;
   TrainState state;
@@ -38,12 +38,12 @@ CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm);
 // their shapes and offsets in the flat layout: equal to
 // flat_tensors(ParamLayout(model.state_dict())), computed without allocating
 // the model. Error naming `source` for an invalid config.
-std::vector<FlatTensor> model_flat_tensors(const BertConfig& config, const std::string& source = "config");
+std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source = "config");
 
 // What export_checkpoint_safetensors() did.
 struct CheckpointExport {
   TrainState state;
-  BertConfig config;           // from the model_config_json attribute
+  EncoderConfig config;           // from the model_config_json attribute
   int64_t tensors = 0;         // tensors written
   int64_t model_bytes = 0;     // bytes of all /model tensors as stored (float32)
   int64_t largest_tensor_bytes = 0;  // the largest one of them, as stored

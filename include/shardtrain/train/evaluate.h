@@ -19,7 +19,7 @@
 
 namespace shardtrain {
 
-class BertForSequenceClassification;
+class SequenceClassifier;
 
 // Collective over comm: logits of every row of `data` ([rows x num_labels],
 // row-major, float32), the same on every rank. The model runs in eval mode
@@ -27,7 +27,7 @@ class BertForSequenceClassification;
 // rows per rank, padded with `pad_id`, moved to `device`. `rows`, when given,
 // receives the row index of every gathered logits row, gathered the same way
 // (0, 1, 2, ...: a check of the plan).
-std::vector<float> sharded_logits(BertForSequenceClassification& model, const TokenizedDataset& data,
+std::vector<float> sharded_logits(SequenceClassifier& model, const TokenizedDataset& data,
                                   int64_t batch_size, int32_t pad_id, const at::Device& device, MPI_Comm comm,
                                   std::vector<int64_t>* rows = nullptr);
 

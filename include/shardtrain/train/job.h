@@ -34,7 +34,7 @@
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/optim/schedule.h"
 #include "shardtrain/parallel/strategy.h"
@@ -69,8 +69,8 @@ struct TrainJob {
   TokenizedDataset train_data;
   std::optional<TokenizedDataset> eval_data;
   int64_t num_labels = 2;
-  std::shared_ptr<BertForSequenceClassification> model;
-  BertConfig saved_config;  // what checkpoints and exports record (label names of the data)
+  std::shared_ptr<SequenceClassifier> model;
+  EncoderConfig saved_config;  // what checkpoints and exports record (label names of the data)
   std::unique_ptr<Strategy> strategy;
   std::vector<FlatTensor> flat_layout;
   std::optional<DistributedSampler> sampler;

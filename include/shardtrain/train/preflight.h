@@ -1,12 +1,12 @@
 // Preflight: checks of a run that need the model's config and the run config
 // together, made before anything large is allocated.
 //
-//   BertConfig model = ...;  model.set_num_labels(num_labels);
+//   EncoderConfig model = ...;  model.set_num_labels(num_labels);
 //   check_model_for_data(model, config.data, model_source);          // type_vocab_size vs text_b
 //   const MemoryEstimate need = estimate_rank_memory(config, model, world_size);
 //   check_memory_fits(need, config, model, ranks_on_node, available_memory());  // Error naming the keys
 //
-// The estimate is per rank, fp32, Psi = BertConfig::num_parameters(), N ranks
+// The estimate is per rank, fp32, Psi = EncoderConfig::num_parameters(), N ranks
 // (the README's strategy table; S = the ranks of one parameter shard: N, or
 // parallel.ranks_per_node for hybrid):
 //   model build   8 Psi    the model, and the flat buffer its parameters move into
@@ -40,14 +40,14 @@
 
 #include "shardtrain/core/memory.h"
 #include "shardtrain/core/run_config.h"
-#include "shardtrain/model/bert.h"
+#include "shardtrain/model/encoder_config.h"
 
 namespace shardtrain {
 
 // Error when the model cannot take the data: sentence pairs (data.text_b set)
 // need token type 1, i.e. type_vocab_size >= 2. `model_source` names the
 // model's config.json for the message.
-void check_model_for_data(const BertConfig& model, const DataConfig& data, const std::string& model_source);
+void check_model_for_data(const EncoderConfig& model, const DataConfig& data, const std::string& model_source);
 
 struct MemoryEstimate {
   double parameters = 0;   // Psi
@@ -62,7 +62,7 @@ struct MemoryEstimate {
 
 // Per rank, for `config` (strategy, batch sizes, max_length) and `model` (its
 // num_labels already set), at `world_size` ranks.
-MemoryEstimate estimate_rank_memory(const RunConfig& config, const BertConfig& model, int world_size);
+MemoryEstimate estimate_rank_memory(const RunConfig& config, const EncoderConfig& model, int world_size);
 
 // Error when `ranks_on_node` ranks of `need` do not fit in `available`
 // (nothing when it is unknown), naming the bytes and the keys to change:
@@ -70,7 +70,7 @@ MemoryEstimate estimate_rank_memory(const RunConfig& config, const BertConfig& m
 //   node = 55.8 GiB), but 20.1 GiB are available (MemAvailable 20.1 GiB):
 //   activations 27.0 GiB (train.batch_size 100000000000 x data.max_length 128),
 //   ... Lower train.batch_size ...
-void check_memory_fits(const MemoryEstimate& need, const RunConfig& config, const BertConfig& model, int ranks_on_node,
+void check_memory_fits(const MemoryEstimate& need, const RunConfig& config, const EncoderConfig& model, int ranks_on_node,
                        const std::optional<AvailableMemory>& available);
 
 }  // namespace shardtrain

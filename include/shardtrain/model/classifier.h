@@ -1,0 +1,155 @@
+// An encoder sequence classifier in LibTorch, numerically equal to Hugging
+// Face transformers' eager <Family>ForSequenceClassification for BERT,
+// RoBERTa (XLM-R, CamemBERT), DistilBERT, ELECTRA and ModernBERT
+// (docs/DESIGN.md, "Model families").
+//
+//   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
+//   SequenceClassifier model(config);
+//   model.init_weights(/*seed=*/42);                       // HF _init_weights
+//   at::Tensor logits = model.forward(input_ids, token_type_ids, attention_mask);  // [B, C]
+//   at::Tensor loss = model.loss(logits, labels);
+//
+// One encoder core serves every family: a family contributes its embeddings,
+// its head and its parameter names (model/parameter_plan.h), not a copy of
+// the encoder. The parameters are exactly parameter_plan(config)'s, under
+// HF's names in HF's order, so weights move to and from HF checkpoints by name
+// (hf_folder.h).
+//
+// Unpadded (packed) batches, as MosaicBERT and ModernBERT's reference run
+// them: the B sequences' real tokens back to back (T = sum of the lengths;
+// data/collator.h's pack_batch builds them). Embeddings, every Linear, norm,
+// activation and dropout run on the T real tokens only; attention runs per
+// sequence. The logits equal forward()'s on the padded batch (to fp32
+// rounding; tests/test_bert_packed.cpp):
+//
+//   at::Tensor logits = model.forward_packed(input_ids, token_type_ids, position_ids,
+//                                            cu_seqlens, max_seqlen);    // [B, C]
+//
+// The model knows nothing about ranks: it is a UnitModel (unit_model.h), and
+// parallel strategies gather and free each unit's parameters from outside
+// through the unit hooks. This header is light (no torch::nn): the module is
+// a set of parameter tensors and functions over them, in src/model/.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardtrain/data/collator.h"
+#include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/parameter_plan.h"
+#include "shardtrain/model/unit_model.h"
+
+namespace shardtrain {
+
+class SequenceClassifier : public UnitModel {
+ public:
+  // Allocates the parameters on the CPU in fp32 (uninitialised: call
+  // init_weights() or load weights). Validates `config`, and throws Error
+  // before allocating when its parameters do not fit in the available host
+  // memory (core/memory.h), naming the sizes.
+  explicit SequenceClassifier(const EncoderConfig& config);
+  ~SequenceClassifier() override;
+  SequenceClassifier(const SequenceClassifier&) = delete;
+  SequenceClassifier& operator=(const SequenceClassifier&) = delete;
+
+  const EncoderConfig& config() const;
+
+  // input_ids [B, L] int64; token_type_ids [B, L] int64 (undefined = all 0;
+  // ignored by families without token types); attention_mask [B, L] (1 keep,
+  // 0 padding; any dtype; undefined = all 1). Returns logits [B, C] in the
+  // parameters' dtype. Dropout is active only in train() mode. Throws
+  // shardtrain::Error if L exceeds the model's positions.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids = {},
+                     const at::Tensor& attention_mask = {});
+  // The same model on a packed batch (see the top of this file): input_ids
+  // [T] int64; token_type_ids [T] (undefined = all 0); position_ids [T]
+  // (undefined = 0..n_b-1 within each sequence; RoBERTa computes its own from
+  // the ids, as HF does); cu_seqlens [B+1] int64, sequence b = tokens
+  // [cu_seqlens[b], cu_seqlens[b+1]); max_seqlen = the longest sequence.
+  // Returns logits [B, C], equal to forward() on the padded batch. The unit
+  // hooks run around the same units, with [T, D] outputs for the embeddings
+  // and the layers. Throws shardtrain::Error for inconsistent shapes or
+  // cu_seqlens, or a sequence longer than the model's positions.
+  at::Tensor forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                            const at::Tensor& position_ids, const at::Tensor& cu_seqlens, int64_t max_seqlen);
+  // The logits of a collated batch: forward_packed() on pack_batch(batch),
+  // which holds only the real tokens (moved to the batch's device: a small
+  // host round trip on a GPU), or with set_unpadded(false) (model.unpadded)
+  // forward() on its padded tensors. Both give the same logits to fp32
+  // rounding; in training the dropout masks differ (drawn per token kept).
+  at::Tensor forward_batch(const Batch& batch);
+  void set_unpadded(bool on);
+  bool unpadded() const;
+  // HF's gradient_checkpointing: in training with autograd on, each encoder
+  // layer keeps only its input and recomputes its forward in backward
+  // (model/activation_checkpoint.h). Gradients equal the plain run's.
+  void set_gradient_checkpointing(bool on);
+  bool gradient_checkpointing() const;
+  // The mean loss as HF computes it for config().problem_type:
+  //   regression (num_labels == 1): MSE(logits.squeeze(), labels.squeeze()), labels float [B];
+  //   single-label: cross-entropy, labels int64 [B] (-100 ignored);
+  //   multi-label: BCE-with-logits, labels float [B, C].
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const;
+
+  // The pieces alone, for tests and benchmarks (no unit hooks): encoder layer
+  // i on padded hidden states [B, L, D] with HF's additive mask [B, 1, 1, L]
+  // (0 keep, finfo.min padding), and the embeddings unit on ids, token types
+  // and positions of one shape ([B, L] or [T]) -> [..., D].
+  at::Tensor forward_layer(int64_t i, const at::Tensor& hidden, const at::Tensor& additive_mask);
+  at::Tensor forward_embeddings(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                const at::Tensor& positions);
+
+  // Training mode (dropout on) or evaluation mode, as torch.nn.Module.train().
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const;
+  // Moves or casts every parameter (and fixed tensor), keeping the tensor
+  // objects: state_dict()'s aliases stay valid.
+  void to(at::ScalarType dtype);
+  void to(const at::Device& device);
+  // Drops every parameter's .grad.
+  void zero_grad();
+
+  // HF _init_weights on every parameter, reproducibly from `seed` (independent
+  // of the global torch seed; each parameter's values depend only on the seed
+  // and its name): as ParameterSpec says (normal / truncated normal, zeros,
+  // ones, the padding row zeroed).
+  void init_weights(uint64_t seed);
+  // The same init, only for the parameters whose HF names are in `names`.
+  void init_weights(uint64_t seed, const std::vector<std::string>& names);
+
+  // The parameter (or fixed tensor) with HF name `name`; Error if there is none.
+  at::Tensor parameter(const std::string& name) const;
+  // The trainable parameters, in state-dict order.
+  std::vector<at::Tensor> parameters() const;
+  // The trainable parameters of one unit, in order.
+  std::vector<at::Tensor> unit_parameters(int64_t unit) const;
+  // Tensors that are part of the HF state dict but not trained (DistilBERT's
+  // sinusoidal position embeddings): exported, never checkpointed.
+  std::vector<std::pair<std::string, at::Tensor>> fixed_tensors() const;
+
+  // UnitModel: num_hidden_layers + 2 units; parameters under HF names, in HF order.
+  int64_t num_units() const override;
+  int64_t unit_of(const std::string& name) const override;
+  void set_unit_hooks(UnitHooks* hooks) override;
+  std::vector<std::pair<std::string, at::Tensor>> state_dict() const override;
+
+  struct Impl;  // src/model/classifier_impl.h
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The values of a fixed (untrained) tensor of the plan, computed from its
+// spec: DistilBERT's sinusoidal position embeddings, fp32 on the CPU.
+at::Tensor fixed_tensor(const ParameterSpec& spec);
+
+// Applies HF activation `name` (see EncoderConfig::hidden_act) to x.
+at::Tensor apply_activation(const std::string& name, const at::Tensor& x);
+
+}  // namespace shardtrain

@@ -1,0 +1,146 @@
+// The configuration of an encoder sequence classifier, as Hugging Face's
+// config.json describes it, for every model family shardtrain trains
+// (docs/DESIGN.md, "Model families"):
+//
+//   model_type                          family       HF class
+//   bert                                kBert        BertForSequenceClassification
+//   roberta, xlm-roberta, camembert     kRoberta     RobertaForSequenceClassification (and the XLM-R / CamemBERT copies)
+//   distilbert                          kDistilBert  DistilBertForSequenceClassification
+//   electra                             kElectra     ElectraForSequenceClassification
+//   modernbert                          kModernBert  ModernBertForSequenceClassification
+//
+//   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
+//   config.set_num_labels(3);
+//   std::string json = config.to_json();   // what from_pretrained reads back
+//
+// One struct holds every family's fields, under BERT's names; each family's
+// config.json keys are read into them (DistilBERT's dim / n_layers / n_heads /
+// hidden_dim / dropout / attention_dropout / seq_classif_dropout, ModernBERT's
+// hidden_activation / norm_eps / ...) and written back under the family's own
+// names. Fields that a family does not have keep their defaults and are not
+// written. Only light standard headers: every layer includes this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardtrain {
+
+enum class ModelFamily { kBert, kRoberta, kDistilBert, kElectra, kModernBert };
+
+// "bert", "roberta", "distilbert", "electra", "modernbert".
+const char* family_name(ModelFamily family);
+
+struct EncoderConfig {
+  ModelFamily family = ModelFamily::kBert;
+  // config.json's model_type, kept as written ("xlm-roberta" and "camembert"
+  // are the RoBERTa family under their own names).
+  std::string model_type = "bert";
+
+  // --- the encoder (bert-base defaults) ---
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;          // DistilBERT: dim
+  int64_t num_hidden_layers = 12;     // DistilBERT: n_layers
+  int64_t num_attention_heads = 12;   // DistilBERT: n_heads
+  int64_t intermediate_size = 3072;   // DistilBERT: hidden_dim
+  // ELECTRA: the embeddings' width; a Linear (electra.embeddings_project)
+  // maps it to hidden_size when they differ. Ignored by the other families
+  // (embedding_width() is their hidden_size).
+  int64_t embedding_size = 128;
+  // One of HF's ACT2FN names (apply_activation): gelu (erf), gelu_python,
+  // gelu_new, gelu_pytorch_tanh, gelu_accurate, gelu_fast, quick_gelu, gelu_10,
+  // relu, relu2, relu6, leaky_relu, silu, swish, mish, tanh, sigmoid, linear,
+  // laplace. DistilBERT: activation; ModernBERT: hidden_activation.
+  std::string hidden_act = "gelu";
+  // After the embeddings and each sublayer's output (BERT); DistilBERT:
+  // dropout; ModernBERT: mlp_dropout (inside the MLP).
+  double hidden_dropout_prob = 0.1;
+  // On the attention probabilities. DistilBERT: attention_dropout; ModernBERT:
+  // attention_dropout (also on the attention output).
+  double attention_probs_dropout_prob = 0.1;
+  // Before the classifier; < 0 is HF's null (use hidden_dropout_prob).
+  // DistilBERT: seq_classif_dropout; ModernBERT: classifier_dropout.
+  double classifier_dropout = -1.0;
+  int64_t max_position_embeddings = 512;
+  // Token types: 0 for a family without token-type embeddings (DistilBERT,
+  // ModernBERT); RoBERTa has 1.
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;
+  double layer_norm_eps = 1e-12;      // ModernBERT: norm_eps; DistilBERT: fixed 1e-12
+  int64_t pad_token_id = 0;
+  std::string position_embedding_type = "absolute";  // the only one supported (BERT, RoBERTa, ELECTRA)
+  // DistilBERT: fixed sin/cos position embeddings (not trained, as HF freezes them).
+  bool sinusoidal_pos_embds = false;
+
+  // --- ModernBERT ---
+  int64_t global_attn_every_n_layers = 3;  // layer i is global when i % n == 0
+  int64_t local_attention = 128;           // window width: keys within local_attention / 2 on each side
+  double global_rope_theta = 160000.0;
+  double local_rope_theta = 10000.0;
+  double embedding_dropout = 0.0;
+  bool attention_bias = false, mlp_bias = false, norm_bias = false, classifier_bias = false;
+  std::string classifier_pooling = "cls";  // "cls" or "mean" (over the real tokens)
+  std::string classifier_activation = "gelu";
+  double initializer_cutoff_factor = 2.0;  // truncated-normal init at +-cutoff x std
+  bool tie_word_embeddings = true;         // for the MLM head only; kept and written back
+
+  // --- the task ---
+  int64_t num_labels = 2;
+  std::vector<std::string> id2label;  // id2label[i] = name of label i; size num_labels
+  // "" (infer as HF does: regression when num_labels == 1, else single- or
+  // multi-label by the labels' dtype), "regression", "single_label_classification",
+  // "multi_label_classification".
+  std::string problem_type;
+  // Keys of config.json this struct does not model (e.g. "transformers_version",
+  // bos_token_id), as a JSON object text, written back by to_json().
+  std::string extra_json = "{}";
+
+  // Parses a HF config.json text; `source` names the file in errors. The family
+  // comes from model_type (absent: "bert"). Missing keys take the family's HF
+  // defaults; wrong types and invalid values throw shardtrain::Error naming
+  // the key. The result is validated.
+  static EncoderConfig from_json(const std::string& text, const std::string& source = "config.json");
+  static EncoderConfig from_file(const std::string& path);
+  // The config as HF writes it for this family (model_type, architectures
+  // ["<Family>ForSequenceClassification"], the family's key names,
+  // id2label/label2id), pretty-printed.
+  std::string to_json() const;
+  // Throws shardtrain::Error naming the key for any invalid value
+  // (hidden_size % num_attention_heads != 0, non-positive sizes, p outside [0, 1),
+  // vocab_size beyond 32-bit token ids, more than kMaxNumLabels labels, more
+  // than 2^50 parameters, ...).
+  void validate(const std::string& source = "config") const;
+
+  // Sets num_labels and resets id2label to HF's default names "LABEL_<i>".
+  // Error when n is outside [1, kMaxNumLabels].
+  void set_num_labels(int64_t n);
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t embedding_width() const { return family == ModelFamily::kElectra ? embedding_size : hidden_size; }
+  double effective_classifier_dropout() const {
+    return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob;
+  }
+  // HF's class name: "BertForSequenceClassification", "XLMRobertaForSequenceClassification", ...
+  std::string architecture() const;
+  // The prefix of the encoder's parameters in HF's state dict: "bert.",
+  // "roberta.", "distilbert.", "electra.", "model." (ModernBERT).
+  std::string base_prefix() const;
+  // Whether the model takes token type ids (type_vocab_size > 0).
+  bool has_token_types() const { return type_vocab_size > 0; }
+  // The longest sequence the model takes: max_position_embeddings, less
+  // RoBERTa's pad_token_id + 1 (its positions start after the padding index:
+  // 512 for roberta-base's 514).
+  int64_t max_sequence_length() const {
+    return family == ModelFamily::kRoberta ? max_position_embeddings - pad_token_id - 1 : max_position_embeddings;
+  }
+  // ModernBERT: whether encoder layer i attends globally (else in the window).
+  bool is_global_layer(int64_t i) const;
+  // The trainable parameters of the classifier for this config (108,311,810
+  // for bert-base-cased with 2 labels; 124,647,170 for roberta-base).
+  int64_t num_parameters() const;
+};
+
+// The configuration HF uses for "bert-base-cased" (vocab 28996), with `num_labels`.
+EncoderConfig bert_base_cased_config(int64_t num_labels = 2);
+
+}  // namespace shardtrain

@@ -1,0 +1,422 @@
+// SequenceClassifier: parameters from the family's plan, the unit structure
+// the strategies see, and the padded and packed forwards (docs/DESIGN.md,
+// "Model families"). Shapes: see model/encoder.h.
+#include "shardtrain/model/classifier.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <set>
+#include <unordered_map>
+
+#include "model/encoder.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/core/memory.h"
+#include "shardtrain/model/activation_checkpoint.h"
+
+namespace shardtrain {
+
+struct SequenceClassifier::Impl {
+  EncoderConfig config;
+  std::vector<ParameterSpec> plan;
+  std::vector<at::Tensor> tensors;  // tensors[i] is plan[i]
+  std::unordered_map<std::string, size_t> index;
+  std::vector<detail::UnitWeights> units;
+  std::vector<detail::LayerSpec> layer_specs;
+  UnitHooks* hooks = nullptr;
+  bool training = true;
+  bool gradient_checkpointing = false;
+  bool unpadded = true;
+
+  void before(int64_t unit) const {
+    if (hooks) hooks->before_forward(unit);
+  }
+  at::Tensor after(int64_t unit, at::Tensor output) const {
+    return hooks ? hooks->after_forward(unit, std::move(output)) : output;
+  }
+  int64_t head_unit() const { return static_cast<int64_t>(units.size()) - 1; }
+
+  // Encoder layer i on `hidden`, checkpointed when gradient_checkpointing is on.
+  at::Tensor run_layer(int64_t i, const at::Tensor& hidden, const detail::AttentionContext& attention) const {
+    const int64_t unit = i + 1;
+    // The unit hooks stay outside the checkpoint: a sharded strategy gathers
+    // the layer before its forward and again (its pre-backward hook on the
+    // layer's output) before the recomputation (docs/DESIGN.md, "Activation
+    // checkpointing").
+    before(unit);
+    // By value: a checkpointed layer calls this again in backward.
+    auto forward = [spec = layer_specs[i], weights = units[unit], attention,
+                    training = training](const at::Tensor& x) {
+      return detail::encoder_layer(spec, weights, x, attention, training);
+    };
+    at::Tensor out = gradient_checkpointing && training && at::GradMode::is_enabled()
+                         ? checkpointed_forward(forward, hidden, unit_tensors(unit))
+                         : forward(hidden);
+    return after(unit, std::move(out));
+  }
+
+  std::vector<at::Tensor> unit_tensors(int64_t unit) const {
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (plan[i].unit == unit && plan[i].trainable) out.push_back(tensors[i]);
+    return out;
+  }
+
+  // The head unit on the last hidden states, pooled by `pool` (first token or
+  // masked mean of token-wise states).
+  at::Tensor head(const std::function<at::Tensor(const at::Tensor&)>& pool_first,
+                  const std::function<at::Tensor(const at::Tensor&)>& pool_mean, const at::Tensor& hidden) const {
+    const detail::UnitWeights& w = units[head_unit()];
+    before(head_unit());
+    at::Tensor pooled;
+    if (config.family == ModelFamily::kModernBert) {
+      // final_norm is token-wise: for "cls" pooling normalise only the first
+      // tokens (the same values); "mean" averages the normalised states.
+      auto final_norm = [&](const at::Tensor& x) {
+        return detail::layer_norm(x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], config.layer_norm_eps);
+      };
+      pooled = config.classifier_pooling == "mean" ? pool_mean(final_norm(hidden)) : final_norm(pool_first(hidden));
+    } else {
+      pooled = pool_first(hidden);
+    }
+    return after(head_unit(), detail::classifier_head(config, w, pooled, training));
+  }
+
+  void check_length(int64_t length) const {
+    const int64_t limit = config.max_sequence_length();
+    if (length > limit)
+      throw Error("sequence length " + std::to_string(length) + " exceeds the " + std::to_string(limit) +
+                  " positions of this " + config.model_type + " model (max_position_embeddings " +
+                  std::to_string(config.max_position_embeddings) + "); lower data.max_length");
+  }
+};
+
+namespace {
+
+// splitmix64: spreads (seed, name) into independent generator seeds.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// DistilBERT's create_sinusoidal_embeddings: even columns sin, odd cos of
+// pos / 10000^(2 (j / 2) / dim), computed in float64 as numpy does there.
+at::Tensor sinusoidal_table(int64_t positions, int64_t dim) {
+  const at::Tensor pos = at::arange(positions, at::TensorOptions().dtype(at::kDouble)).unsqueeze(1);
+  const at::Tensor j = at::arange(dim, at::TensorOptions().dtype(at::kLong));
+  const at::Tensor exponent = (j.div(2, "floor") * 2).to(at::kDouble) / static_cast<double>(dim);
+  const at::Tensor angles = pos / at::pow(10000.0, exponent).unsqueeze(0);  // [P, dim]
+  at::Tensor table = at::empty({positions, dim}, at::TensorOptions().dtype(at::kDouble));
+  table.slice(1, 0, dim, 2).copy_(angles.slice(1, 0, dim, 2).sin());
+  table.slice(1, 1, dim, 2).copy_(angles.slice(1, 1, dim, 2).cos());
+  return table.to(at::kFloat);
+}
+
+// HF _init_weights for one parameter, from its own generator.
+void init_parameter(const ParameterSpec& spec, at::Tensor& param, uint64_t seed) {
+  switch (spec.init) {
+    case InitKind::kOnes: param.fill_(1.0); return;
+    case InitKind::kZeros: param.zero_(); return;
+    case InitKind::kSinusoidal: param.copy_(sinusoidal_table(spec.shape[0], spec.shape[1])); return;
+    case InitKind::kNormal:
+    case InitKind::kTruncatedNormal: break;
+  }
+  // One generator per parameter, seeded from (seed, name): a parameter's init
+  // does not depend on which others are initialised or in what order.
+  auto generator = at::detail::createCPUGenerator(mix(seed ^ mix(name_hash(spec.name))));
+  at::Tensor values = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat));
+  values.normal_(0.0, spec.init_std, generator);
+  if (spec.init == InitKind::kTruncatedNormal) {
+    // torch.nn.init.trunc_normal_ draws by inverse CDF; redrawing the values
+    // outside the bounds gives the same distribution.
+    const double bound = spec.init_cutoff * spec.init_std;
+    for (int round = 0; round < 64; ++round) {
+      const at::Tensor outside = values.abs().gt(bound);
+      const int64_t count = outside.sum().item<int64_t>();
+      if (count == 0) break;
+      at::Tensor redraw = at::empty({count}, values.options());
+      redraw.normal_(0.0, spec.init_std, generator);
+      values.masked_scatter_(outside, redraw);
+    }
+    values.clamp_(-bound, bound);
+  }
+  if (spec.padding_row >= 0 && spec.zero_padding_row) values[spec.padding_row].zero_();
+  param.copy_(values);
+}
+
+}  // namespace
+
+at::Tensor fixed_tensor(const ParameterSpec& spec) {
+  TORCH_CHECK(spec.init == InitKind::kSinusoidal, "fixed_tensor: ", spec.name, " is not a fixed tensor");
+  return sinusoidal_table(spec.shape[0], spec.shape[1]);
+}
+
+SequenceClassifier::SequenceClassifier(const EncoderConfig& config) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.config = config;
+  m.config.validate();
+  m.plan = parameter_plan(m.config);
+  // Sizes come from files (config.json, a checkpoint's attribute): a model
+  // that cannot fit is refused before LibTorch's allocator fails on it.
+  const int64_t total = count_trainable(m.plan);
+  require_memory(4.0 * static_cast<double>(total),
+                 str_format("the %s model (%lld parameters in fp32: vocab_size %lld, hidden size %lld, %lld layers, "
+                            "intermediate size %lld, %lld labels)",
+                            m.config.model_type.c_str(), static_cast<long long>(total),
+                            static_cast<long long>(m.config.vocab_size), static_cast<long long>(m.config.hidden_size),
+                            static_cast<long long>(m.config.num_hidden_layers),
+                            static_cast<long long>(m.config.intermediate_size),
+                            static_cast<long long>(m.config.num_labels)),
+                 "; use a smaller model config");
+  m.units.resize(static_cast<size_t>(m.config.num_hidden_layers + 2));
+  for (size_t i = 0; i < m.plan.size(); ++i) {
+    const ParameterSpec& spec = m.plan[i];
+    at::Tensor t = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat));
+    if (spec.trainable) {
+      t.set_requires_grad(true);
+    } else {
+      init_parameter(spec, t, 0);  // fixed: computed from the config
+    }
+    m.tensors.push_back(t);
+    m.index.emplace(spec.name, i);
+    m.units[static_cast<size_t>(spec.unit)][spec.slot] = t;
+  }
+  for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) m.layer_specs.push_back(detail::LayerSpec::of(m.config, i));
+}
+
+SequenceClassifier::~SequenceClassifier() = default;
+
+const EncoderConfig& SequenceClassifier::config() const { return impl_->config; }
+
+at::Tensor SequenceClassifier::forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                       const at::Tensor& attention_mask) {
+  const Impl& m = *impl_;
+  TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [B, L], got ", input_ids.sizes());
+  const int64_t B = input_ids.size(0), L = input_ids.size(1);
+  m.check_length(L);
+  at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
+  TORCH_CHECK(types.sizes() == input_ids.sizes(), "token_type_ids must match input_ids ", input_ids.sizes());
+  if (attention_mask.defined())
+    TORCH_CHECK(attention_mask.sizes() == input_ids.sizes(), "attention_mask must match input_ids ",
+                input_ids.sizes());
+  const at::Tensor positions = m.config.family == ModelFamily::kRoberta
+                                   ? detail::roberta_positions(input_ids, m.config.pad_token_id, nullptr)
+                                   : at::arange(L, input_ids.options().dtype(at::kLong)).expand({B, L});
+
+  m.before(0);
+  at::Tensor hidden = m.after(0, detail::embed(m.config, m.units[0], input_ids, types, positions, m.training));
+  const at::ScalarType dtype = hidden.scalar_type();
+  // [B, 1, 1, L]: 0 where attended, finfo.min at padding (HF's extended mask).
+  const at::Tensor keep = attention_mask.defined() ? attention_mask : at::ones({B, L}, input_ids.options());
+  const at::Tensor mask = detail::extended_attention_mask(keep, dtype);
+  at::Tensor windowed;  // built once for every local layer
+  for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) {
+    const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
+    detail::AttentionContext a;
+    if (spec.half_window >= 0) {
+      if (!windowed.defined()) windowed = detail::windowed_attention_mask(mask, spec.half_window);
+      a.additive_mask = windowed;
+    } else {
+      a.additive_mask = mask;
+    }
+    if (spec.rope_theta > 0)
+      a.rotary = detail::Rotary::for_positions(at::arange(L, input_ids.options().dtype(at::kLong)),
+                                               m.config.head_dim(), spec.rope_theta);
+    hidden = m.run_layer(i, hidden, a);
+  }
+  const at::Tensor keep_f = keep.to(hidden.scalar_type()).unsqueeze(-1);  // [B, L, 1]
+  return m.head([](const at::Tensor& h) { return h.select(1, 0); },
+                [&](const at::Tensor& h) { return (h * keep_f).sum(1) / keep_f.sum(1); }, hidden);
+}
+
+at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                              const at::Tensor& position_ids, const at::Tensor& cu_seqlens,
+                                              int64_t max_seqlen) {
+  const Impl& m = *impl_;
+  if (!input_ids.defined() || input_ids.dim() != 1)
+    throw Error("forward_packed: input_ids must be [T] (the batch's tokens back to back)");
+  const int64_t T = input_ids.size(0);
+  m.check_length(max_seqlen);
+  for (const at::Tensor* t : {&token_type_ids, &position_ids})
+    if (t->defined() && (t->dim() != 1 || t->size(0) != T))
+      throw Error(str_format("forward_packed: token_type_ids and position_ids must be [T] = [%lld] like input_ids",
+                             static_cast<long long>(T)));
+  // The activations take the embeddings' dtype (as in forward()).
+  const at::ScalarType dtype = m.units[0][Slot::kWordEmbeddings].scalar_type();
+  const auto shared_layout = std::make_shared<const detail::PackedLayout>(
+      detail::PackedLayout::from_cu_seqlens(cu_seqlens, max_seqlen, dtype, input_ids.device()));
+  const detail::PackedLayout& layout = *shared_layout;
+  if (layout.padded_rows.size(0) != T)
+    throw Error(str_format("forward_packed: cu_seqlens ends at %lld but input_ids has %lld tokens",
+                           static_cast<long long>(layout.padded_rows.size(0)), static_cast<long long>(T)));
+  const at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
+  // Positions within each sequence: a token's padded row modulo Lmax.
+  const at::Tensor in_sequence = layout.positions();
+  const at::Tensor positions = m.config.family == ModelFamily::kRoberta
+                                   ? detail::roberta_positions(input_ids, m.config.pad_token_id, &layout)
+                               : position_ids.defined() ? position_ids
+                                                        : in_sequence;
+
+  m.before(0);
+  at::Tensor hidden = m.after(0, detail::embed(m.config, m.units[0], input_ids, types, positions, m.training));
+  at::Tensor windowed;
+  std::unordered_map<double, detail::Rotary> rotary;  // one table per theta
+  for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) {
+    const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
+    detail::AttentionContext a;
+    a.layout = shared_layout;
+    if (spec.half_window >= 0) {
+      if (!windowed.defined()) windowed = detail::windowed_attention_mask(layout.additive_mask, spec.half_window);
+      a.packed_mask = windowed;
+    } else {
+      a.packed_mask = layout.additive_mask;
+    }
+    if (spec.rope_theta > 0) {
+      auto found = rotary.find(spec.rope_theta);
+      if (found == rotary.end())
+        found = rotary.emplace(spec.rope_theta, detail::Rotary::for_positions(in_sequence, m.config.head_dim(),
+                                                                               spec.rope_theta)).first;
+      a.rotary = found->second;
+    }
+    hidden = m.run_layer(i, hidden, a);
+  }
+  return m.head([&](const at::Tensor& h) { return h.index_select(0, layout.first_tokens); },
+                [&](const at::Tensor& h) {
+                  at::Tensor sums = at::zeros({layout.num_sequences, h.size(1)}, h.options());
+                  return sums.index_add(0, layout.sequence_of, h) / layout.lengths.to(h.scalar_type()).unsqueeze(1);
+                },
+                hidden);
+}
+
+at::Tensor SequenceClassifier::forward_batch(const Batch& batch) {
+  if (!impl_->unpadded) return forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
+  const PackedBatch p = pack_batch(batch).to(batch.input_ids.device());
+  return forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
+}
+
+at::Tensor SequenceClassifier::forward_layer(int64_t i, const at::Tensor& hidden, const at::Tensor& additive_mask) {
+  const Impl& m = *impl_;
+  TORCH_CHECK(i >= 0 && i < m.config.num_hidden_layers, "forward_layer: no layer ", i);
+  const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
+  detail::AttentionContext a;
+  a.additive_mask = spec.half_window >= 0 ? detail::windowed_attention_mask(additive_mask, spec.half_window)
+                                          : additive_mask;
+  if (spec.rope_theta > 0)
+    a.rotary = detail::Rotary::for_positions(at::arange(hidden.size(1), at::kLong), m.config.head_dim(),
+                                             spec.rope_theta);
+  return detail::encoder_layer(spec, m.units[static_cast<size_t>(i + 1)], hidden, a, m.training);
+}
+
+at::Tensor SequenceClassifier::forward_embeddings(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                                                  const at::Tensor& positions) {
+  return detail::embed(impl_->config, impl_->units[0], input_ids, token_type_ids, positions, impl_->training);
+}
+
+void SequenceClassifier::set_unpadded(bool on) { impl_->unpadded = on; }
+bool SequenceClassifier::unpadded() const { return impl_->unpadded; }
+void SequenceClassifier::set_gradient_checkpointing(bool on) { impl_->gradient_checkpointing = on; }
+bool SequenceClassifier::gradient_checkpointing() const { return impl_->gradient_checkpointing; }
+void SequenceClassifier::train(bool on) { impl_->training = on; }
+bool SequenceClassifier::is_training() const { return impl_->training; }
+
+void SequenceClassifier::to(at::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  for (at::Tensor& t : impl_->tensors) t.set_data(t.to(dtype));
+}
+
+void SequenceClassifier::to(const at::Device& device) {
+  at::NoGradGuard no_grad;
+  for (at::Tensor& t : impl_->tensors) t.set_data(t.to(device));
+}
+
+void SequenceClassifier::zero_grad() {
+  for (at::Tensor& t : impl_->tensors)
+    if (t.grad().defined()) t.mutable_grad() = at::Tensor();
+}
+
+at::Tensor SequenceClassifier::loss(const at::Tensor& logits_in, const at::Tensor& labels) const {
+  const EncoderConfig& config = impl_->config;
+  // The loss in float32 whatever the logits' dtype, as torch.autocast computes it.
+  const at::Tensor logits = logits_in.to(at::kFloat);
+  std::string problem = config.problem_type;
+  if (problem.empty()) {
+    if (config.num_labels == 1)
+      problem = "regression";
+    else if (labels.scalar_type() == at::kLong || labels.scalar_type() == at::kInt)
+      problem = "single_label_classification";
+    else
+      problem = "multi_label_classification";
+  }
+  if (problem == "regression") {
+    if (config.num_labels == 1) return at::mse_loss(logits.squeeze(), labels.squeeze().to(logits.scalar_type()));
+    return at::mse_loss(logits, labels.to(logits.scalar_type()));
+  }
+  if (problem == "single_label_classification")
+    return at::cross_entropy_loss(logits.view({-1, config.num_labels}), labels.view({-1}).to(at::kLong));
+  return at::binary_cross_entropy_with_logits(logits, labels.to(logits.scalar_type()));
+}
+
+void SequenceClassifier::init_weights(uint64_t seed) { init_weights(seed, {}); }
+
+void SequenceClassifier::init_weights(uint64_t seed, const std::vector<std::string>& names) {
+  const std::set<std::string> wanted(names.begin(), names.end());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < impl_->plan.size(); ++i) {
+    const ParameterSpec& spec = impl_->plan[i];
+    if (!spec.trainable || (!wanted.empty() && !wanted.count(spec.name))) continue;
+    init_parameter(spec, impl_->tensors[i], seed);
+  }
+}
+
+at::Tensor SequenceClassifier::parameter(const std::string& name) const {
+  const auto found = impl_->index.find(name);
+  if (found == impl_->index.end()) throw Error("'" + name + "' is not a parameter of this " +
+                                               impl_->config.model_type + " model");
+  return impl_->tensors[found->second];
+}
+
+std::vector<at::Tensor> SequenceClassifier::parameters() const {
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < impl_->plan.size(); ++i)
+    if (impl_->plan[i].trainable) out.push_back(impl_->tensors[i]);
+  return out;
+}
+
+std::vector<at::Tensor> SequenceClassifier::unit_parameters(int64_t unit) const { return impl_->unit_tensors(unit); }
+
+std::vector<std::pair<std::string, at::Tensor>> SequenceClassifier::fixed_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < impl_->plan.size(); ++i)
+    if (!impl_->plan[i].trainable) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
+  return out;
+}
+
+int64_t SequenceClassifier::num_units() const { return static_cast<int64_t>(impl_->units.size()); }
+
+int64_t SequenceClassifier::unit_of(const std::string& name) const {
+  const auto found = impl_->index.find(name);
+  if (found == impl_->index.end() || !impl_->plan[found->second].trainable)
+    throw Error("'" + name + "' is not a parameter name of this " + impl_->config.model_type + " model");
+  return impl_->plan[found->second].unit;
+}
+
+void SequenceClassifier::set_unit_hooks(UnitHooks* hooks) { impl_->hooks = hooks; }
+
+std::vector<std::pair<std::string, at::Tensor>> SequenceClassifier::state_dict() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < impl_->plan.size(); ++i)
+    if (impl_->plan[i].trainable) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
+  return out;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,78 @@
+#include "model/config_json.h"
+
+#include <cmath>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/text.h"
+
+namespace shardtrain::detail {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A value echoed in an error: config files come from users, a value may be
+// megabytes long.
+std::string shown(const json& v) { return clip_for_message(v.dump(), 80); }
+
+}  // namespace
+
+void config_key_error(const std::string& source, const std::string& key, const std::string& problem) {
+  throw Error(source + ": key \"" + key + "\": " + problem);
+}
+
+int64_t read_int(const json& j, const char* key, int64_t fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 1e15)
+    return static_cast<int64_t>(v.get<double>());
+  config_key_error(source, key, "expected an integer, got " + shown(v));
+}
+
+double read_double(const json& j, const char* key, double fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  if (v.is_number()) return v.get<double>();
+  config_key_error(source, key, "expected a number, got " + shown(v));
+}
+
+std::string read_string(const json& j, const char* key, const std::string& fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  if (v.is_string()) return v.get<std::string>();
+  config_key_error(source, key, "expected a string, got " + shown(v));
+}
+
+bool read_bool(const json& j, const char* key, bool fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  if (v.is_boolean()) return v.get<bool>();
+  config_key_error(source, key, "expected true or false, got " + shown(v));
+}
+
+std::vector<std::string> read_id2label(const json& j, const std::string& source) {
+  const json& v = j["id2label"];
+  if (!v.is_object()) config_key_error(source, "id2label", "expected an object {\"0\": \"name\", ...}");
+  std::vector<std::string> names(v.size());
+  std::vector<bool> seen(v.size(), false);
+  for (const auto& item : v.items()) {
+    std::size_t id = 0;
+    std::size_t used = 0;
+    try {
+      id = std::stoul(item.key(), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.key().size() || id >= names.size() || seen[id])
+      config_key_error(source, "id2label",
+                       "keys must be the ids 0.." + std::to_string(names.size() - 1) + " each once; got \"" +
+                           clip_for_message(item.key(), 40) + "\"");
+    if (!item.value().is_string()) config_key_error(source, "id2label", "label names must be strings");
+    names[id] = item.value().get<std::string>();
+    seen[id] = true;
+  }
+  return names;
+}
+
+}  // namespace shardtrain::detail

@@ -1,0 +1,24 @@
+// Typed reads of HF config.json keys for model_config.cpp: every accessor
+// names the key and the file in its error. Private to the model layer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardtrain::detail {
+
+[[noreturn]] void config_key_error(const std::string& source, const std::string& key, const std::string& problem);
+
+// Each returns `fallback` when the key is absent or null.
+int64_t read_int(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& source);
+double read_double(const nlohmann::json& j, const char* key, double fallback, const std::string& source);
+std::string read_string(const nlohmann::json& j, const char* key, const std::string& fallback,
+                        const std::string& source);
+bool read_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& source);
+// id2label {"0": "name", ...}: exactly the ids 0..n-1, once each, string names.
+std::vector<std::string> read_id2label(const nlohmann::json& j, const std::string& source);
+
+}  // namespace shardtrain::detail

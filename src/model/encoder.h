@@ -1,0 +1,115 @@
+// Private to src/model: the pieces every family's classifier is made of
+// (docs/DESIGN.md, "Model families"): the embeddings, the one encoder layer,
+// the head; each a function over a unit's weights (the parameter tensors by
+// slot, model/parameter_plan.h), so that a family is a parameter plan and a
+// few switches, not a copy of the code.
+//
+// Shapes: B batch, L sequence length, T packed tokens, Lmax the longest
+// sequence of a packed batch, D hidden, E embedding width, H heads, Dh = D / H,
+// I intermediate, C labels.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/parameter_plan.h"
+
+namespace shardtrain::detail {
+
+// The parameter tensors of one unit by slot (undefined where the family has none).
+struct UnitWeights {
+  std::array<at::Tensor, static_cast<size_t>(Slot::kCount)> by_slot;
+  const at::Tensor& operator[](Slot s) const { return by_slot[static_cast<size_t>(s)]; }
+  at::Tensor& operator[](Slot s) { return by_slot[static_cast<size_t>(s)]; }
+};
+
+// Where the tokens of a packed batch sit in the padded layout that attention
+// uses; built once per forward and shared by every layer.
+struct PackedLayout {
+  int64_t num_sequences = 0;  // B
+  int64_t max_seqlen = 0;     // Lmax
+  at::Tensor padded_rows;     // [T] int64: token t's row in the padded [B * Lmax] layout
+  at::Tensor first_tokens;    // [B] int64: each sequence's first token in the packed order
+  at::Tensor sequence_of;     // [T] int64: the sequence each token belongs to
+  at::Tensor lengths;         // [B] int64
+  at::Tensor additive_mask;   // [B, 1, 1, Lmax]: 0 for real tokens, finfo.min for padding
+
+  // From cu_seqlens [B+1] (any device; read on the host). Throws Error for
+  // cu_seqlens that do not start at 0, decrease, hold an empty sequence, or a
+  // sequence longer than max_seqlen. Tensors are made on `device`, the mask in `dtype`.
+  static PackedLayout from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t max_seqlen, at::ScalarType dtype,
+                                      const at::Device& device);
+  // Each token's position inside its sequence, 0-based: [T] int64.
+  at::Tensor positions() const;
+};
+
+// HF's extended attention mask of a [B, L] keep mask (1 attended, 0 padding):
+// [B, 1, 1, L], 0 where attended and finfo(dtype).min at padding.
+at::Tensor extended_attention_mask(const at::Tensor& keep, at::ScalarType dtype);
+// The same mask, restricted to keys within `half_window` of each query:
+// [B, 1, L, L] (ModernBERT's sliding_window_mask).
+at::Tensor windowed_attention_mask(const at::Tensor& extended_mask, int64_t half_window);
+
+// How one encoder layer computes, from the family's config.
+struct LayerSpec {
+  int64_t num_heads = 12;
+  std::string activation = "gelu";
+  double norm_eps = 1e-12;
+  bool pre_norm = false;       // ModernBERT: x + f(norm(x)); else norm(x + f(x))
+  bool gated_mlp = false;      // ModernBERT: Wi -> [input, gate], act(input) * gate
+  double attention_probs_dropout = 0.0;
+  double attention_out_dropout = 0.0;  // after the attention output projection (0 for DistilBERT)
+  double mlp_inner_dropout = 0.0;      // ModernBERT: before Wo
+  double mlp_out_dropout = 0.0;        // after the MLP's output projection
+  double rope_theta = 0.0;             // > 0: rotary positions (ModernBERT)
+  int64_t half_window = -1;            // >= 0: keys within this distance only (ModernBERT local layers)
+
+  static LayerSpec of(const EncoderConfig& config, int64_t layer);
+};
+
+// RoPE tables for positions [N] and head size Dh: cos, sin [N, Dh] in fp32.
+struct Rotary {
+  at::Tensor cos, sin;
+  static Rotary for_positions(const at::Tensor& positions, int64_t head_dim, double theta);
+};
+
+// Inputs of a layer's attention: the padded [B, L, D] case (mask) or the
+// packed [T, D] case (layout), with the RoPE tables when the family uses them.
+struct AttentionContext {
+  at::Tensor additive_mask;             // padded: [B, 1, 1, L] or [B, 1, L, L]
+  // Packed. Shared: a checkpointed layer keeps its context for the
+  // recomputation in backward, after forward_packed has returned.
+  std::shared_ptr<const PackedLayout> layout;
+  at::Tensor packed_mask;               // packed: the layout's mask, windowed for local layers
+  Rotary rotary;                        // [B * L or T, Dh], rows in the hidden states' token order
+};
+
+// One encoder layer: hidden [B, L, D] or [T, D] -> the same shape.
+at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::Tensor& hidden,
+                         const AttentionContext& attention, bool training);
+
+// The embeddings unit: ids, token types, positions of the same shape ([B, L]
+// or [T]) -> [..., D] (ELECTRA's embeddings_project included). Token types
+// are ignored by families without them; positions by ModernBERT.
+at::Tensor embed(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& input_ids,
+                 const at::Tensor& token_type_ids, const at::Tensor& positions, bool training);
+
+// RoBERTa's position ids (create_position_ids_from_input_ids): per sequence,
+// pad + the running count of non-pad tokens, pad at pad tokens. ids [B, L],
+// or [T] with the packed layout.
+at::Tensor roberta_positions(const at::Tensor& input_ids, int64_t pad_token_id, const PackedLayout* layout);
+
+// The head unit on the pooled input: pooled [B, D] -> logits [B, C]. For
+// ModernBERT, `pooled` is already final-normed and pooled.
+at::Tensor classifier_head(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& pooled, bool training);
+
+// LayerNorm in float32 for 16-bit activations (and parameters), cast back, as
+// torch.autocast runs layer_norm; bias may be undefined (norm_bias = false).
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
+}  // namespace shardtrain::detail

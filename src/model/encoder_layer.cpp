@@ -1,0 +1,166 @@
+// The one encoder layer of every family (docs/DESIGN.md, "Model families").
+// Shapes: see model/encoder.h.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "model/attention.h"
+#include "model/encoder.h"
+#include "model/low_precision.h"
+#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/dropout.h"
+
+namespace shardtrain::detail {
+namespace {
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return at::linear(x, weight, bias);
+}
+
+// [..., D] -> [..., 3D]: q, k and v from one matmul. BERT-style families keep
+// three parameters under HF's names; their weights are concatenated per call.
+at::Tensor project_qkv(const UnitWeights& w, const at::Tensor& hidden) {
+  if (w[Slot::kQkvWeight].defined()) return linear(hidden, w[Slot::kQkvWeight], w[Slot::kQkvBias]);
+  const at::Tensor bias = w[Slot::kQueryBias].defined()
+                              ? at::cat({w[Slot::kQueryBias], w[Slot::kKeyBias], w[Slot::kValueBias]})
+                              : at::Tensor();
+  return linear(hidden, at::cat({w[Slot::kQueryWeight], w[Slot::kKeyWeight], w[Slot::kValueWeight]}), bias);
+}
+
+// rotate_half(x) = cat(-x2, x1) over the last dimension.
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
+}
+
+// q and k of qkv [..., 3, H, Dh] rotated in place of a copy; cos/sin [N, Dh]
+// with N the token dimension just before the 3.
+at::Tensor apply_rotary(const at::Tensor& qkv, const Rotary& rotary) {
+  const at::ScalarType dtype = qkv.scalar_type();
+  // [N, 1, Dh]: broadcast over the heads (and, padded, over the batch).
+  const at::Tensor cos = rotary.cos.to(dtype).unsqueeze(-2), sin = rotary.sin.to(dtype).unsqueeze(-2);
+  const at::Tensor q = qkv.select(-3, 0), k = qkv.select(-3, 1), v = qkv.select(-3, 2);
+  const at::Tensor q_rot = q * cos + rotate_half(q) * sin;
+  const at::Tensor k_rot = k * cos + rotate_half(k) * sin;
+  return at::stack({q_rot, k_rot, v}, -3);
+}
+
+// qkv [B, L, 3D] -> context [B, L, D].
+at::Tensor attend_padded(const LayerSpec& spec, const at::Tensor& qkv, const at::Tensor& additive_mask,
+                         const Rotary* rotary, bool training) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), D = qkv.size(2) / 3;
+  const int64_t H = spec.num_heads, Dh = D / H;
+  at::Tensor split = qkv.view({B, L, 3, H, Dh});
+  if (rotary) split = apply_rotary(split, *rotary);
+  // view + permute is a stride change, not a copy.
+  const at::Tensor heads = split.permute({2, 0, 3, 1, 4});  // [3, B, H, L, Dh]
+  const at::Tensor context = scaled_dot_attention(heads[0], heads[1], heads[2], additive_mask,
+                                                  spec.attention_probs_dropout, training);
+  // reshape: the one copy, heads back to [B, L, D].
+  return context.transpose(1, 2).reshape({B, L, D});
+}
+
+// qkv [T, 3D] of a packed batch -> context [T, D]. Attention pads per
+// sequence for its matmuls only (MosaicBERT's pad_input / unpad_input):
+// padding rows are zero, and the mask gives them zero attention weight.
+at::Tensor attend_packed(const LayerSpec& spec, at::Tensor qkv, const AttentionContext& a, bool training) {
+  const PackedLayout& layout = *a.layout;
+  const int64_t D = qkv.size(1) / 3, B = layout.num_sequences, Lmax = layout.max_seqlen;
+  const int64_t H = spec.num_heads, Dh = D / H;
+  if (a.rotary.cos.defined()) qkv = apply_rotary(qkv.view({qkv.size(0), 3, H, Dh}), a.rotary).view({-1, 3 * D});
+  const at::Tensor padded = at::zeros({B * Lmax, 3 * D}, qkv.options()).index_copy(0, layout.padded_rows, qkv);
+  return attend_padded(spec, padded.view({B, Lmax, 3 * D}), a.packed_mask, nullptr, training)
+      .reshape({B * Lmax, D})
+      .index_select(0, layout.padded_rows);  // [T, D]
+}
+
+at::Tensor norm_if(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  return weight.defined() ? layer_norm(x, weight, bias, eps) : x;
+}
+
+}  // namespace
+
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  const int64_t D = x.size(-1);
+  if (!is_16bit(x.scalar_type())) return at::layer_norm(x, {D}, weight, bias, eps);
+  return at::layer_norm(x.to(at::kFloat), {D}, weight.to(at::kFloat), bias.defined() ? bias.to(at::kFloat) : bias,
+                        eps)
+      .to(x.scalar_type());
+}
+
+LayerSpec LayerSpec::of(const EncoderConfig& c, int64_t layer) {
+  LayerSpec s;
+  s.num_heads = c.num_attention_heads;
+  s.activation = c.hidden_act;
+  s.norm_eps = c.layer_norm_eps;
+  s.attention_probs_dropout = c.attention_probs_dropout_prob;
+  switch (c.family) {
+    case ModelFamily::kDistilBert:
+      // No dropout after out_lin; LayerNorm eps fixed at 1e-12 in modeling_distilbert.py.
+      s.mlp_out_dropout = c.hidden_dropout_prob;
+      s.norm_eps = 1e-12;
+      break;
+    case ModelFamily::kModernBert: {
+      s.pre_norm = true;
+      s.gated_mlp = true;
+      s.attention_out_dropout = c.attention_probs_dropout_prob;  // out_drop = Dropout(attention_dropout)
+      s.mlp_inner_dropout = c.hidden_dropout_prob;               // mlp_dropout
+      const bool global = c.is_global_layer(layer);
+      s.rope_theta = global ? c.global_rope_theta : c.local_rope_theta;
+      s.half_window = global ? -1 : c.local_attention / 2;
+      break;
+    }
+    default:
+      s.attention_out_dropout = c.hidden_dropout_prob;
+      s.mlp_out_dropout = c.hidden_dropout_prob;
+      break;
+  }
+  return s;
+}
+
+Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, double theta) {
+  // inv_freq = theta^(-2i/Dh); angles in float64 and rounded once, so that long
+  // positions (8192) keep fp32 accuracy (HF computes them in fp32).
+  const at::Tensor exponents = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / head_dim;
+  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();  // [Dh / 2]
+  const at::Tensor angles = positions.to(at::kCPU, at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const at::Tensor both = at::cat({angles, angles}, 1);  // [N, Dh]
+  Rotary r;
+  r.cos = both.cos().to(positions.device(), at::kFloat);
+  r.sin = both.sin().to(positions.device(), at::kFloat);
+  return r;
+}
+
+at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::Tensor& hidden,
+                         const AttentionContext& a, bool training) {
+  auto attention = [&](const at::Tensor& x) {
+    const at::Tensor qkv = project_qkv(w, x);
+    const at::Tensor context = a.layout ? attend_packed(spec, qkv, a, training)
+                                        : attend_padded(spec, qkv, a.additive_mask,
+                                                        a.rotary.cos.defined() ? &a.rotary : nullptr, training);
+    return shardtrain::dropout(linear(context, w[Slot::kAttentionOutWeight], w[Slot::kAttentionOutBias]),
+                   spec.attention_out_dropout, training);
+  };
+  auto mlp = [&](const at::Tensor& x) {
+    at::Tensor inner = linear(x, w[Slot::kMlpInWeight], w[Slot::kMlpInBias]);
+    if (spec.gated_mlp) {
+      const int64_t I = inner.size(-1) / 2;
+      inner = apply_activation(spec.activation, inner.narrow(-1, 0, I)) * inner.narrow(-1, I, I);
+    } else {
+      inner = apply_activation(spec.activation, inner);
+    }
+    inner = shardtrain::dropout(inner, spec.mlp_inner_dropout, training);
+    return shardtrain::dropout(linear(inner, w[Slot::kMlpOutWeight], w[Slot::kMlpOutBias]), spec.mlp_out_dropout, training);
+  };
+  if (spec.pre_norm) {
+    // ModernBERT: layer 0 has no attn_norm (Identity), so its weight is undefined there.
+    const at::Tensor attended =
+        hidden + attention(norm_if(hidden, w[Slot::kAttentionNormWeight], w[Slot::kAttentionNormBias], spec.norm_eps));
+    return attended + mlp(layer_norm(attended, w[Slot::kMlpNormWeight], w[Slot::kMlpNormBias], spec.norm_eps));
+  }
+  const at::Tensor attended =
+      layer_norm(attention(hidden) + hidden, w[Slot::kAttentionNormWeight], w[Slot::kAttentionNormBias], spec.norm_eps);
+  return layer_norm(mlp(attended) + attended, w[Slot::kMlpNormWeight], w[Slot::kMlpNormBias], spec.norm_eps);
+}
+
+}  // namespace shardtrain::detail
