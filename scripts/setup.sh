@@ -1,22 +1,40 @@
 #!/usr/bin/env bash
 # Installs what is missing on Debian 12 (apt, no recommends), then configures
-# and builds shardtrain in ./build. Safe to run again: installed packages are
+# ./build and builds what was asked. Safe to run again: installed packages are
 # skipped and the build is incremental.
+#
+#   bash scripts/setup.sh            the packages the job needs; builds `shardtrain` only
+#   bash scripts/setup.sh --tests    also the test-only packages; builds every target
+#                                    (library, shardtrain, tests, probes, benchmarks)
+#
+# Build flags go through SHARDTRAIN_CMAKE_ARGS (e.g. "-DSHARDTRAIN_BUILD_BENCHMARKS=OFF").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_tests=0
+[[ ${1:-} == --tests ]] && with_tests=1
+
+# What the `shardtrain` executable is built from.
 packages=(
-  g++ make cmake pkg-config
+  g++ cmake ninja-build pkg-config ccache
   libtorch-dev libopenblas0-openmp          # LibTorch; OpenBLAS so matmuls don't use the reference BLAS
   libopenmpi-dev openmpi-bin                # MPI
-  libhdf5-openmpi-dev hdf5-tools            # parallel HDF5 (MPI-IO); h5dump for the checkpoint tests
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev doctest-dev
+  libhdf5-openmpi-dev                       # parallel HDF5 (MPI-IO)
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev
   libprotobuf-dev protobuf-compiler         # TensorBoard event files (protobuf lite runtime, protoc)
-  librsvg2-dev                              # `shardtrain plot --output X.png` (optional at build time)
+  librsvg2-dev                              # `shardtrain plot --output X.png`; in this set so that
+                                            # --tests does not change the executable (no rebuild)
+)
+# What only the test suite uses.
+test_packages=(
+  doctest-dev                               # the unit and multi-rank test executables
+  hdf5-tools                                # h5dump: the checkpoint tests read files as a user would
   python3 python3-protobuf                  # test helpers; protobuf: the TensorBoard test's own decoder
   librsvg2-bin fonts-dejavu-core            # rsvg-convert and a font: the curves rendering test
-  clang libclang-rt-14-dev                  # the brief libFuzzer run in the test suite
+  clang libclang-rt-14-dev                  # libFuzzer and the sanitizer runtimes (fuzz targets)
 )
+((with_tests)) && packages+=("${test_packages[@]}")
+
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -29,7 +47,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" ${SHARDTRAIN_CMAKE_ARGS:-}
-cmake --build build -j"$(nproc)"
+configure=(-DCMAKE_BUILD_TYPE=Release)
+# Ninja for a fresh build folder; an existing one keeps the generator it was made with.
+[[ -f build/CMakeCache.txt ]] || configure+=(-G Ninja)
+command -v ccache >/dev/null && configure+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+# shellcheck disable=SC2086  # SHARDTRAIN_CMAKE_ARGS is a list of flags
+cmake -S . -B build "${configure[@]}" ${SHARDTRAIN_CMAKE_ARGS:-}
+if ((with_tests)); then
+  cmake --build build -j"$(nproc)"
+else
+  cmake --build build -j"$(nproc)" --target shardtrain
+fi

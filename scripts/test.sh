@@ -4,6 +4,6 @@
 # -np 2 and -np 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 cd build
 ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@"

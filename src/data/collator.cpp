@@ -1,6 +1,6 @@
 #include "shardtrain/data/collator.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 
@@ -32,11 +32,11 @@ at::Tensor collate_labels(const TokenizedDataset& dataset, const std::vector<int
   const Labels& labels = dataset.labels;
   at::Tensor out;
   if (labels.kind == LabelKind::kClass) {
-    out = torch::empty({batch_size}, torch::kInt64);
+    out = at::empty({batch_size}, at::kLong);
     int64_t* values = out.data_ptr<int64_t>();
     for (int64_t b = 0; b < batch_size; ++b) values[b] = labels.class_ids[indices[b]];
   } else if (labels.kind == LabelKind::kRegression) {
-    out = torch::empty({batch_size}, torch::kFloat32);
+    out = at::empty({batch_size}, at::kFloat);
     float* values = out.data_ptr<float>();
     for (int64_t b = 0; b < batch_size; ++b) values[b] = labels.values[indices[b]];
   }
@@ -51,9 +51,9 @@ Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indic
 
   // Filled on the host through raw pointers: one pass, no per-row tensor ops.
   Batch batch;
-  batch.input_ids = torch::full({batch_size, max_length}, static_cast<int64_t>(pad_id), torch::kInt64);
-  batch.token_type_ids = torch::zeros({batch_size, max_length}, torch::kInt64);
-  batch.attention_mask = torch::zeros({batch_size, max_length}, torch::kInt64);
+  batch.input_ids = at::full({batch_size, max_length}, static_cast<int64_t>(pad_id), at::kLong);
+  batch.token_type_ids = at::zeros({batch_size, max_length}, at::kLong);
+  batch.attention_mask = at::zeros({batch_size, max_length}, at::kLong);
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
   int64_t* mask = batch.attention_mask.data_ptr<int64_t>();
@@ -78,10 +78,10 @@ PackedBatch collate_packed(const TokenizedDataset& dataset, const std::vector<in
   const int64_t batch_size = static_cast<int64_t>(indices.size());
   const auto [max_length, real_tokens] = measure_rows(dataset, indices, "collate_packed");
   PackedBatch batch;
-  batch.input_ids = torch::empty({real_tokens}, torch::kInt64);
-  batch.token_type_ids = torch::empty({real_tokens}, torch::kInt64);
-  batch.position_ids = torch::empty({real_tokens}, torch::kInt64);
-  batch.cu_seqlens = torch::empty({batch_size + 1}, torch::kInt64);
+  batch.input_ids = at::empty({real_tokens}, at::kLong);
+  batch.token_type_ids = at::empty({real_tokens}, at::kLong);
+  batch.position_ids = at::empty({real_tokens}, at::kLong);
+  batch.cu_seqlens = at::empty({batch_size + 1}, at::kLong);
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
   int64_t* positions = batch.position_ids.data_ptr<int64_t>();
@@ -112,13 +112,13 @@ PackedBatch pack_batch(const Batch& padded) {
   for (const at::Tensor* t : {&padded.attention_mask, &padded.token_type_ids})
     if (t->defined() && t->sizes() != padded.input_ids.sizes())
       throw Error("pack_batch: attention_mask and token_type_ids must have input_ids' shape [B, L]");
-  const at::Tensor ids = padded.input_ids.to(torch::kCPU).contiguous();
+  const at::Tensor ids = padded.input_ids.to(at::kCPU).contiguous();
   // No mask: every token is real (as forward() reads it).
   const at::Tensor mask = padded.attention_mask.defined()
-                              ? padded.attention_mask.to(torch::kCPU, torch::kInt64).contiguous()
-                              : torch::ones_like(ids, torch::kInt64);
-  const at::Tensor types = padded.token_type_ids.defined() ? padded.token_type_ids.to(torch::kCPU).contiguous()
-                                                           : torch::zeros_like(ids);
+                              ? padded.attention_mask.to(at::kCPU, at::kLong).contiguous()
+                              : at::ones_like(ids, at::kLong);
+  const at::Tensor types = padded.token_type_ids.defined() ? padded.token_type_ids.to(at::kCPU).contiguous()
+                                                           : at::zeros_like(ids);
   const int64_t batch_size = ids.size(0), width = ids.size(1);
   const int64_t* m = mask.data_ptr<int64_t>();
   std::vector<int64_t> lengths(static_cast<size_t>(batch_size));
@@ -143,12 +143,12 @@ PackedBatch pack_batch(const Batch& padded) {
     }
     batch.max_seqlen = std::max(batch.max_seqlen, lengths[b]);
   }
-  const at::Tensor flat_rows = torch::tensor(rows, torch::kInt64);
-  batch.input_ids = ids.view({-1}).index_select(0, flat_rows).to(torch::kInt64);
-  batch.token_type_ids = types.view({-1}).index_select(0, flat_rows).to(torch::kInt64);
-  batch.position_ids = torch::tensor(positions, torch::kInt64);
-  batch.cu_seqlens = torch::tensor(cu, torch::kInt64);
-  batch.labels = padded.labels.defined() ? padded.labels.to(torch::kCPU) : at::Tensor();
+  const at::Tensor flat_rows = at::tensor(rows, at::kLong);
+  batch.input_ids = ids.view({-1}).index_select(0, flat_rows).to(at::kLong);
+  batch.token_type_ids = types.view({-1}).index_select(0, flat_rows).to(at::kLong);
+  batch.position_ids = at::tensor(positions, at::kLong);
+  batch.cu_seqlens = at::tensor(cu, at::kLong);
+  batch.labels = padded.labels.defined() ? padded.labels.to(at::kCPU) : at::Tensor();
   batch.num_real_tokens = cu.back();
   batch.num_total_tokens = batch_size * batch.max_seqlen;
   return batch;

@@ -1,6 +1,6 @@
 #include "shardtrain/data/sampler.h"
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <climits>
@@ -257,7 +257,7 @@ at::Tensor gather_for_metrics(const at::Tensor& local, const EvalPlan& plan, MPI
   ST_ASSERT(bytes <= INT_MAX, "eval results too large for one MPI gather");
   std::vector<int64_t> shape = contiguous.sizes().vec();
   shape[0] *= plan.world_size;
-  at::Tensor gathered = torch::empty(shape, contiguous.options());
+  at::Tensor gathered = at::empty(shape, contiguous.options());
   if (plan.world_size == 1) {
     gathered.copy_(contiguous);
   } else {
@@ -266,7 +266,7 @@ at::Tensor gather_for_metrics(const at::Tensor& local, const EvalPlan& plan, MPI
                                static_cast<int>(bytes), MPI_BYTE, comm));
   }
   std::vector<int64_t> selection = eval_gather_selection(plan);
-  return gathered.index_select(0, torch::tensor(selection, torch::kInt64));
+  return gathered.index_select(0, at::tensor(selection, at::kLong));
 }
 
 }  // namespace shardtrain
