@@ -1,0 +1,275 @@
+// RoBERTa, DistilBERT, ELECTRA and ModernBERT classifiers against an
+// independent float64 PyTorch reference of each (tests/fixtures/make_family_golden.py):
+// logits, loss and every parameter's gradient, padded and packed; HF folders
+// exported and read back; bf16 against fp32.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/hf_folder.h"
+#include "shardtrain/model/parameter_plan.h"
+#include "shardtrain/model/safetensors.h"
+#include "support/scratch_dir.h"
+
+using namespace shardtrain;
+
+namespace families_test {
+
+const std::string kFamilyGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/fixtures/family_golden/";
+const char* const kFixtures[] = {"roberta_l2",        "electra_project_l2",      "distilbert_l2",
+                                 "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3"};
+
+// Tolerances as in tests/test_bert.cpp (same sizes, same depth): elementwise
+// |got - want| <= tol + tol |want| against the fp64 truth rounded to fp32.
+constexpr double kLogitTol = 1e-5;
+constexpr double kGradTol = 1e-4;
+
+double excess(const at::Tensor& got, const at::Tensor& want, double tol) {
+  const at::Tensor g = got.detach().to(at::kDouble), w = want.to(at::kDouble);
+  return ((g - w).abs() - (tol + tol * w.abs())).max().item<double>();
+}
+
+struct Fixture {
+  HfModel hf;
+  NamedTensors tensors;
+  at::Tensor get(const std::string& name) const {
+    for (const auto& [n, t] : tensors)
+      if (n == name) return t;
+    FAIL("golden tensor missing: " << name);
+    return {};
+  }
+  Batch batch() const {
+    Batch b;
+    b.input_ids = get("input_ids");
+    b.token_type_ids = get("token_type_ids");
+    b.attention_mask = get("attention_mask");
+    b.labels = get("labels");
+    return b;
+  }
+};
+
+Fixture load_fixture(const std::string& name) {
+  Fixture f;
+  f.hf = load_hf_folder(kFamilyGolden + name);
+  f.tensors = SafetensorsFile(kFamilyGolden + name + "/golden.safetensors").all_tensors();
+  return f;
+}
+
+// Logits and every gradient against the reference, with the model padded or packed.
+void check_against_reference(const std::string& name, bool unpadded) {
+  Fixture f = load_fixture(name);
+  SequenceClassifier& model = *f.hf.model;
+  model.eval();
+  model.zero_grad();
+  model.set_unpadded(unpadded);
+  const at::Tensor logits = model.forward_batch(f.batch());
+  const at::Tensor loss = model.loss(logits, f.get("labels"));
+  loss.backward();
+  std::printf("%s (%s)\n", name.c_str(), unpadded ? "packed" : "padded");
+  const double logit_excess = excess(logits, f.get("logits"), kLogitTol);
+  std::printf("  %-6s %-60s max|diff| %.2e\n", logit_excess <= 0 ? "OK" : "NOT OK", "logits",
+              (logits.detach() - f.get("logits")).abs().max().item<double>());
+  CHECK(logit_excess <= 0);
+  CHECK(excess(loss, f.get("loss"), kLogitTol) <= 0);
+  int checked = 0;
+  for (const auto& [param_name, param] : model.state_dict()) {
+    CAPTURE(param_name);
+    const at::Tensor want = f.get("grad." + param_name);
+    REQUIRE(param.grad().defined());
+    const double e = excess(param.grad(), want, kGradTol);
+    if (e > 0) std::printf("  NOT OK grad %-55s max|diff| %.2e\n", param_name.c_str(),
+                           (param.grad() - want).abs().max().item<double>());
+    CHECK(e <= 0);
+    ++checked;
+  }
+  std::printf("  %d gradients checked\n", checked);
+  CHECK(checked == static_cast<int>(f.tensors.size()) - 6);  // every grad.* entry of the reference
+}
+
+at::Tensor eval_logits(SequenceClassifier& model, const Batch& batch) {
+  at::NoGradGuard no_grad;
+  model.eval();
+  return model.forward_batch(batch);
+}
+
+}  // namespace families_test
+
+using namespace families_test;
+
+TEST_CASE("families: logits, loss and every gradient match the float64 reference, padded") {
+  for (const std::string name : kFixtures) {
+    CAPTURE(name);
+    check_against_reference(name, /*unpadded=*/false);
+  }
+}
+
+TEST_CASE("families: the unpadded (packed) forward matches the reference too") {
+  // The packed batch holds several sequences back to back; ModernBERT's
+  // window (2 tokens each side, sequences of 9, 6, 3) must not cross from one
+  // sequence into the next, and RoBERTa's positions restart per sequence.
+  for (const std::string name : kFixtures) {
+    CAPTURE(name);
+    check_against_reference(name, /*unpadded=*/true);
+  }
+}
+
+TEST_CASE("families: names, units and folder contents are HF's") {
+  for (const std::string name : kFixtures) {
+    CAPTURE(name);
+    Fixture f = load_fixture(name);
+    CHECK(f.hf.report.missing_keys.empty());
+    CHECK(f.hf.report.unexpected_keys.empty());
+    // model.safetensors was written in the reference's (HF's) order: the plan
+    // has the same names in the same order.
+    const NamedTensors file = SafetensorsFile(kFamilyGolden + name + "/model.safetensors").all_tensors();
+    const std::vector<ParameterSpec> plan = parameter_plan(f.hf.config);
+    REQUIRE(plan.size() == file.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      CHECK(plan[i].name == file[i].first);
+      CHECK(at::IntArrayRef(plan[i].shape) == file[i].second.sizes());
+    }
+    const SequenceClassifier& model = *f.hf.model;
+    CHECK(model.num_units() == f.hf.config.num_hidden_layers + 2);
+    const std::string last = model.state_dict().back().first;
+    CHECK(model.unit_of(last) == model.num_units() - 1);
+    CHECK(model.unit_of(model.state_dict().front().first) == 0);
+    CHECK(f.hf.config.num_parameters() == count_trainable(plan));
+  }
+  // ELECTRA's projection belongs to the embeddings unit; ModernBERT's final norm to the head.
+  CHECK(load_fixture("electra_project_l2").hf.model->unit_of("electra.embeddings_project.weight") == 0);
+  CHECK(load_fixture("modernbert_cls_l4").hf.model->unit_of("model.final_norm.weight") == 5);
+  // DistilBERT's sinusoidal positions are fixed: not trained, equal to HF's table.
+  Fixture d = load_fixture("distilbert_sinusoidal_l1");
+  REQUIRE(d.hf.model->fixed_tensors().size() == 1);
+  CHECK_THROWS_AS(d.hf.model->unit_of("distilbert.embeddings.position_embeddings.weight"), Error);
+  const at::Tensor table = d.hf.model->fixed_tensors()[0].second;
+  const NamedTensors file = SafetensorsFile(kFamilyGolden + "distilbert_sinusoidal_l1/model.safetensors").all_tensors();
+  for (const auto& [n, t] : file)
+    if (n == "distilbert.embeddings.position_embeddings.weight") CHECK(at::equal(t, table));
+}
+
+TEST_CASE("families: export writes a folder that loads back to the same logits and config") {
+  for (const std::string name : kFixtures) {
+    CAPTURE(name);
+    Fixture f = load_fixture(name);
+    shardtrain_test::ScratchDir out("family_export");
+    save_hf_folder(*f.hf.model, out.dir);
+    // config.json under the family's own names and architecture.
+    std::ifstream config_file(out.dir + "/config.json");
+    const nlohmann::json j = nlohmann::json::parse(config_file);
+    CHECK(j["model_type"] == f.hf.config.model_type);
+    CHECK(j["architectures"][0] == f.hf.config.architecture());
+    if (f.hf.config.family == ModelFamily::kDistilBert) {
+      CHECK(j.contains("dim"));
+      CHECK_FALSE(j.contains("hidden_size"));
+    }
+    if (f.hf.config.family == ModelFamily::kModernBert) {
+      CHECK(j.contains("local_attention"));
+      CHECK(j.contains("hidden_activation"));
+    }
+    HfModel again = load_hf_folder(out.dir);
+    CHECK(again.report.missing_keys.empty());
+    CHECK(again.report.unexpected_keys.empty());
+    CHECK(again.config.to_json() == f.hf.config.to_json());
+    CHECK(at::equal(eval_logits(*again.model, f.batch()), eval_logits(*f.hf.model, f.batch())));
+  }
+}
+
+TEST_CASE("families: a wrong switch is caught by the tolerances") {
+  // ModernBERT with every layer global (no window) differs from the reference.
+  Fixture f = load_fixture("modernbert_cls_l4");
+  EncoderConfig wrong = f.hf.config;
+  wrong.global_attn_every_n_layers = 1;
+  SequenceClassifier model(wrong);
+  load_hf_weights(model, f.hf.model->state_dict());
+  CHECK(excess(eval_logits(model, f.batch()), f.get("logits"), kLogitTol) > 0);
+  // RoBERTa with BERT's positions (0..L-1) instead of pad + 1 onwards.
+  Fixture r = load_fixture("roberta_l2");
+  EncoderConfig as_bert = r.hf.config;
+  as_bert.family = ModelFamily::kElectra;  // the same parameters under BERT-style positions (and GELU head)
+  as_bert.model_type = "electra";
+  as_bert.embedding_size = as_bert.hidden_size;
+  SequenceClassifier other(as_bert);
+  NamedTensors renamed;
+  for (const auto& [n, t] : r.hf.model->state_dict())
+    renamed.emplace_back(n.rfind("roberta.", 0) == 0 ? "electra." + n.substr(8) : n, t);
+  load_hf_weights(other, renamed);
+  CHECK(excess(eval_logits(other, r.batch()), r.get("logits"), kLogitTol) > 0);
+}
+
+TEST_CASE("families: bf16 follows fp32") {
+  // bf16 keeps 8 bits of mantissa (relative step 2^-8 = 3.9e-3); through a few
+  // layers with LayerNorm and softmax in fp32, logits of O(1) stay within 5e-2
+  // (measured worst below 2e-2); a broken bf16 path (no fp32 norm, a wrong
+  // cast) is off by O(1).
+  for (const std::string name : kFixtures) {
+    CAPTURE(name);
+    Fixture f = load_fixture(name);
+    const at::Tensor fp32 = eval_logits(*f.hf.model, f.batch());
+    f.hf.model->to(at::kBFloat16);
+    for (bool unpadded : {false, true}) {
+      f.hf.model->set_unpadded(unpadded);
+      const at::Tensor bf16 = eval_logits(*f.hf.model, f.batch()).to(at::kFloat);
+      const double worst = (bf16 - fp32).abs().max().item<double>() / (1.0 + fp32.abs().max().item<double>());
+      MESSAGE(name << " bf16 vs fp32 (unpadded " << unpadded << "): worst relative " << worst);
+      CHECK(worst < 5e-2);
+    }
+  }
+}
+
+TEST_CASE("families: random init follows HF's _init_weights") {
+  Fixture f = load_fixture("modernbert_cls_l4");
+  EncoderConfig c = f.hf.config;
+  c.vocab_size = 4000;  // enough samples for the statistics below
+  SequenceClassifier model(c);
+  model.init_weights(5);
+  // Truncated normal at +-2 std (initializer_cutoff_factor), std 0.02; the padding row is not zeroed.
+  const at::Tensor words = model.parameter("model.embeddings.tok_embeddings.weight");
+  CHECK(words.abs().max().item<double>() <= 0.04 + 1e-7);
+  CHECK(words[c.pad_token_id].abs().sum().item<double>() > 0);
+  // A N(0, 0.02) truncated at 2 std has std 0.02 x 0.8796 (64,000 samples: within 2%).
+  CHECK(words.std().item<double>() == doctest::Approx(0.02 * 0.8796).epsilon(0.02));
+  // "out" projections: std initializer_range / sqrt(2 num_layers); the classifier hidden_size^-0.5; no biases.
+  CHECK(model.parameter("model.layers.1.attn.Wo.weight").abs().max().item<double>() <=
+        2 * 0.02 / std::sqrt(8.0) + 1e-7);
+  CHECK(model.parameter("classifier.bias").abs().sum().item<double>() == 0.0);
+  CHECK(model.parameter("model.final_norm.weight").eq(1.0).all().item<bool>());
+  // RoBERTa zeroes the padding row of its word and position embeddings.
+  Fixture r = load_fixture("roberta_l2");
+  SequenceClassifier roberta(r.hf.config);
+  roberta.init_weights(5);
+  CHECK(roberta.parameter("roberta.embeddings.word_embeddings.weight")[1].abs().sum().item<double>() == 0.0);
+  CHECK(roberta.parameter("roberta.embeddings.position_embeddings.weight")[1].abs().sum().item<double>() == 0.0);
+}
+
+TEST_CASE("families: configs refuse what a family cannot be, naming the key") {
+  auto fails = [](const std::string& json, const std::string& expected) {
+    CAPTURE(json);
+    CHECK_THROWS_WITH_AS(EncoderConfig::from_json(json, "x/config.json"), doctest::Contains(expected.c_str()), Error);
+  };
+  fails(R"({"model_type": "distilbert", "dim": 10, "n_heads": 4})", "\"dim\": 10 is not a multiple of n_heads");
+  fails(R"({"model_type": "modernbert", "local_attention": 5})", "\"local_attention\": must be even");
+  fails(R"({"model_type": "modernbert", "classifier_pooling": "max"})", "\"classifier_pooling\"");
+  fails(R"({"model_type": "modernbert", "hidden_size": 12, "num_attention_heads": 4})", "must be even for rotary");
+  fails(R"({"model_type": "roberta", "max_position_embeddings": 2})", "RoBERTa positions start after pad_token_id");
+  fails(R"({"model_type": "electra", "embedding_size": 0})", "\"embedding_size\": must be positive");
+  fails(R"({"model_type": "distilbert", "activation": "swishy"})", "\"activation\": \"swishy\" is not supported");
+  // Accepted names of the RoBERTa architecture.
+  CHECK(EncoderConfig::from_json(R"({"model_type": "xlm-roberta"})").family == ModelFamily::kRoberta);
+  CHECK(EncoderConfig::from_json(R"({"model_type": "xlm-roberta"})").architecture() ==
+        "XLMRobertaForSequenceClassification");
+  CHECK(EncoderConfig::from_json(R"({"model_type": "camembert"})").vocab_size == 32005);
+  // RoBERTa takes 512 tokens from its 514 positions.
+  CHECK(EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/roberta-base/config.json")
+            .max_sequence_length() == 512);
+  CHECK(EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/roberta-base/config.json")
+            .num_parameters() == 124647170);
+}
