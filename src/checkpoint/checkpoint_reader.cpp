@@ -228,8 +228,8 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
     int file_dtype = r.dataset_dtype(dataset.get(), full);
     if (file_shape != plan.shape || file_dtype != plan.dtype)
       throw Error(r.path + ": dataset " + full + " is " + table[file_dtype].name + " " +
-                  detail::shape_string(file_shape) + " in the checkpoint but " + table[plan.dtype].name + " " +
-                  detail::shape_string(plan.shape) + " was expected");
+                  shape_text(file_shape) + " in the checkpoint but " + table[plan.dtype].name + " " +
+                  shape_text(plan.shape) + " was expected");
     stored.push_back(r.stored_checksum(dataset.get(), full));
     datasets.push_back(std::move(dataset));
   }

@@ -75,8 +75,8 @@ void check_group_matches(const CheckpointReader& reader, const std::string& grou
                   " (the checkpoint belongs to another model architecture)");
     const std::vector<int64_t> shape = reader.shape(group, tensor.name);
     if (shape != tensor.shape)
-      throw Error(path + ": tensor /" + group + "/" + tensor.name + " has shape " + detail::shape_string(shape) +
-                  " in the checkpoint but the model's is " + detail::shape_string(tensor.shape));
+      throw Error(path + ": tensor /" + group + "/" + tensor.name + " has shape " + shape_text(shape) +
+                  " in the checkpoint but the model's is " + shape_text(tensor.shape));
   }
 }
 

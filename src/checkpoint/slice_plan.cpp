@@ -9,12 +9,6 @@
 namespace shardtrain {
 namespace detail {
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -55,8 +49,8 @@ std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& rec
     const SliceRecord& first = plan.records.front();
     if (plan.shape != r.shape || plan.dtype != r.dtype)
       throw Error(where + "/" + r.name + ": ranks disagree on the tensor: rank " + std::to_string(first.rank) +
-                  " has " + table[first.dtype].name + " " + shape_string(first.shape) + ", rank " +
-                  std::to_string(r.rank) + " has " + table[r.dtype].name + " " + shape_string(r.shape));
+                  " has " + table[first.dtype].name + " " + shape_text(first.shape) + ", rank " +
+                  std::to_string(r.rank) + " has " + table[r.dtype].name + " " + shape_text(r.shape));
     plan.records.push_back(r);
   }
   for (auto& [name, plan] : plans) {
@@ -66,7 +60,7 @@ std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& rec
         throw Error(where + "/" + name + ": rank " + std::to_string(r.rank) + "'s slice [" +
                     std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) +
                     ") is outside the tensor's " + std::to_string(numel) + " elements (shape " +
-                    shape_string(plan.shape) + ")");
+                    shape_text(plan.shape) + ")");
     }
     // Sorted by (begin, rank): overlap checks need neighbours in flat order.
     std::vector<SliceRecord> sorted = plan.records;

@@ -19,12 +19,10 @@
 
 #include "checkpoint/checkpoint_format.h"
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace detail {
-
-// "[768, 768]", for messages.
-std::string shape_string(const std::vector<int64_t>& shape);
 
 int64_t numel_of(const std::vector<int64_t>& shape);
 

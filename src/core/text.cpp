@@ -22,4 +22,10 @@ std::string clip_for_message(const std::string& text, std::size_t max_bytes) {
   return text.substr(0, end) + "... (" + std::to_string(text.size()) + " bytes)";
 }
 
+std::string shape_text(const int64_t* dims, std::size_t rank) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < rank; ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
 }  // namespace shardtrain

@@ -47,10 +47,11 @@ at::Tensor batched_product(const at::Tensor& a, const at::Tensor& b) {
 struct CpuAttention : public torch::autograd::Function<CpuAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const at::Tensor& additive_mask, double dropout_p, bool training) {
-    const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Dh = q.size(3), N = B * H;
-    const at::Tensor q3 = q.reshape({N, L, Dh}), k3 = k.reshape({N, L, Dh}), v3 = v.reshape({N, L, Dh});
-    at::Tensor scores = batched_product(q3, k3.transpose(1, 2));  // [N, L, L]
-    scores.view({B, H, L, L}).div_(std::sqrt(static_cast<double>(Dh))).add_(additive_mask);
+    // Lk: keys, L for self-attention, a band's width for sliding-window blocks.
+    const int64_t B = q.size(0), H = q.size(1), L = q.size(2), Lk = k.size(2), Dh = q.size(3), N = B * H;
+    const at::Tensor q3 = q.reshape({N, L, Dh}), k3 = k.reshape({N, Lk, Dh}), v3 = v.reshape({N, Lk, Dh});
+    at::Tensor scores = batched_product(q3, k3.transpose(1, 2));  // [N, L, Lk]
+    scores.view({B, H, L, Lk}).div_(std::sqrt(static_cast<double>(Dh))).add_(additive_mask);
     // 16-bit scores: the softmax in float32, and its float32 output is what
     // backward reads (autograd under torch.autocast saves it so); the matmul
     // takes it cast back.
@@ -75,6 +76,7 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     const at::Tensor probs = wide_probs.to(q3.scalar_type());  // no copy in fp32
     const at::Tensor& grad = grad_outputs[0];
     const int64_t B = grad.size(0), H = grad.size(1), L = grad.size(2), Dh = grad.size(3), N = B * H;
+    const int64_t Lk = k3.size(1);
     const at::Tensor g3 = grad.reshape({N, L, Dh});
     const at::Tensor dropped = noise.defined() ? probs * noise : probs;
     const at::Tensor grad_v = batched_product(dropped.transpose(1, 2), g3);
@@ -87,7 +89,7 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     grad_scores = grad_scores / ctx->saved_data["scale"].toDouble();
     const at::Tensor grad_q = batched_product(grad_scores, k3);
     const at::Tensor grad_k = batched_product(grad_scores.transpose(1, 2), q3);
-    return {grad_q.view({B, H, L, Dh}), grad_k.view({B, H, L, Dh}), grad_v.view({B, H, L, Dh}), at::Tensor(),
+    return {grad_q.view({B, H, L, Dh}), grad_k.view({B, H, Lk, Dh}), grad_v.view({B, H, Lk, Dh}), at::Tensor(),
             at::Tensor(), at::Tensor()};
   }
 };

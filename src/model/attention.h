@@ -2,7 +2,8 @@
 //
 //   context = dropout(softmax(q k^T / sqrt(Dh) + additive_mask)) v
 //
-// q, k, v [B, H, L, Dh] (any strides), additive_mask [B, 1, 1, L] -> [B, H, L, Dh].
+// q [B, H, L, Dh], k and v [B, H, Lk, Dh] (any strides; Lk = L for self-attention),
+// additive_mask broadcastable to [B, H, L, Lk] -> [B, H, L, Dh].
 // The math of HF's eager attention, op for op (the same scale, mask, softmax
 // and dropout ops; the dropout mask comes from model/dropout.h).
 //

@@ -29,6 +29,7 @@ struct SequenceClassifier::Impl {
   bool training = true;
   bool gradient_checkpointing = false;
   bool unpadded = true;
+  bool banded_attention = true;  // set_banded_attention
 
   void before(int64_t unit) const {
     if (hooks) hooks->before_forward(unit);
@@ -270,12 +271,16 @@ at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const
   m.before(0);
   at::Tensor hidden = m.after(0, detail::embed(m.config, m.units[0], input_ids, types, positions, m.training));
   at::Tensor windowed;
+  detail::BandedMask banded;
   std::unordered_map<double, detail::Rotary> rotary;  // one table per theta
   for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) {
     const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
     detail::AttentionContext a;
     a.layout = shared_layout;
-    if (spec.half_window >= 0) {
+    if (spec.half_window >= 0 && m.banded_attention && detail::banded_pays(layout, spec.half_window)) {
+      if (!banded.additive.defined()) banded = detail::banded_attention_mask(layout, spec.half_window, dtype);
+      a.banded = banded;
+    } else if (spec.half_window >= 0) {
       if (!windowed.defined()) windowed = detail::windowed_attention_mask(layout.additive_mask, spec.half_window);
       a.packed_mask = windowed;
     } else {
@@ -324,6 +329,7 @@ at::Tensor SequenceClassifier::forward_embeddings(const at::Tensor& input_ids, c
 
 void SequenceClassifier::set_unpadded(bool on) { impl_->unpadded = on; }
 bool SequenceClassifier::unpadded() const { return impl_->unpadded; }
+void SequenceClassifier::set_banded_attention(bool on) { impl_->banded_attention = on; }
 void SequenceClassifier::set_gradient_checkpointing(bool on) { impl_->gradient_checkpointing = on; }
 bool SequenceClassifier::gradient_checkpointing() const { return impl_->gradient_checkpointing; }
 void SequenceClassifier::train(bool on) { impl_->training = on; }

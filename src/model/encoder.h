@@ -55,6 +55,27 @@ at::Tensor extended_attention_mask(const at::Tensor& keep, at::ScalarType dtype)
 // [B, 1, L, L] (ModernBERT's sliding_window_mask).
 at::Tensor windowed_attention_mask(const at::Tensor& extended_mask, int64_t half_window);
 
+// Sliding-window attention over a packed batch in blocks (docs/DESIGN.md,
+// "Model families"): the T tokens are cut into blocks of `block` queries;
+// block b attends to the `width` = block + 2 half_window keys around it
+// (rows [b block - half_window, (b + 1) block + half_window) of the packed
+// keys), so a local layer costs T x width, not B x Lmax^2. `additive`
+// [nb, 1, block, width] is 0 where a key is within half_window of the query
+// and in the query's own sequence, finfo.min elsewhere (a padding query row,
+// past T, attends only to its own zero key). Built once per forward and
+// shared by every local layer.
+struct BandedMask {
+  int64_t block = 0, half_window = 0;
+  at::Tensor additive;
+  int64_t width() const { return block + 2 * half_window; }
+};
+// The block size for a half window (the half window, at least 4 rows).
+int64_t banded_block(int64_t half_window);
+// True when blocks cost less than attention padded per sequence: the longest
+// sequence is longer than one block's keys.
+bool banded_pays(const PackedLayout& layout, int64_t half_window);
+BandedMask banded_attention_mask(const PackedLayout& layout, int64_t half_window, at::ScalarType dtype);
+
 // How one encoder layer computes, from the family's config.
 struct LayerSpec {
   int64_t num_heads = 12;
@@ -86,6 +107,7 @@ struct AttentionContext {
   // recomputation in backward, after forward_packed has returned.
   std::shared_ptr<const PackedLayout> layout;
   at::Tensor packed_mask;               // packed: the layout's mask, windowed for local layers
+  BandedMask banded;                    // packed local layers, when banded_pays: used instead of packed_mask
   Rotary rotary;                        // [B * L or T, Dh], rows in the hidden states' token order
 };
 

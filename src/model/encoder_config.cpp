@@ -1,6 +1,6 @@
 // EncoderConfig from and to HF config.json, per family (docs/DESIGN.md, "Model
 // families"). Each family's keys and defaults are those of its transformers
-// configuration class (EncoderConfig, RobertaConfig, DistilBertConfig,
+// configuration class (BertConfig, RobertaConfig, DistilBertConfig,
 // ElectraConfig, ModernBertConfig).
 #include "shardtrain/model/encoder_config.h"
 

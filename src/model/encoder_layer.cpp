@@ -60,6 +60,27 @@ at::Tensor attend_padded(const LayerSpec& spec, const at::Tensor& qkv, const at:
   return context.transpose(1, 2).reshape({B, L, D});
 }
 
+// qkv [T, 3D] of a packed batch (rotated) -> context [T, D], in blocks of
+// queries against the keys of their band (BandedMask, model/encoder.h).
+at::Tensor attend_banded(const LayerSpec& spec, const at::Tensor& qkv, const BandedMask& band, bool training) {
+  const int64_t T = qkv.size(0), D = qkv.size(1) / 3, H = spec.num_heads, Dh = D / H;
+  const int64_t Bq = band.block, hw = band.half_window, W = band.width();
+  const int64_t nb = (T + Bq - 1) / Bq, Tq = nb * Bq;
+  const at::Tensor split = qkv.view({T, 3, H, Dh});
+  // [nb, H, Bq, Dh]: the queries, zero rows past T.
+  const at::Tensor q = at::constant_pad_nd(split.select(1, 0), {0, 0, 0, 0, 0, Tq - T}).view({nb, Bq, H, Dh})
+                           .permute({0, 2, 1, 3});
+  // [nb, H, W, Dh]: block b's keys (values) are rows [b Bq - hw, b Bq + Bq + hw)
+  // of the packed keys with hw zero rows before and after; unfold is a view,
+  // its backward adds the overlapping windows back.
+  auto band_of = [&](int64_t which) {
+    return at::constant_pad_nd(split.select(1, which), {0, 0, 0, 0, hw, Tq - T + hw}).unfold(0, W, Bq).transpose(-1, -2);
+  };
+  const at::Tensor context =
+      scaled_dot_attention(q, band_of(1), band_of(2), band.additive, spec.attention_probs_dropout, training);
+  return context.permute({0, 2, 1, 3}).reshape({Tq, D}).narrow(0, 0, T);
+}
+
 // qkv [T, 3D] of a packed batch -> context [T, D]. Attention pads per
 // sequence for its matmuls only (MosaicBERT's pad_input / unpad_input):
 // padding rows are zero, and the mask gives them zero attention weight.
@@ -68,6 +89,7 @@ at::Tensor attend_packed(const LayerSpec& spec, at::Tensor qkv, const AttentionC
   const int64_t D = qkv.size(1) / 3, B = layout.num_sequences, Lmax = layout.max_seqlen;
   const int64_t H = spec.num_heads, Dh = D / H;
   if (a.rotary.cos.defined()) qkv = apply_rotary(qkv.view({qkv.size(0), 3, H, Dh}), a.rotary).view({-1, 3 * D});
+  if (a.banded.additive.defined()) return attend_banded(spec, qkv, a.banded, training);
   const at::Tensor padded = at::zeros({B * Lmax, 3 * D}, qkv.options()).index_copy(0, layout.padded_rows, qkv);
   return attend_padded(spec, padded.view({B, Lmax, 3 * D}), a.packed_mask, nullptr, training)
       .reshape({B * Lmax, D})

@@ -11,6 +11,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/parameter_plan.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace {
@@ -21,12 +22,6 @@ bool starts_with(const std::string& text, const std::string& prefix) { return te
 
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string shape_text(at::IntArrayRef sizes) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
-  return out + "]";
 }
 
 std::string python_list(const std::vector<std::string>& names) {

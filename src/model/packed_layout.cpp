@@ -1,6 +1,7 @@
 // Shapes: B sequences, T packed tokens, Lmax the longest sequence, L a padded length.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "model/encoder.h"
@@ -32,6 +33,34 @@ at::Tensor windowed_attention_mask(const at::Tensor& extended_mask, int64_t half
   // HF: global_attention_mask.masked_fill(~window, finfo.min), [B, 1, L, L].
   return extended_mask.expand({extended_mask.size(0), 1, L, L})
       .masked_fill(outside.view({1, 1, L, L}), lowest_value(extended_mask.scalar_type()));
+}
+
+int64_t banded_block(int64_t half_window) { return std::max<int64_t>(half_window, 4); }
+
+bool banded_pays(const PackedLayout& layout, int64_t half_window) {
+  return half_window >= 0 && layout.max_seqlen > banded_block(half_window) + 2 * half_window;
+}
+
+BandedMask banded_attention_mask(const PackedLayout& layout, int64_t half_window, at::ScalarType dtype) {
+  BandedMask band;
+  band.half_window = half_window;
+  band.block = banded_block(half_window);
+  const int64_t T = layout.sequence_of.size(0), Bq = band.block, W = band.width();
+  const int64_t nb = (T + Bq - 1) / Bq, Tq = nb * Bq;
+  const at::TensorOptions longs = layout.sequence_of.options().dtype(at::kLong);
+  const at::Tensor query = at::arange(Tq, longs).view({nb, Bq, 1});
+  const at::Tensor key = (at::arange(nb, longs) * Bq - half_window).view({nb, 1, 1}) + at::arange(W, longs).view({1, 1, W});
+  // The sequence of every query row (-1 past T) and key row (-2 outside [0, T)).
+  const at::Tensor sequence = at::cat({layout.sequence_of.to(at::kLong), at::full({Tq - T}, -1, longs)});
+  const at::Tensor query_sequence = sequence.index_select(0, query.flatten()).view({nb, Bq, 1});
+  const at::Tensor key_inside = key.ge(0).logical_and(key.lt(T));  // [nb, 1, W]
+  const at::Tensor key_sequence =
+      at::where(key_inside, sequence.index_select(0, key.clamp(0, T - 1).flatten()).view({nb, 1, W}), -2);
+  const at::Tensor same_sequence = query_sequence.ge(0).logical_and(query_sequence.eq(key_sequence));  // [nb, Bq, W]
+  const at::Tensor allowed = key.eq(query).logical_or(same_sequence.logical_and((query - key).abs().le(half_window)));
+  band.additive = at::zeros({nb, 1, Bq, W}, longs.dtype(dtype))
+                      .masked_fill_(allowed.logical_not().unsqueeze(1), lowest_value(dtype));
+  return band;
 }
 
 PackedLayout PackedLayout::from_cu_seqlens(const at::Tensor& cu_seqlens, int64_t max_seqlen, at::ScalarType dtype,

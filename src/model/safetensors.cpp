@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace {
@@ -147,12 +148,6 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 namespace {
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 }  // namespace
 

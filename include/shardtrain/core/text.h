@@ -2,9 +2,11 @@
 //
 //   shortest_text(2e-5) == "2e-05";  shortest_text(0.1) == "0.1";  shortest_text(345.0) == "345"
 //   clip_for_message(value_from_a_file, 80)   // at most ~80 bytes, whole UTF-8 characters
+//   shape_text(tensor.sizes()) == "[2, 768]"
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace shardtrain {
@@ -16,5 +18,13 @@ std::string shortest_text(double value);
 // its first bytes up to a UTF-8 character boundary followed by
 // "... (N bytes)". Values from files can be megabytes long; a message must not be.
 std::string clip_for_message(const std::string& text, std::size_t max_bytes);
+
+// A shape as "[d0, d1, ...]" ("[]" for a scalar).
+std::string shape_text(const int64_t* dims, std::size_t rank);
+// Any contiguous list of dimensions: at::IntArrayRef, std::vector<int64_t>.
+template <class Dims>
+std::string shape_text(const Dims& dims) {
+  return shape_text(dims.data(), dims.size());
+}
 
 }  // namespace shardtrain

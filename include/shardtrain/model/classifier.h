@@ -85,6 +85,12 @@ class SequenceClassifier : public UnitModel {
   at::Tensor forward_batch(const Batch& batch);
   void set_unpadded(bool on);
   bool unpadded() const;
+  // Sliding-window (ModernBERT local) layers of forward_packed compute in
+  // blocks against their band of keys (cost linear in the length) when the
+  // longest sequence exceeds a block's keys; false computes them against every
+  // key with the window as a mask, as HF's eager code does (same logits; for
+  // tests and benchmarks).
+  void set_banded_attention(bool on);
   // HF's gradient_checkpointing: in training with autograd on, each encoder
   // layer keeps only its input and recomputes its forward in backward
   // (model/activation_checkpoint.h). Gradients equal the plain run's.
