@@ -9,8 +9,9 @@
 // Tolerances (fp32), as in test_zero_mpi.cpp: reduce-scatter adds the W terms
 // in another order than DDP's all-reduce (~1 ulp of a gradient element), and
 // the clip coefficient comes from a float64 sum of shard partials; AdamW's
-// update is insensitive to that beyond a few ulp of lr. 1e-6 after 3 steps at
-// lr 1e-2, where any wrong update moves a parameter by ~1e-2.
+// update is insensitive to that beyond a few ulp of lr. 2e-6 after 3 steps at
+// lr 1e-2, where any wrong update moves a parameter by ~1e-2 (measured worst:
+// 1.2e-6, zero2 at 2 ranks on an AVX-512 CPU).
 #include <torch/torch.h>
 
 #include <doctest/doctest.h>
@@ -43,7 +44,7 @@ using shardtrain_test::world_size;
 
 namespace {
 
-constexpr double kParamTolerance = 1e-6;  // see the file comment
+constexpr double kParamTolerance = 2e-6;  // see the file comment
 constexpr double kNormRelTolerance = 1e-5;
 constexpr double kLr = 1e-2;
 constexpr double kMaxGradNorm = 0.1;  // most steps clip, some do not
