@@ -508,6 +508,16 @@ const std::string& Tokenizer::saved_files() const {
   static const std::string kNone;
   return saved_files_ ? *saved_files_ : kNone;
 }
+std::string Tokenizer::vocab_text() const {
+  std::string text;
+  if (bpe_) return text;
+  for (const std::string& token : vocab_->tokens) {
+    text += token;
+    text += '\n';
+  }
+  return text;
+}
+
 const char* Tokenizer::type() const { return bpe_ ? "bpe" : "wordpiece"; }
 int Tokenizer::num_special_tokens(bool pair) const { return bpe_ ? bpe_->num_special(pair) : (pair ? 3 : 2); }
 int64_t Tokenizer::model_max_length() const { return model_max_length_; }

@@ -144,6 +144,10 @@ class Tokenizer {
   // The tokenizer of saved_files() text; `source` names it in errors.
   static Tokenizer from_saved_files(const std::string& json, const std::string& source);
 
+  // WordPiece: the vocabulary as vocab.txt text (one token a line, in id
+  // order); BPE: empty.
+  std::string vocab_text() const;
+
   // "wordpiece" or "bpe".
   const char* type() const;
   // Special tokens the template adds: 2 / 3 (WordPiece), 2 / 4 (RoBERTa).
