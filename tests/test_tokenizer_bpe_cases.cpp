@@ -135,7 +135,7 @@ TEST_CASE("byte-level BPE: very long words") {
   const std::string word(5000, 'a');
   const CaseIds ids = cases_tokens(t, word);
   CHECK(cases_decode(t, ids) == word);
-  CHECK(ids.size() < 1000);  // merged, not one token per byte
+  CHECK(ids.size() * 2 < word.size());  // merged, not one token per byte
   CHECK(cases_tokens(t, word) == ids);  // the same from the cache path as from a fresh merge
   std::string mixed;
   for (int i = 0; i < 300; ++i) mixed += "Supercalifragilistic";

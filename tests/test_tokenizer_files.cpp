@@ -270,7 +270,7 @@ TEST_CASE("tokenizer errors name the file and the field") {
   CHECK(files_contains(message, "badconfig/tokenizer_config.json"));
 
   message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("empty", {})); });
-  CHECK(files_contains(message, "tokenizer.json, vocab.json + merges.txt"));
+  CHECK(files_contains(message, "tokenizer.json or vocab.json + merges.txt"));
   message = files_error_of([&] { Tokenizer::from_path((dir.path / "nowhere.json").string(), {}); });
   CHECK(files_contains(message, "nowhere.json"));
 }

@@ -316,7 +316,9 @@ Tokenizer Tokenizer::Loader::from_files(const tokjson::FileMap& files, const tok
                            : model.is_object() && model.contains("merges") ? "BPE" : "";
     if (type == "BPE") return bpe_from_tokenizer_json(root, files, where);
     if (type == "WordPiece") return wordpiece_from_tokenizer_json(root, files, where);
-    if (type.empty()) throw Error("'" + name + "': model.type is missing (BPE or WordPiece)");
+    if (type.empty())
+      throw Error("'" + name + "': model has no 'type' and no 'merges' (a BPE model needs its merges; a WordPiece "
+                  "model says \"type\": \"WordPiece\")");
     throw Error("'" + name + "': tokenizer model type '" + type + "' is not supported" +
                 (type == "Unigram" ? " (a SentencePiece Unigram tokenizer, e.g. xlm-roberta, camembert)" : "") +
                 "; shardtrain reads WordPiece and byte-level BPE tokenizers");
