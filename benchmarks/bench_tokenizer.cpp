@@ -1,10 +1,14 @@
-// Tokenizer throughput: encode every MRPC train pair ([CLS] A [SEP] B [SEP],
-// bert-base-cased, longest_first truncation to --max-length) on one thread.
+// Tokenizer throughput: encode every MRPC train pair, longest_first
+// truncation to --max-length, on one thread, with three tokenizers in the
+// same run: WordPiece (bert-base-cased, [CLS] A [SEP] B [SEP]), byte-level BPE
+// roberta-base (<s> A </s></s> B </s>) and ModernBERT ([CLS] A [SEP] B [SEP]).
 //
-// Before timing it checks the first MRPC dev pair against the ids HF
-// BertTokenizerFast gives for it (tests/data/mrpc_dev_bert-base-cased_ids.jsonl,
-// idx 0). Then it warms up and times --repeats passes over the whole file.
-// Reported: pairs/s (min / median / max over passes) and ids/s at the median.
+// Before timing, each tokenizer's ids for MRPC dev pair 0 are checked against
+// HF's (tests/data/mrpc_dev_<name>_ids.jsonl, idx 0). Then each warms up and
+// times --repeats passes over the whole file (one tokenizer after the other,
+// so BPE's per-thread word cache holds that tokenizer's words). Reported per
+// tokenizer: pairs/s (min / median / max over passes), ids/s at the median,
+// and the median's ratio to WordPiece's.
 //
 //   bench_tokenizer [--data train.tsv] [--vocab vocab.txt] [--repeats 20]
 //                   [--warmup 3] [--max-length 128] [--json FILE]
@@ -91,53 +95,78 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const shardtrain::Tokenizer tokenizer = shardtrain::Tokenizer::from_vocab_file(vocab, {});
+    struct Row {
+      std::string name, reference;
+      shardtrain::Tokenizer tokenizer;
+      std::vector<double> pairs_per_s;
+      std::size_t ids_per_pass = 0;
+    };
+    std::vector<Row> rows;
+    rows.push_back({"bert-base-cased", "mrpc_dev_bert-base-cased_ids.jsonl",
+                    shardtrain::Tokenizer::from_vocab_file(vocab, {}), {}, 0});
+    rows.push_back({"roberta-base", "mrpc_dev_roberta-base_ids.jsonl",
+                    shardtrain::Tokenizer::from_model_dir(source + "/data/vocab/roberta-base"), {}, 0});
+    rows.push_back({"modernbert", "mrpc_dev_modernbert_ids.jsonl",
+                    shardtrain::Tokenizer::from_model_dir(source + "/data/vocab/modernbert"), {}, 0});
     const std::vector<Pair> pairs = read_pairs(data);
 
-    // MRPC dev idx 0, ids from HF BertTokenizerFast (bert-base-cased).
-    const shardtrain::Encoding check = tokenizer.encode(
-        "He said the foodservice pie business doesn't fit the company's long-term growth strategy.",
-        std::string_view("\"The foodservice pie business does not fit our long-term growth strategy."), 0);
-    const std::vector<int32_t> expected{
-        101,  1124, 1163, 1103, 11785, 1200, 14301, 16288, 1671, 2144, 112,  189,  4218, 1103,
-        1419, 112,  188,  1263, 118,   1858, 3213,  5564,  119,  102,  107,  1109, 11785, 1200,
-        14301, 16288, 1671, 1674, 1136, 4218, 1412,  1263,  118,  1858, 3213, 5564, 119,  102};
-    if (check.input_ids != expected) {
-      std::fprintf(stderr, "bench_tokenizer: FAILED: MRPC dev row 0 does not match the HF ids\n");
-      return 1;
+    // MRPC dev idx 0 against each tokenizer's HF ids.
+    const std::string dev_a =
+        "He said the foodservice pie business doesn't fit the company's long-term growth strategy.";
+    const std::string dev_b = "\"The foodservice pie business does not fit our long-term growth strategy.";
+    for (const Row& row : rows) {
+      std::ifstream reference(source + "/tests/data/" + row.reference);
+      std::string line;
+      if (!std::getline(reference, line)) throw shardtrain::Error("cannot read tests/data/" + row.reference);
+      const auto expected = nlohmann::json::parse(line)["input_ids"].get<std::vector<int32_t>>();
+      if (row.tokenizer.encode(dev_a, std::string_view(dev_b), 0).input_ids != expected) {
+        std::fprintf(stderr, "bench_tokenizer: FAILED: %s: MRPC dev row 0 does not match the HF ids\n",
+                     row.name.c_str());
+        return 1;
+      }
     }
 
-    std::size_t ids_per_pass = 0;
-    auto pass = [&] {
-      std::size_t ids = 0;
-      for (const Pair& pair : pairs) ids += tokenizer.encode(pair.a, std::string_view(pair.b), max_length).input_ids.size();
-      return ids;
-    };
-    for (int i = 0; i < warmup; ++i) ids_per_pass = pass();
-    std::vector<double> pairs_per_s;
-    for (int i = 0; i < repeats; ++i) {
-      shardtrain::Timer timer;
-      const std::size_t ids = pass();
-      const double seconds = timer.elapsed_s();
-      ids_per_pass = ids;
-      pairs_per_s.push_back(static_cast<double>(pairs.size()) / seconds);
+    for (Row& row : rows) {
+      auto pass = [&] {
+        std::size_t ids = 0;
+        for (const Pair& pair : pairs)
+          ids += row.tokenizer.encode(pair.a, std::string_view(pair.b), max_length).input_ids.size();
+        return ids;
+      };
+      for (int i = 0; i < warmup; ++i) row.ids_per_pass = pass();
+      for (int i = 0; i < repeats; ++i) {
+        shardtrain::Timer timer;
+        const std::size_t ids = pass();
+        const double seconds = timer.elapsed_s();
+        row.ids_per_pass = ids;
+        row.pairs_per_s.push_back(static_cast<double>(pairs.size()) / seconds);
+      }
     }
-    const double low = percentile(pairs_per_s, 0.0), median = percentile(pairs_per_s, 0.5),
-                 high = percentile(pairs_per_s, 1.0);
-    const double ids_per_s = median * static_cast<double>(ids_per_pass) / static_cast<double>(pairs.size());
-    std::printf("bench_tokenizer: %zu MRPC pairs (%zu ids incl. specials, max_length %d), 1 thread, %d passes\n",
-                pairs.size(), ids_per_pass, max_length, repeats);
-    std::printf("  pairs/s  min %.0f  median %.0f  max %.0f\n", low, median, high);
-    std::printf("  ids/s    median %.0f   (%.3f us per pair)\n", ids_per_s, 1e6 / median);
+    std::printf("bench_tokenizer: %zu MRPC pairs, max_length %d, 1 thread, %d passes each\n", pairs.size(), max_length,
+                repeats);
+    const double wordpiece_median = percentile(rows[0].pairs_per_s, 0.5);
+    nlohmann::json results = nlohmann::json::array();
+    for (const Row& row : rows) {
+      const double low = percentile(row.pairs_per_s, 0.0), median = percentile(row.pairs_per_s, 0.5),
+                   high = percentile(row.pairs_per_s, 1.0);
+      const double ids_per_s = median * static_cast<double>(row.ids_per_pass) / static_cast<double>(pairs.size());
+      std::printf("  %-16s %-9s pairs/s min %.0f median %.0f max %.0f | ids/s %.0f | %.3f us/pair | %.2fx WordPiece\n",
+                  row.name.c_str(), row.tokenizer.type(), low, median, high, ids_per_s, 1e6 / median,
+                  median / wordpiece_median);
+      results.push_back({{"tokenizer", row.name},
+                         {"type", row.tokenizer.type()},
+                         {"ids_per_pass", row.ids_per_pass},
+                         {"pairs_per_s", {{"min", low}, {"median", median}, {"max", high}}},
+                         {"ids_per_s_median", ids_per_s},
+                         {"median_vs_wordpiece", median / wordpiece_median}});
+    }
 
     if (!json_path.empty()) {
       const nlohmann::json result = {
-          {"benchmark", "tokenizer"},       {"data", data},
-          {"vocab", vocab},                 {"threads", 1},
-          {"num_pairs", pairs.size()},      {"ids_per_pass", ids_per_pass},
-          {"max_length", max_length},       {"repeats", repeats},
-          {"warmup", warmup},               {"pairs_per_s", {{"min", low}, {"median", median}, {"max", high}}},
-          {"ids_per_s_median", ids_per_s},  {"check", "mrpc dev idx 0 == HF ids"}};
+          {"benchmark", "tokenizer"}, {"data", data},          {"vocab", vocab},
+          {"threads", 1},             {"num_pairs", pairs.size()}, {"max_length", max_length},
+          {"repeats", repeats},       {"warmup", warmup},      {"results", results},
+          {"check", "mrpc dev idx 0 == HF ids, each tokenizer"}};
       std::ofstream(json_path) << result.dump(2) << "\n";
     }
   } catch (const shardtrain::Error& e) {

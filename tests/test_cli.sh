@@ -127,6 +127,25 @@ sys.exit(0 if len(lens) == 408 and max(lens) == 20 else f"lengths {min(lens)}..{
     fail "tok_trunc" "$TMP/tok_trunc.cmp"; fi
 fi
 
+# Byte-level BPE: a folder with tokenizer.json, a lone tokenizer.json, and
+# errors that name the file and the type.
+for bpe in roberta-base modernbert; do
+  if run "tok_bpe_$bpe" 0 "$BIN" tokenize --vocab "$SRC/data/vocab/$bpe" --data "$DEV" --text-a 3 --text-b 4; then
+    REF=$SRC/tests/data/mrpc_dev_${bpe}_ids.jsonl same_ids "tok_bpe_$bpe" "$TMP/tok_bpe_$bpe.out"
+  fi
+done
+if run tok_bpe_json 0 "$BIN" tokenize --vocab "$SRC/data/vocab/modernbert/tokenizer.json" --data "$DEV" --text-a 3 --text-b 4; then
+  REF=$SRC/tests/data/mrpc_dev_modernbert_ids.jsonl same_ids tok_bpe_json "$TMP/tok_bpe_json.out"
+fi
+mkdir -p "$TMP/unigram"
+echo '{"model": {"type": "Unigram", "vocab": []}}' >"$TMP/unigram/tokenizer.json"
+if run tok_unigram 2 "$BIN" tokenize --vocab "$TMP/unigram" --data "$DEV" --text-a 3 --text-b 4; then
+  expect_in "tok_unigram: file and type named" "$TMP/tok_unigram.err" "$TMP/unigram/tokenizer.json': tokenizer model type 'Unigram' is not supported"
+fi
+if run tok_bpe_lower 2 "$BIN" tokenize --vocab "$SRC/data/vocab/roberta-base" --lowercase --data "$DEV" --text-a 3; then
+  expect_in "tok_bpe_lower: --lowercase is for vocab.txt" "$TMP/tok_bpe_lower.err" "do_lower_case in its tokenizer_config.json"
+fi
+
 echo "== config"
 cat >"$TMP/good.toml" <<TOML
 [model]
@@ -363,6 +382,7 @@ elif if [ "$CKPT_NP" -eq 2 ]; then
     expect_in "inspect: train loss" "$I" "train loss 1.625 since the last report (mean of 4)"
     expect_in "inspect: metrics" "$I" "metrics:     eval_accuracy 0.6875, eval_f1 0.8"
     expect_in "inspect: model" "$I" "2 layers, hidden 16, 2 heads, intermediate 32, vocab 28996, 2 labels (not_equivalent, equivalent)"
+    expect_in "inspect: tokenizer" "$I" "tokenizer:   wordpiece, 28996 tokens, lowercase no"
     expect_in "inspect: parameters" "$I" "parameters:  476,946 in 41 tensors"
     expect_in "inspect: optimizer" "$I" "optimizer:   AdamW state present"
     expect_in "inspect: datasets" "$I" "datasets:    123"
@@ -383,7 +403,7 @@ expect = {"path": sys.argv[2], "size_bytes": os.path.getsize(sys.argv[2]), "kind
           "train": {"loss_sum": 6.5, "loss_count": 4, "train_seconds": 12.5},
           "metrics": {"eval_accuracy": 0.6875, "eval_f1": 0.8}, "optimizer_state": True,
           "optimizer_bytes": 2 * 4 * n, "num_datasets": 3 * tensors,
-          "tokenizer": {"vocab_size": 28996, "lowercase": False}, "has_config_toml": True}
+          "tokenizer": {"type": "wordpiece", "vocab_size": 28996, "lowercase": False}, "has_config_toml": True}
 for key, value in expect.items():
     assert s.get(key) == value, f"{key}: {s.get(key)!r}, expected {value!r}"
 m = s["model"]

@@ -54,7 +54,8 @@ void check_paths(const ExportFlags& flags) {
   if (fs::is_directory(flags.output, error) && !fs::is_empty(flags.output, error) && !flags.force)
     throw Error("--output '" + flags.output +
                 "' is not empty; refusing to write into it (pass --force to replace config.json, "
-                "model.safetensors, vocab.txt and tokenizer_config.json there; other files are kept)");
+                "model.safetensors, the tokenizer's files (vocab.txt, or tokenizer.json / vocab.json + merges.txt) and "
+                "tokenizer_config.json there; other files are kept)");
 }
 
 // `path`.tmp, then rename: a reader never sees half a file.
@@ -74,6 +75,40 @@ void write_file(const fs::path& path, const std::string& content) {
   }
 }
 
+// The checkpoint's tokenizer files (train/checkpoint_model.h), or, for a
+// checkpoint written before they were saved, its vocab.txt; tokenizer_config.json
+// gets model_max_length and tokenizer_class when it lacks them. Returns the
+// names written, for the log line.
+std::string write_tokenizer_files(const fs::path& folder, const CheckpointExport& exported) {
+  nlohmann::json config = nlohmann::json::object();
+  std::string written;
+  const char* tokenizer_class = "BertTokenizer";
+  if (exported.state.tokenizer_files.empty()) {
+    write_file(folder / "vocab.txt", exported.state.vocab_text);
+    written = "vocab.txt";
+    config["do_lower_case"] = exported.state.lowercase != 0;
+  } else {
+    const nlohmann::json files = nlohmann::json::parse(exported.state.tokenizer_files);
+    for (auto it = files.begin(); it != files.end(); ++it) {
+      const std::string text = it.value().get<std::string>();
+      if (it.key() == "tokenizer_config.json") {
+        config = nlohmann::json::parse(text);
+        continue;
+      }
+      write_file(folder / it.key(), text);
+      written += (written.empty() ? "" : ", ") + it.key();
+    }
+    if (files.contains("tokenizer.json")) tokenizer_class = "PreTrainedTokenizerFast";
+    if (files.contains("vocab.json")) tokenizer_class = "RobertaTokenizer";
+  }
+  // RoBERTa's positions start after padding_idx: 514 positions hold 512 tokens.
+  const int64_t offset = exported.config.family == ModelFamily::kRoberta ? exported.config.pad_token_id + 1 : 0;
+  if (!config.contains("model_max_length")) config["model_max_length"] = exported.config.max_position_embeddings - offset;
+  if (!config.contains("tokenizer_class")) config["tokenizer_class"] = tokenizer_class;
+  write_file(folder / "tokenizer_config.json", config.dump(2) + "\n");
+  return written + ", tokenizer_config.json";
+}
+
 void run_export(const World& world, const ExportFlags& flags) {
   at::ScalarType dtype = at::kFloat;
   with_flag_names([&] { dtype = parse_dtype(flags.dtype); });
@@ -82,6 +117,7 @@ void run_export(const World& world, const ExportFlags& flags) {
   // Rank 0 alone streams the weights, one tensor at a time; the model is never
   // built, so no rank holds more than one tensor (train/checkpoint_model.h).
   CheckpointExport exported;
+  std::string tokenizer_files;
   on_rank0(world.comm(), "export: rank 0 writes " + flags.output, [&] {
     const fs::path folder(flags.output);
     std::error_code error;
@@ -92,16 +128,12 @@ void run_export(const World& world, const ExportFlags& flags) {
     // checkpoint leaves no file behind.
     exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
     write_file(folder / "config.json", hf_config_json(exported.config, dtype));
-    write_file(folder / "vocab.txt", exported.state.vocab_text);
-    const nlohmann::json tokenizer_config = {{"do_lower_case", exported.state.lowercase != 0},
-                                             {"model_max_length", exported.config.max_position_embeddings},
-                                             {"tokenizer_class", "BertTokenizer"}};
-    write_file(folder / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+    tokenizer_files = write_tokenizer_files(folder, exported);
   });
-  log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, vocab.txt, "
-           "tokenizer_config.json); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
+  log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, %s); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
            flags.checkpoint.c_str(), static_cast<long long>(exported.state.step),
            static_cast<long long>(exported.state.epoch), flags.output.c_str(), flags.dtype.c_str(),
+           tokenizer_files.c_str(),
            static_cast<long long>(exported.tensors), exported.peak_bytes_held / 1e6, exported.model_bytes / 1e6);
 }
 

@@ -116,7 +116,16 @@ nlohmann::json summarize(const std::string& path) {
   out["optimizer_state"] = has_optimizer;
   out["optimizer_bytes"] = exp_avg.num_bytes + exp_avg_sq.num_bytes;
   out["num_datasets"] = model.num_tensors + exp_avg.num_tensors + exp_avg_sq.num_tensors;
-  out["tokenizer"] = {{"vocab_size", count_lines(state.vocab_text)}, {"lowercase", state.lowercase != 0}};
+  if (state.tokenizer_files.empty()) {  // a checkpoint written before tokenizer_files
+    out["tokenizer"] = {{"type", "wordpiece"}, {"vocab_size", count_lines(state.vocab_text)},
+                        {"lowercase", state.lowercase != 0}};
+  } else {
+    const Tokenizer tokenizer = checkpoint_tokenizer(state, path);
+    std::vector<std::string> files;
+    for (const auto& item : nlohmann::json::parse(state.tokenizer_files).items()) files.push_back(item.key());
+    out["tokenizer"] = {{"type", tokenizer.type()}, {"vocab_size", tokenizer.vocab_size()},
+                        {"lowercase", tokenizer.options().lowercase}, {"files", files}};
+  }
   out["has_config_toml"] = !state.config_toml.empty();
   return out;
 }
@@ -175,8 +184,8 @@ void print_text(const nlohmann::json& s) {
   else
     std::printf("optimizer:   no optimizer state (model only; a resumed run would restart AdamW)\n");
   const nlohmann::json& tokenizer = s["tokenizer"];
-  std::printf("tokenizer:   %lld tokens, lowercase %s\n", i64(tokenizer["vocab_size"]),
-              tokenizer["lowercase"].get<bool>() ? "yes" : "no");
+  std::printf("tokenizer:   %s, %lld tokens, lowercase %s\n", tokenizer["type"].get<std::string>().c_str(),
+              i64(tokenizer["vocab_size"]), tokenizer["lowercase"].get<bool>() ? "yes" : "no");
   std::printf("datasets:    %lld\n", i64(s["num_datasets"]));
 }
 

@@ -1,6 +1,7 @@
-// `shardtrain tokenize`: encode a TSV / CSV / JSONL file with a BERT vocabulary
-// and print one JSON line per row, {"input_ids":[...],"token_type_ids":[...]},
-// the same ids HF BertTokenizerFast gives. Useful to compare against a Python
+// `shardtrain tokenize`: encode a TSV / CSV / JSONL file with a tokenizer (a
+// WordPiece vocab.txt, a tokenizer.json, or a HF folder: data/tokenizer.h) and
+// print one JSON line per row, {"input_ids":[...],"token_type_ids":[...]},
+// the same ids HF's fast tokenizer gives. Useful to compare against a Python
 // pipeline and to inspect what the model is fed. Rows are read by read_table,
 // so columns, formats and bad rows behave exactly as in training.
 #include <cstdio>
@@ -56,16 +57,14 @@ void append_json_line(const Encoding& encoding, std::string& out) {
 }
 
 Tokenizer load_tokenizer(const TokenizeOptions& options) {
-  if (std::filesystem::is_directory(options.vocab)) {
-    if (options.lowercase) {
-      throw Error("--lowercase goes with a vocab.txt file; for the model folder '" + options.vocab +
-                  "' set do_lower_case in its tokenizer_config.json");
-    }
-    return Tokenizer::from_model_dir(options.vocab);
+  const bool folder = std::filesystem::is_directory(options.vocab);
+  if (options.lowercase && (folder || std::filesystem::path(options.vocab).extension() == ".json")) {
+    throw Error("--lowercase goes with a vocab.txt file; for the tokenizer '" + options.vocab +
+                "' set do_lower_case in its tokenizer_config.json");
   }
   TokenizerOptions tokenizer_options;
   tokenizer_options.lowercase = options.lowercase;
-  return Tokenizer::from_vocab_file(options.vocab, tokenizer_options);
+  return Tokenizer::from_path(options.vocab, tokenizer_options);
 }
 
 void run_tokenize(const TokenizeOptions& options) {
@@ -115,8 +114,8 @@ void run_tokenize(const TokenizeOptions& options) {
 void add_tokenize_command(CLI::App& root, World& world) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* sub = root.add_subcommand(
-      "tokenize", "Encode a .tsv/.csv/.jsonl file with a BERT WordPiece vocabulary; print one JSON line per row");
-  sub->add_option("--vocab", options->vocab, "vocab.txt (or a HF model folder with vocab.txt + tokenizer_config.json)")
+      "tokenize", "Encode a .tsv/.csv/.jsonl file with a WordPiece or byte-level BPE tokenizer; print one JSON line per row");
+  sub->add_option("--vocab", options->vocab, "vocab.txt, tokenizer.json, or a HF model folder (tokenizer.json, vocab.json + merges.txt, or vocab.txt)")
       ->required();
   sub->add_flag("--lowercase", options->lowercase, "lowercase and strip accents (uncased vocabularies)");
   sub->add_option("--data", options->data, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")

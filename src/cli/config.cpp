@@ -270,7 +270,10 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
     throw Error("run.name = '': must not be empty (it names the run folder under run.storage_path); leave the key "
                 "out to use the config file's name");
   if (config.run.name.empty()) config.run.name = file.empty() ? "shardtrain" : stem_of(file);
-  if (config.model.vocab.empty() && !config.model.path.empty()) config.model.vocab = config.model.path + "/vocab.txt";
+  // The folder's vocab.txt, or the folder itself when its tokenizer is
+  // tokenizer.json / vocab.json + merges.txt (data/tokenizer.h).
+  if (config.model.vocab.empty() && !config.model.path.empty())
+    config.model.vocab = is_file(config.model.path + "/vocab.txt") ? config.model.path + "/vocab.txt" : config.model.path;
   if (config.data.format == FileFormat::kAuto && !config.data.train_file.empty()) {
     const std::string ext = extension_of(config.data.train_file);
     if (ext == "tsv") config.data.format = FileFormat::kTsv;
@@ -340,8 +343,9 @@ void validate_model(const ModelConfig& m) {
   }
   if (!m.path.empty()) require(is_dir(m.path), "model.path = " + quote(m.path) + ": no such directory");
   if (!m.config.empty()) require(is_file(m.config), "model.config = " + quote(m.config) + ": no such file");
-  require(!m.vocab.empty(), "model.vocab: needed when model.path is not set (a vocab.txt)");
-  require(is_file(m.vocab), "model.vocab = " + quote(m.vocab) + ": no such file");
+  require(!m.vocab.empty(),
+          "model.vocab: needed when model.path is not set (a vocab.txt, a tokenizer.json, or a tokenizer folder)");
+  require(is_file(m.vocab) || is_dir(m.vocab), "model.vocab = " + quote(m.vocab) + ": no such file or folder");
   non_negative("model.num_labels", m.num_labels);
   require(m.num_labels <= kMaxNumLabels, "model.num_labels = " + std::to_string(m.num_labels) + ": more than the " +
                                              std::to_string(kMaxNumLabels) + " labels a classifier may have");

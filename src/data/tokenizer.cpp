@@ -1,8 +1,9 @@
-// About 600 lines, one file on purpose: HF's BertTokenizerFast pipeline
-// (clean, CJK spacing, accents, basic split, WordPiece, pair truncation,
-// special tokens) reads top to bottom in the order HF applies it, and each
-// step is checked against HF's ids for every MRPC dev pair
-// (tests/test_tokenizer.cpp); the Unicode tables are in unicode_text.cpp.
+// The WordPiece engine: HF's BertTokenizerFast pipeline (clean, CJK spacing,
+// accents, basic split, WordPiece, pair truncation, special tokens) reads top
+// to bottom in the order HF applies it, and each step is checked against HF's
+// ids for every MRPC dev pair (tests/test_tokenizer.cpp); the Unicode tables
+// are in unicode_text.cpp, reading folders and files in tokenizer_files.cpp,
+// byte-level BPE in bpe_tokenizer.cpp.
 #include "shardtrain/data/tokenizer.h"
 
 #include <algorithm>
@@ -14,7 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/bpe_tokenizer.h"
 #include "data/unicode_text.h"
+#include "data/wordpiece_vocab.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 
@@ -109,10 +112,6 @@ class StringIdMap {
   std::size_t max_key_bytes_ = 0;
 };
 
-struct SpecialTokenNames {
-  std::string unk = "[UNK]", cls = "[CLS]", sep = "[SEP]", pad = "[PAD]", mask = "[MASK]";
-};
-
 // What an ASCII byte does in the normalizer + pre-tokenizer.
 enum class AsciiClass : uint8_t { kDrop, kSpace, kPunctuation, kWord };
 
@@ -162,12 +161,10 @@ struct Tokenizer::Vocab {
   std::array<int32_t, 128> ascii_char_id{};
 };
 
-namespace {
-
 // `path` names the vocabulary in messages and vocab_path() (a file, or where
 // in-memory text came from).
-std::shared_ptr<Tokenizer::Vocab> parse_vocab(const std::string& text, const std::string& path,
-                                              const SpecialTokenNames& names) {
+std::shared_ptr<Tokenizer::Vocab> wordpiece_parse_vocab(const std::string& text, const std::string& path,
+                                                        const WordPieceSpecialNames& names) {
   auto vocab = std::make_shared<Tokenizer::Vocab>();
   vocab->path = path;
   std::size_t position = 0;
@@ -231,16 +228,7 @@ std::shared_ptr<Tokenizer::Vocab> parse_vocab(const std::string& text, const std
   return vocab;
 }
 
-std::shared_ptr<Tokenizer::Vocab> read_vocab(const std::string& path, const SpecialTokenNames& names) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error("cannot open vocabulary file '" + path + "'");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  if (file.bad()) throw Error("cannot read vocabulary file '" + path + "'");
-  return parse_vocab(buffer.str(), path, names);
-}
-
-bool vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
+bool wordpiece_vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
   for (const std::string& token : vocab.tokens) {
     bool special = false;
     for (const auto& entry : vocab.specials) special = special || entry.first == token;
@@ -256,6 +244,8 @@ bool vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
   }
   return false;
 }
+
+namespace {
 
 // Splits normalised text into words and each word into WordPiece ids.
 class WordPiecer {
@@ -421,98 +411,18 @@ class WordPiecer {
   std::size_t word_chars_ = 0;
 };
 
-std::string read_special_name(const nlohmann::json& config, const char* key, const std::string& fallback,
-                              const std::string& path) {
-  const auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return fallback;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
-    return (*it)["content"].get<std::string>();
-  }
-  throw Error("'" + path + "': key '" + key + "' must be a string or an object with a string \"content\"");
-}
-
-bool read_bool(const nlohmann::json& config, const char* key, bool fallback, const std::string& path) {
-  const auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) throw Error("'" + path + "': key '" + key + "' must be true or false");
-  return it->get<bool>();
-}
-
-bool file_exists(const std::string& path) {
-  std::ifstream file(path);
-  return static_cast<bool>(file);
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options)
     : vocab_(std::move(vocab)), options_(options) {}
 
-Tokenizer Tokenizer::from_vocab_file(const std::string& vocab_path, const TokenizerOptions& options) {
-  if (options.strip_accents && options.keep_accents) {
-    throw Error("tokenizer options for '" + vocab_path + "': strip_accents and keep_accents are both set");
-  }
-  return Tokenizer(read_vocab(vocab_path, SpecialTokenNames{}), options);
-}
-
-Tokenizer Tokenizer::from_vocab_text(const std::string& text, const TokenizerOptions& options,
-                                     const std::string& source) {
-  if (options.strip_accents && options.keep_accents) {
-    throw Error("tokenizer options for '" + source + "': strip_accents and keep_accents are both set");
-  }
-  return Tokenizer(parse_vocab(text, source, SpecialTokenNames{}), options);
-}
-
-Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
-  const std::string prefix = dir.empty() || dir.back() == '/' ? dir : dir + "/";
-  const std::string vocab_path = prefix + "vocab.txt";
-  const std::string config_path = prefix + "tokenizer_config.json";
-  if (!file_exists(vocab_path)) throw Error("model folder '" + dir + "' has no vocab.txt ('" + vocab_path + "')");
-
-  TokenizerOptions options;
-  SpecialTokenNames names;
-  std::optional<bool> lowercase;
-  if (file_exists(config_path)) {
-    std::ifstream file(config_path);
-    nlohmann::json config;
-    try {
-      file >> config;
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("cannot parse '" + config_path + "': " + e.what());
-    }
-    if (!config.is_object()) throw Error("'" + config_path + "' must hold a JSON object");
-    if (config.contains("do_lower_case") && !config["do_lower_case"].is_null()) {
-      lowercase = read_bool(config, "do_lower_case", true, config_path);
-    }
-    const auto strip = config.find("strip_accents");
-    if (strip != config.end() && !strip->is_null()) {
-      const bool value = read_bool(config, "strip_accents", false, config_path);
-      options.strip_accents = value;
-      options.keep_accents = !value;
-    }
-    options.tokenize_chinese_chars = read_bool(config, "tokenize_chinese_chars", true, config_path);
-    names.unk = read_special_name(config, "unk_token", names.unk, config_path);
-    names.cls = read_special_name(config, "cls_token", names.cls, config_path);
-    names.sep = read_special_name(config, "sep_token", names.sep, config_path);
-    names.pad = read_special_name(config, "pad_token", names.pad, config_path);
-    names.mask = read_special_name(config, "mask_token", names.mask, config_path);
-    for (const std::string* name : {&names.unk, &names.cls, &names.sep, &names.pad}) {
-      if (name->empty()) throw Error("'" + config_path + "': special token names must not be empty");
-    }
-  }
-  std::shared_ptr<Vocab> vocab = read_vocab(vocab_path, names);
-  if (lowercase) {
-    options.lowercase = *lowercase;
-  } else {
-    options.lowercase = !vocabulary_is_cased(*vocab);
-    log_warn("%s: no do_lower_case in tokenizer_config.json; the vocabulary is %s, so lowercase = %s",
-             dir.c_str(), options.lowercase ? "uncased" : "cased", options.lowercase ? "true" : "false");
-  }
-  return Tokenizer(std::move(vocab), options);
-}
+Tokenizer::Tokenizer(std::shared_ptr<const Bpe> bpe) : bpe_(std::move(bpe)) {}
 
 void Tokenizer::tokenize(std::string_view text, std::vector<int32_t>& out) const {
+  if (bpe_) {
+    bpe_->tokenize(text, out);
+    return;
+  }
   const Vocab& vocab = *vocab_;
   WordPiecer pieces(vocab, options_, out);
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
@@ -543,6 +453,7 @@ void Tokenizer::tokenize(std::string_view text, std::vector<int32_t>& out) const
 
 Encoding Tokenizer::encode(std::string_view text_a, std::optional<std::string_view> text_b,
                            int max_length) const {
+  if (bpe_) return bpe_->encode(text_a, text_b, max_length);
   const int num_special = text_b ? 3 : 2;
   if (max_length < 0) throw Error(str_format("max_length must be >= 0 (0 = no truncation), got %d", max_length));
   if (max_length > 0 && max_length < num_special) {
@@ -562,22 +473,8 @@ Encoding Tokenizer::encode(std::string_view text_a, std::optional<std::string_vi
     const std::size_t budget = static_cast<std::size_t>(max_length - num_special);
     if (!text_b) {
       keep_a = std::min(keep_a, budget);
-    } else if (keep_a + keep_b > budget) {
-      // HF tokenizers truncate_encodings, LongestFirst.
-      const bool swap = keep_a > keep_b;
-      std::size_t shorter = swap ? keep_b : keep_a;
-      std::size_t longer;
-      if (shorter > budget) {
-        longer = shorter;
-      } else {
-        longer = std::max(shorter, budget - shorter);
-      }
-      if (shorter + longer > budget) {
-        shorter = budget / 2;
-        longer = shorter + budget % 2;
-      }
-      keep_a = std::min(keep_a, swap ? longer : shorter);
-      keep_b = std::min(keep_b, swap ? shorter : longer);
+    } else {
+      truncate_longest_first(keep_a, keep_b, budget);  // HF tokenizers truncate_encodings, LongestFirst
     }
   }
 
@@ -597,23 +494,49 @@ Encoding Tokenizer::encode(std::string_view text_a, std::optional<std::string_vi
   return encoding;
 }
 
-int32_t Tokenizer::cls_id() const { return vocab_->cls_id; }
-int32_t Tokenizer::sep_id() const { return vocab_->sep_id; }
-int32_t Tokenizer::pad_id() const { return vocab_->pad_id; }
-int32_t Tokenizer::unk_id() const { return vocab_->unk_id; }
-int32_t Tokenizer::mask_id() const { return vocab_->mask_id; }
-int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(vocab_->tokens.size()); }
+int32_t Tokenizer::cls_id() const { return bpe_ ? bpe_->cls_id : vocab_->cls_id; }
+int32_t Tokenizer::sep_id() const { return bpe_ ? bpe_->sep_id : vocab_->sep_id; }
+int32_t Tokenizer::pad_id() const { return bpe_ ? bpe_->pad_id : vocab_->pad_id; }
+int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id : vocab_->unk_id; }
+int32_t Tokenizer::mask_id() const { return bpe_ ? bpe_->mask_id : vocab_->mask_id; }
+int64_t Tokenizer::vocab_size() const {
+  return static_cast<int64_t>(bpe_ ? bpe_->tokens.size() : vocab_->tokens.size());
+}
 const TokenizerOptions& Tokenizer::options() const { return options_; }
-const std::string& Tokenizer::vocab_path() const { return vocab_->path; }
-
-const std::string& Tokenizer::token(int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= vocab_->tokens.size()) {
-    throw Error(str_format("token id %d is outside the vocabulary [0, %zu) of '%s'", id, vocab_->tokens.size(),
-                           vocab_->path.c_str()));
+const std::string& Tokenizer::vocab_path() const { return bpe_ ? bpe_->source : vocab_->path; }
+const std::string& Tokenizer::saved_files() const {
+  static const std::string kNone;
+  return saved_files_ ? *saved_files_ : kNone;
+}
+std::string Tokenizer::vocab_text() const {
+  std::string text;
+  if (bpe_) return text;
+  for (const std::string& token : vocab_->tokens) {
+    text += token;
+    text += '\n';
   }
-  return vocab_->tokens[static_cast<std::size_t>(id)];
+  return text;
 }
 
-int32_t Tokenizer::token_to_id(std::string_view token) const { return vocab_->whole.find(token.data(), token.size()); }
+const char* Tokenizer::type() const { return bpe_ ? "bpe" : "wordpiece"; }
+int Tokenizer::num_special_tokens(bool pair) const { return bpe_ ? bpe_->num_special(pair) : (pair ? 3 : 2); }
+int64_t Tokenizer::model_max_length() const { return model_max_length_; }
+
+const std::string& Tokenizer::token(int32_t id) const {
+  const std::vector<std::string>& tokens = bpe_ ? bpe_->tokens : vocab_->tokens;
+  if (id < 0 || static_cast<std::size_t>(id) >= tokens.size()) {
+    throw Error(str_format("token id %d is outside the vocabulary [0, %zu) of '%s'", id, tokens.size(),
+                           vocab_path().c_str()));
+  }
+  return tokens[static_cast<std::size_t>(id)];
+}
+
+int32_t Tokenizer::token_to_id(std::string_view token) const {
+  if (bpe_) {
+    const auto it = bpe_->token_ids.find(std::string(token));
+    return it == bpe_->token_ids.end() ? -1 : it->second;
+  }
+  return vocab_->whole.find(token.data(), token.size());
+}
 
 }  // namespace shardtrain

@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include <cstdlib>
+
 namespace shardtrain::unicode {
 
 int32_t decode_utf8(const unsigned char* s, std::size_t n, std::size_t* length) {
@@ -157,6 +159,99 @@ void append_lowercase(int32_t code_point, std::vector<int32_t>& out) {
     return;
   }
   out.push_back(utf8proc_tolower(code_point));
+}
+
+bool is_letter(int32_t cp) {
+  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_number(int32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void normalize(std::string& text, NormalForm form) {
+  bool ascii = true;
+  for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return;  // every normal form of ASCII is itself
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
+    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
+    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
+  utf8proc_uint8_t* result = nullptr;
+  const utf8proc_ssize_t length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &result, static_cast<utf8proc_option_t>(options));
+  if (length < 0) return;  // only invalid UTF-8 fails, and callers sanitize first
+  text.assign(reinterpret_cast<const char*>(result), static_cast<std::size_t>(length));
+  std::free(result);
+}
+
+bool sanitize_utf8(std::string_view text, std::string& out) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  std::size_t position = 0;
+  bool valid = true;
+  while (position < text.size()) {
+    if (bytes[position] < 0x80) {
+      ++position;
+      continue;
+    }
+    std::size_t length;
+    if (decode_utf8(bytes + position, text.size() - position, &length) < 0) {
+      valid = false;
+      break;
+    }
+    position += length;
+  }
+  if (valid) return false;
+  out.clear();
+  position = 0;
+  while (position < text.size()) {
+    std::size_t length;
+    const int32_t cp = decode_utf8(bytes + position, text.size() - position, &length);
+    if (cp < 0) {
+      // One U+FFFD per maximal subpart (Unicode 3.9 U+FFFD substitution, as
+      // Python's errors="replace" and Rust's from_utf8_lossy): a valid lead byte
+      // takes the continuation bytes that could still complete it.
+      out += "\xEF\xBF\xBD";
+      const unsigned lead = bytes[position];
+      std::size_t count = lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
+                          : lead >= 0xF0 && lead <= 0xF4 ? 4 : 1;
+      std::size_t taken = 1;
+      while (taken < count && position + taken < text.size()) {
+        const unsigned byte = bytes[position + taken];
+        unsigned low = 0x80, high = 0xBF;
+        if (taken == 1) {
+          if (lead == 0xE0) low = 0xA0;
+          if (lead == 0xED) high = 0x9F;
+          if (lead == 0xF0) low = 0x90;
+          if (lead == 0xF4) high = 0x8F;
+        }
+        if (byte < low || byte > high) break;
+        ++taken;
+      }
+      length = taken;
+    } else {
+      out.append(text.data() + position, length);
+    }
+    position += length;
+  }
+  return true;
 }
 
 }  // namespace shardtrain::unicode

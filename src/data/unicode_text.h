@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardtrain::unicode {
@@ -43,5 +45,19 @@ void canonical_order(int32_t* begin, int32_t* end);
 // Appends the full lowercase mapping (Rust char::to_lowercase: the simple
 // mapping plus the one unconditional multi-character rule, U+0130 -> i U+0307).
 void append_lowercase(int32_t code_point, std::vector<int32_t>& out);
+
+// Byte-level BPE (GPT-2 pre-tokenizer regex classes): general category L*
+// (\p{L}) and N* (\p{N}).
+bool is_letter(int32_t code_point);
+bool is_number(int32_t code_point);
+
+// Unicode normalization forms of HF normalizers (NFC, NFD, NFKC, NFKD).
+enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
+// Replaces `text` by its normal form. `text` must be valid UTF-8 (see
+// sanitize_utf8). ASCII text is returned unchanged without a copy.
+void normalize(std::string& text, NormalForm form);
+// Replaces every invalid UTF-8 sequence by U+FFFD (as Python's
+// errors="replace" reads the bytes); returns false when the text was valid.
+bool sanitize_utf8(std::string_view text, std::string& out);
 
 }  // namespace shardtrain::unicode

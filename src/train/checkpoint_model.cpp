@@ -38,6 +38,14 @@ CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm) {
   return out;
 }
 
+Tokenizer checkpoint_tokenizer(const TrainState& state, const std::string& path) {
+  if (!state.tokenizer_files.empty())
+    return Tokenizer::from_saved_files(state.tokenizer_files, path + " (attribute tokenizer_files)");
+  TokenizerOptions options;
+  options.lowercase = state.lowercase != 0;
+  return Tokenizer::from_vocab_text(state.vocab_text, options, path + " (attribute vocab_text)");
+}
+
 std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source) {
   config.validate(source);
   // The model allocates exactly parameter_plan()'s trainable tensors, in its

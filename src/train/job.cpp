@@ -91,18 +91,25 @@ void set_device_and_communicator(TrainJob& job) {
   job.communicator = std::make_unique<MpiCommunicator>(job.comm, config.run.collective_timeout_s);
 }
 
-// The tokenizer and its vocabulary text: model.path's vocab.txt and
-// tokenizer_config.json, or model.vocab.
+// The tokenizer and what a checkpoint saves of it: model.path's tokenizer
+// files (data/tokenizer.h: tokenizer.json, vocab.json + merges.txt or
+// vocab.txt, with tokenizer_config.json), or model.vocab (a vocab.txt with
+// model.lowercase, a tokenizer.json, or a folder).
 void load_tokenizer(TrainJob& job) {
   const ModelConfig& m = job.config->model;
   const std::string default_vocab = m.path.empty() ? "" : (fs::path(m.path) / "vocab.txt").string();
-  const bool from_folder = !m.path.empty() && (m.vocab.empty() || m.vocab == default_vocab);
-  const std::string vocab_path = from_folder ? default_vocab : m.vocab;
-  if (vocab_path.empty()) throw Error("model.vocab is not set (a vocab.txt, or model.path with one)");
+  const bool from_folder = !m.path.empty() && (m.vocab.empty() || m.vocab == default_vocab || m.vocab == m.path);
+  if (!from_folder && m.vocab.empty())
+    throw Error("model.vocab is not set (a vocab.txt, a tokenizer.json or a tokenizer folder, or model.path with one)");
   TokenizerOptions options;
   options.lowercase = m.lowercase;
-  job.tokenizer.emplace(from_folder ? Tokenizer::from_model_dir(m.path) : Tokenizer::from_vocab_file(vocab_path, options));
-  job.vocab_text = read_file(vocab_path, "model.vocab");
+  job.tokenizer.emplace(from_folder ? Tokenizer::from_model_dir(m.path) : Tokenizer::from_path(m.vocab, options));
+  // vocab_text: what checkpoints written before tokenizer_files held (WordPiece only).
+  job.vocab_text = job.tokenizer->vocab_text();
+  job.tokenizer_files = job.tokenizer->saved_files();
+  if (job.tokenizer->model_max_length() > 0 && job.config->data.max_length > job.tokenizer->model_max_length())
+    log_warn("data.max_length = %lld is above the tokenizer's model_max_length (%lld, tokenizer_config.json)",
+             static_cast<long long>(job.config->data.max_length), static_cast<long long>(job.tokenizer->model_max_length()));
 }
 
 struct Tables {

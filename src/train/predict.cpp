@@ -79,10 +79,7 @@ struct PredictModel {
 PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm) {
   if (is_checkpoint_file(options.model_dir)) {
     CheckpointModel checkpoint = load_checkpoint_model(options.model_dir, comm);
-    TokenizerOptions tokenizer_options;
-    tokenizer_options.lowercase = checkpoint.lowercase;
-    Tokenizer tokenizer = Tokenizer::from_vocab_text(checkpoint.vocab_text, tokenizer_options,
-                                                     options.model_dir + " (attribute vocab_text)");
+    Tokenizer tokenizer = checkpoint_tokenizer(checkpoint.state, options.model_dir);
     HfLoadReport report;  // a checkpoint holds every parameter (load_checkpoint_model checks it)
     report.folder = options.model_dir;
     return PredictModel{std::move(checkpoint.config), std::move(checkpoint.model), std::move(tokenizer),

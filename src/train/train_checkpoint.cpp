@@ -28,6 +28,7 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
   writer.set_attribute("model_config_json", state.model_config_json);
   writer.set_attribute("vocab_text", state.vocab_text);
   writer.set_attribute("lowercase", state.lowercase);
+  if (!state.tokenizer_files.empty()) writer.set_attribute("tokenizer_files", state.tokenizer_files);
   writer.set_attribute("metrics_json", state.metrics_json);
   writer.set_attribute("loss_sum", state.loss_sum);
   writer.set_attribute("loss_count", state.loss_count);
@@ -67,6 +68,7 @@ TrainState read_train_state(const CheckpointReader& reader) {
   state.model_config_json = reader.string_attribute("model_config_json");
   state.vocab_text = reader.string_attribute("vocab_text");
   state.lowercase = reader.int_attribute("lowercase");
+  if (reader.has_attribute("tokenizer_files")) state.tokenizer_files = reader.string_attribute("tokenizer_files");
   state.metrics_json = reader.string_attribute("metrics_json");
   state.loss_sum = reader.double_attribute("loss_sum");
   state.loss_count = reader.int_attribute("loss_count");

@@ -206,6 +206,7 @@ class Reporter {
     state.config_toml = options_.config_toml;
     state.model_config_json = job_.saved_config.to_json();
     state.vocab_text = job_.vocab_text;
+    state.tokenizer_files = job_.tokenizer_files;
     state.lowercase = job_.tokenizer->options().lowercase ? 1 : 0;
     state.metrics_json = metrics.dump();
     state.train_seconds = meter_.elapsed_total();

@@ -24,7 +24,7 @@ struct ModelConfig {
   std::string path;              // HF model folder: config.json, vocab.txt, model.safetensors
   std::string config;            // HF config.json for a randomly initialised model
   ModelInit init = ModelInit::kPretrained;
-  std::string vocab;             // vocab.txt; default <path>/vocab.txt
+  std::string vocab;             // tokenizer: vocab.txt, tokenizer.json or a folder; default <path>/vocab.txt or <path>
   bool lowercase = false;        // uncased vocabulary (tokenizer_config.json in model.path wins)
   int64_t num_labels = 0;        // 0 = from the training data's labels
   std::optional<double> hidden_dropout_prob;           // unset = the model config's value
@@ -181,7 +181,9 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("model.path", c.model.path, "HF model folder (config.json, vocab.txt, model.safetensors)");
   visit("model.config", c.model.config, "HF config.json for a randomly initialised model");
   visit("model.init", c.model.init, "weights: from model.path, or random");
-  visit("model.vocab", c.model.vocab, "vocab.txt (default: <model.path>/vocab.txt)");
+  visit("model.vocab", c.model.vocab,
+        "tokenizer: a vocab.txt, a tokenizer.json, or a folder with tokenizer.json, vocab.json + merges.txt or "
+        "vocab.txt (default: <model.path>/vocab.txt, else <model.path>)");
   visit("model.lowercase", c.model.lowercase, "lowercase and strip accents (uncased vocabularies)");
   visit("model.num_labels", c.model.num_labels, "number of classes; 0 = from the data, 1 = regression");
   visit("model.hidden_dropout_prob", c.model.hidden_dropout_prob, "override the model's hidden dropout");

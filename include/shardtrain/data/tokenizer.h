@@ -1,6 +1,17 @@
-// BERT WordPiece tokenizer that reproduces Hugging Face `BertTokenizerFast`
-// (the Rust `tokenizers` BertNormalizer + BertPreTokenizer + WordPiece +
-// BertProcessing) id for id.
+// The tokenizers of Hugging Face's fast (Rust) `tokenizers`, id for id, read
+// the way AutoTokenizer reads a model folder (docs/DESIGN.md "Tokenizers"):
+//   - tokenizer.json when the folder has one: a WordPiece model (BertNormalizer,
+//     BertPreTokenizer, BERT template) or a byte-level BPE model (see
+//     "Byte-level BPE" below); any other model type (Unigram / SentencePiece,
+//     WordLevel) is refused with an error naming the file and the type;
+//   - otherwise vocab.json + merges.txt: byte-level BPE with RoBERTa's
+//     <s> A </s></s> B </s> template;
+//   - otherwise vocab.txt: WordPiece, as below.
+// tokenizer_config.json adds do_lower_case, model_max_length, add_prefix_space
+// and the special-token names.
+//
+// WordPiece reproduces `BertTokenizerFast` (BertNormalizer + BertPreTokenizer +
+// WordPiece + BertProcessing).
 //
 // Pipeline for one text:
 //   1. Special tokens ([CLS] [SEP] [PAD] [UNK] [MASK], as spelled in the vocab)
@@ -37,6 +48,16 @@
 // Only the five BERT special tokens are never split: added_tokens.json and
 // additional_special_tokens are not read.
 //
+// Byte-level BPE (roberta-base, ModernBERT, GPT-2 style): added tokens are
+// cut out first (those with normalized=false from the raw text, then the
+// others from the normalized text; leftmost-longest, with lstrip / rstrip /
+// single_word), the normalizer (NFC, NFD, NFKC, NFKD, Lowercase, or a
+// Sequence of them) runs on the rest, then the ByteLevel pre-tokenizer
+// (add_prefix_space, the GPT-2 regex unless use_regex is false), then BPE by
+// merge rank over raw bytes, then the post-processor template
+// (RobertaProcessing, BertProcessing, TemplateProcessing). Invalid UTF-8 reads
+// as U+FFFD per maximal subpart (Python errors="replace").
+//
 // Usage:
 //   auto tokenizer = shardtrain::Tokenizer::from_model_dir("models/bert-base-cased");
 //   shardtrain::Encoding e = tokenizer.encode(sentence1, sentence2, 128);
@@ -71,8 +92,9 @@ struct TokenizerOptions {
   bool strips_accents() const { return strip_accents || (lowercase && !keep_accents); }
 };
 
-// One encoded example. input_ids = [CLS] a [SEP] (b [SEP]); token_type_ids is 0
-// for [CLS], a and the first [SEP], 1 for b and the last [SEP]. The attention
+// One encoded example. WordPiece: input_ids = [CLS] a [SEP] (b [SEP]);
+// token_type_ids is 0 for [CLS], a and the first [SEP], 1 for b and the last
+// [SEP]. BPE: the template's ids and type ids. The attention
 // mask is all ones (padding is the collator's job), so it is not stored.
 struct Encoding {
   std::vector<int32_t> input_ids;
@@ -94,8 +116,12 @@ class Tokenizer {
   static Tokenizer from_vocab_text(const std::string& text, const TokenizerOptions& options,
                                    const std::string& source = "vocab.txt");
 
-  // HF model folder: vocab.txt + tokenizer_config.json if present.
-  // tokenizer_config.json keys used: do_lower_case, strip_accents (null/true/
+  // HF model folder, in AutoTokenizer's order: tokenizer.json, else vocab.json
+  // + merges.txt, else vocab.txt (see the top of this file), with
+  // tokenizer_config.json and special_tokens_map.json when present. A folder
+  // with only a SentencePiece model (sentencepiece.bpe.model, spiece.model,
+  // tokenizer.model) is refused, naming the file.
+  // For vocab.txt, tokenizer_config.json keys used: do_lower_case, strip_accents (null/true/
   // false), tokenize_chinese_chars, and unk/cls/sep/pad/mask_token (a string or
   // {"content": ...}) when they rename the special tokens. Without a
   // tokenizer_config.json, or without do_lower_case in it, HF would lowercase;
@@ -105,19 +131,44 @@ class Tokenizer {
   // says which was chosen.
   static Tokenizer from_model_dir(const std::string& dir);
 
-  // Word pieces of one text, no special tokens; appends to out.
+  // A folder (from_model_dir), a tokenizer.json (the folder's other files
+  // are not read: `options` do not apply either), or a vocab.txt with
+  // `options` (from_vocab_file). What a config's model.vocab names.
+  static Tokenizer from_path(const std::string& path, const TokenizerOptions& options);
+
+  // What a checkpoint stores to rebuild this tokenizer: a JSON object of the
+  // files it was read from, {"tokenizer.json": "...", ...} (for a vocab.txt
+  // read with options, a tokenizer_config.json that records them). The same
+  // files written into a folder load as this tokenizer.
+  const std::string& saved_files() const;
+  // The tokenizer of saved_files() text; `source` names it in errors.
+  static Tokenizer from_saved_files(const std::string& json, const std::string& source);
+
+  // WordPiece: the vocabulary as vocab.txt text (one token a line, in id
+  // order); BPE: empty.
+  std::string vocab_text() const;
+
+  // "wordpiece" or "bpe".
+  const char* type() const;
+  // Special tokens the template adds: 2 / 3 (WordPiece), 2 / 4 (RoBERTa).
+  int num_special_tokens(bool pair) const;
+  // tokenizer_config.json model_max_length; 0 when unset or HF's "no limit"
+  // sentinel (1e30).
+  int64_t model_max_length() const;
+
+  // Tokens of one text, no template special tokens; appends to out.
   void tokenize(std::string_view text, std::vector<int32_t>& out) const;
 
-  // [CLS] a [SEP] (b [SEP]); max_length 0 = no truncation.
+  // [CLS] a [SEP] (b [SEP]) or the BPE template; max_length 0 = no truncation.
   // With max_length > 0 the result has at most max_length ids. A single text
   // loses tokens at its end. A pair follows HF longest_first (Rust
   // truncate_encodings): with budget = max_length - 3, if both fit nothing is
   // cut; if the shorter one fits in half the budget, only the longer one is cut
   // to budget - shorter; otherwise both are cut, the originally shorter one to
   // budget / 2 and the longer to budget - budget / 2 (when both have the same
-  // length, a gets budget / 2 and b the rest). Throws shardtrain::Error when
-  // max_length is negative or smaller than the number of special tokens (2
-  // for one text, 3 for a pair).
+  // length, a gets budget / 2 and b the rest). (BPE: budget = max_length -
+  // num_special_tokens.) Throws shardtrain::Error when max_length is negative
+  // or smaller than the number of special tokens (num_special_tokens()).
   Encoding encode(std::string_view text_a, std::optional<std::string_view> text_b, int max_length) const;
 
   int32_t cls_id() const;
@@ -126,10 +177,12 @@ class Tokenizer {
   int32_t unk_id() const;
   // -1 when the vocabulary has no mask token.
   int32_t mask_id() const;
-  // Number of lines in vocab.txt (the embedding size of the model).
+  // Number of lines in vocab.txt (the embedding size of the model); BPE:
+  // 1 + the largest id of the vocabulary and the added tokens.
   int64_t vocab_size() const;
   const TokenizerOptions& options() const;
-  // The file the vocabulary was read from (from_vocab_text: its `source`).
+  // The file the vocabulary was read from (from_vocab_text: its `source`;
+  // BPE: tokenizer.json or vocab.json).
   const std::string& vocab_path() const;
 
   // id -> token string (for debugging / export). Throws shardtrain::Error for
@@ -138,13 +191,19 @@ class Tokenizer {
   // token string -> id, or -1 when the token is not in the vocabulary.
   int32_t token_to_id(std::string_view token) const;
 
-  struct Vocab;  // defined in tokenizer.cpp
+  struct Vocab;  // WordPiece, defined in tokenizer.cpp
+  struct Bpe;    // byte-level BPE, defined in bpe_tokenizer.cpp
+  struct Loader;  // tokenizer_files.cpp: folders, tokenizer.json, saved files
 
  private:
   Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options);
+  explicit Tokenizer(std::shared_ptr<const Bpe> bpe);
 
-  std::shared_ptr<const Vocab> vocab_;
+  std::shared_ptr<const Vocab> vocab_;  // exactly one of vocab_ and bpe_ is set
+  std::shared_ptr<const Bpe> bpe_;
   TokenizerOptions options_;
+  std::shared_ptr<const std::string> saved_files_;
+  int64_t model_max_length_ = 0;
 };
 
 }  // namespace shardtrain

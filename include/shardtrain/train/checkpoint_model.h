@@ -3,7 +3,7 @@
 // model's HF config.json and its vocabulary, so it is all these need.
 //
 //   CheckpointModel m = load_checkpoint_model("runs/x/checkpoint_000003.h5", comm);
-//   Tokenizer tokenizer = Tokenizer::from_vocab_text(m.vocab_text, options_with(m.lowercase));
+//   Tokenizer tokenizer = checkpoint_tokenizer(m.state, path);
 //   export_checkpoint_safetensors(path, "out/model.safetensors", at::kBFloat16);  // tensor by tensor
 #pragma once
 #include <ATen/core/Tensor.h>
@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
+#include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
 
 // The model of a checkpoint on the CPU (fp32, in eval mode), with its HF
-// config and tokenizer inputs. Build its tokenizer with
-// Tokenizer::from_vocab_text(vocab_text, options with lowercase).
+// config and tokenizer inputs. Build its tokenizer with checkpoint_tokenizer.
 struct CheckpointModel {
   EncoderConfig config;
   std::shared_ptr<SequenceClassifier> model;
@@ -32,6 +32,11 @@ struct CheckpointModel {
 };
 // Collective over comm (every rank gets the whole model).
 CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm);
+
+// The tokenizer a checkpoint saved: its tokenizer_files attribute, or, in
+// checkpoints written before that existed, vocab_text with lowercase
+// (WordPiece). `path` names the checkpoint in errors.
+Tokenizer checkpoint_tokenizer(const TrainState& state, const std::string& path);
 
 // The tensors a checkpoint of a model with `config` holds under /model, in
 // the model's state-dict order (HF order, the order export writes), with

@@ -65,7 +65,8 @@ struct TrainJob {
   std::unique_ptr<Communicator> communicator;
   std::unique_ptr<Communicator> host_comm;  // MPI, for host-side scalars (the step's loss)
   std::optional<Tokenizer> tokenizer;
-  std::string vocab_text;
+  std::string vocab_text;       // WordPiece vocabulary (one token a line); empty for BPE
+  std::string tokenizer_files;  // Tokenizer::saved_files(): what checkpoints store to rebuild it
   TokenizedDataset train_data;
   std::optional<TokenizedDataset> eval_data;
   int64_t num_labels = 2;

@@ -43,8 +43,12 @@ struct TrainState {
   std::string strategy = "ddp";
   std::string config_toml;       // resolved run config
   std::string model_config_json; // the model's HF config.json (num_labels, id2label, dropout, ...)
-  std::string vocab_text;        // vocab.txt content
+  std::string vocab_text;        // vocab.txt content (WordPiece; empty for BPE)
   int64_t lowercase = 0;         // tokenizer lowercases (uncased vocabulary)
+  // Tokenizer::saved_files(): the tokenizer's files as one JSON object
+  // (data/tokenizer.h). Empty in checkpoints written before it existed: those
+  // rebuild the tokenizer from vocab_text and lowercase.
+  std::string tokenizer_files;
   std::string metrics_json = "{}";  // {"eval_f1": ..., ...} of the report this checkpoint belongs to
   // Training-loss accumulator since the last report (so a resumed run reports
   // the same train_loss), and wall time trained so far.

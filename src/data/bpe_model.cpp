@@ -1,0 +1,256 @@
+#include "data/bpe_model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <queue>
+
+#include "data/byte_level.h"
+#include "shardtrain/core/check.h"
+
+namespace shardtrain::bpe {
+
+namespace {
+
+inline uint64_t bpe_mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+inline uint64_t bpe_hash_bytes(const char* data, std::size_t length) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ length;
+  while (length >= 8) {
+    uint64_t chunk;
+    std::memcpy(&chunk, data, 8);
+    h = bpe_mix(h ^ chunk);
+    data += 8;
+    length -= 8;
+  }
+  uint64_t tail = 0;
+  for (std::size_t k = 0; k < length; ++k) tail |= static_cast<uint64_t>(static_cast<unsigned char>(data[k])) << (8 * k);
+  return bpe_mix(h ^ tail ^ 0xA5A5A5A5ull);
+}
+
+std::atomic<uint64_t> g_bpe_model_serial{1};
+
+// Per-thread word -> ids cache of one model (open addressing; emptied when
+// full or when another model uses the thread).
+struct BpeWordCache {
+  static constexpr std::size_t kSlots = 1 << 16;
+  static constexpr std::size_t kMaxEntries = kSlots / 2;
+  static constexpr std::size_t kMaxWordBytes = 256;
+  struct Slot {
+    uint32_t hash = 0;
+    uint32_t key_offset = 0;
+    uint32_t key_length = 0;  // 0 = empty (words are never empty)
+    uint32_t ids_offset = 0;
+    uint32_t ids_length = 0;
+  };
+  uint64_t owner = 0;
+  std::vector<Slot> slots;
+  std::string keys;
+  std::vector<int32_t> ids;
+  std::size_t entries = 0;
+
+  void reset(uint64_t new_owner) {
+    owner = new_owner;
+    slots.assign(kSlots, Slot{});
+    keys.clear();
+    ids.clear();
+    entries = 0;
+  }
+};
+
+BpeWordCache& bpe_word_cache() {
+  thread_local BpeWordCache cache;
+  return cache;
+}
+
+}  // namespace
+
+// (left id, right id) -> (rank, merged id), open addressing on the packed pair.
+struct BpeModel::MergeTable {
+  struct Slot {
+    uint64_t key = ~0ull;  // ~0 = empty
+    int32_t rank = 0;
+    int32_t merged = 0;
+  };
+  std::vector<Slot> slots;
+  std::size_t mask = 0;
+
+  void init(std::size_t count) {
+    std::size_t capacity = 16;
+    while (capacity < count * 2) capacity *= 2;
+    slots.assign(capacity, Slot{});
+    mask = capacity - 1;
+  }
+  static uint64_t pack(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+  void insert(int32_t left, int32_t right, int32_t rank, int32_t merged) {
+    const uint64_t key = pack(left, right);
+    std::size_t index = bpe_mix(key) & mask;
+    while (slots[index].key != ~0ull && slots[index].key != key) index = (index + 1) & mask;
+    slots[index] = Slot{key, rank, merged};  // a repeated merge: the later rank wins, as in HF
+  }
+  const Slot* find(int32_t left, int32_t right) const {
+    const uint64_t key = pack(left, right);
+    std::size_t index = bpe_mix(key) & mask;
+    while (true) {
+      const Slot& slot = slots[index];
+      if (slot.key == key) return &slot;
+      if (slot.key == ~0ull) return nullptr;
+      index = (index + 1) & mask;
+    }
+  }
+};
+
+BpeModel::BpeModel(const BpeModelSpec& spec)
+    : merges_(std::make_unique<MergeTable>()),
+      ignore_merges_(spec.ignore_merges),
+      unk_id_(spec.unk_id),
+      cache_owner_(g_bpe_model_serial.fetch_add(1)) {
+  std::unordered_map<std::string, int32_t> by_token;
+  by_token.reserve(spec.vocab.size() * 2);
+  std::string bytes;
+  for (const auto& [token, id] : spec.vocab) {
+    by_token[token] = id;
+    if (byte_level::decode_token(token, bytes) && !bytes.empty()) byte_vocab_[bytes] = id;
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = byte_vocab_.find(std::string(1, static_cast<char>(b)));
+    byte_ids_[b] = it != byte_vocab_.end() ? it->second : unk_id_;
+  }
+  merges_->init(spec.merges.size());
+  for (std::size_t rank = 0; rank < spec.merges.size(); ++rank) {
+    const auto& [left, right] = spec.merges[rank];
+    const auto l = by_token.find(left);
+    const auto r = by_token.find(right);
+    const auto m = by_token.find(left + right);
+    if (l == by_token.end() || r == by_token.end() || m == by_token.end()) {
+      const std::string& missing = l == by_token.end() ? left : r == by_token.end() ? right : left + right;
+      throw Error("'" + spec.source + "': merge " + std::to_string(rank + 1) + " ('" + left + " " + right +
+                  "') uses the token '" + missing + "', which is not in the vocabulary");
+    }
+    merges_->insert(l->second, r->second, static_cast<int32_t>(rank), m->second);
+  }
+}
+
+BpeModel::~BpeModel() = default;
+
+void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {
+    const auto it = byte_vocab_.find(std::string(word));
+    if (it != byte_vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> symbols;
+  symbols.clear();
+  for (const char c : word) {
+    const int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+    if (id >= 0) symbols.push_back(id);  // a byte without a token and no unk_token: dropped, as HF
+  }
+  if (symbols.size() <= 64) {
+    // Short words: scan for the lowest-ranked pair, leftmost on ties.
+    while (symbols.size() > 1) {
+      int32_t best_rank = INT32_MAX, merged = -1;
+      std::size_t best = 0;
+      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+        const MergeTable::Slot* slot = merges_->find(symbols[i], symbols[i + 1]);
+        if (slot != nullptr && slot->rank < best_rank) {
+          best_rank = slot->rank;
+          merged = slot->merged;
+          best = i;
+        }
+      }
+      if (merged < 0) break;
+      symbols[best] = merged;
+      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    out.insert(out.end(), symbols.begin(), symbols.end());
+    return;
+  }
+  // Long words: a linked list of symbols and a heap of candidate merges
+  // ordered by (rank, position); a popped candidate is applied only if both of
+  // its symbols are still the ones it was made from.
+  const std::size_t n = symbols.size();
+  std::vector<int32_t> next(n), previous(n);
+  std::vector<bool> alive(n, true);
+  for (std::size_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    previous[i] = static_cast<int32_t>(i) - 1;
+  }
+  struct Candidate {
+    int32_t rank;
+    int32_t position;
+    int32_t left;
+    int32_t right;
+    bool operator>(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : position > other.position;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int32_t position) {
+    if (position < 0 || next[position] < 0) return;
+    const int32_t left = symbols[position], right = symbols[next[position]];
+    if (const MergeTable::Slot* slot = merges_->find(left, right)) heap.push({slot->rank, position, left, right});
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    const int32_t p = top.position;
+    if (!alive[p] || next[p] < 0 || symbols[p] != top.left || symbols[next[p]] != top.right) continue;
+    const int32_t q = next[p];
+    symbols[p] = merges_->find(top.left, top.right)->merged;
+    alive[q] = false;
+    next[p] = next[q];
+    if (next[q] >= 0) previous[next[q]] = p;
+    push(previous[p]);
+    push(p);
+  }
+  for (int32_t i = 0; i >= 0 && static_cast<std::size_t>(i) < n; i = next[i]) out.push_back(symbols[i]);
+}
+
+void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() > BpeWordCache::kMaxWordBytes) {
+    merge_word(word, out);
+    return;
+  }
+  BpeWordCache& cache = bpe_word_cache();
+  if (cache.owner != cache_owner_) cache.reset(cache_owner_);
+  const uint64_t h = bpe_hash_bytes(word.data(), word.size());
+  const std::size_t mask = BpeWordCache::kSlots - 1;
+  std::size_t index = h & mask;
+  while (true) {
+    const BpeWordCache::Slot& slot = cache.slots[index];
+    if (slot.key_length == 0) break;
+    if (slot.hash == static_cast<uint32_t>(h) && slot.key_length == word.size() &&
+        std::memcmp(cache.keys.data() + slot.key_offset, word.data(), word.size()) == 0) {
+      out.insert(out.end(), cache.ids.begin() + slot.ids_offset, cache.ids.begin() + slot.ids_offset + slot.ids_length);
+      return;
+    }
+    index = (index + 1) & mask;
+  }
+  const std::size_t first = out.size();
+  merge_word(word, out);
+  if (cache.entries >= BpeWordCache::kMaxEntries || cache.keys.size() > (1u << 28)) {
+    cache.reset(cache_owner_);
+    index = h & mask;
+  }
+  BpeWordCache::Slot& slot = cache.slots[index];
+  slot = BpeWordCache::Slot{static_cast<uint32_t>(h), static_cast<uint32_t>(cache.keys.size()),
+                            static_cast<uint32_t>(word.size()), static_cast<uint32_t>(cache.ids.size()),
+                            static_cast<uint32_t>(out.size() - first)};
+  cache.keys.append(word.data(), word.size());
+  cache.ids.insert(cache.ids.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+  ++cache.entries;
+}
+
+}  // namespace shardtrain::bpe

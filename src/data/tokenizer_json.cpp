@@ -1,0 +1,267 @@
+#include "data/tokenizer_json.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shardtrain/core/check.h"
+
+namespace shardtrain::tokjson {
+
+
+std::optional<std::string> read_optional(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return std::nullopt;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error("cannot open '" + path + "'");
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  if (file.bad()) throw Error("cannot read '" + path + "'");
+  return buffer.str();
+}
+
+json parse_object(const std::string& text, const std::string& name) {
+  json value;
+  try {
+    value = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error("cannot parse '" + name + "' as JSON: " + e.what());
+  }
+  if (!value.is_object()) throw Error("'" + name + "' must hold a JSON object");
+  return value;
+}
+
+bool get_bool(const json& object, const char* key, bool fallback, const std::string& name) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw Error("'" + name + "': key '" + key + "' must be true or false");
+  return it->get<bool>();
+}
+
+// A special token name in tokenizer_config.json / special_tokens_map.json: a
+// string, or {"content": ...}; empty when absent.
+std::string special_name(const json& config, const char* key, const std::string& name) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  throw Error("'" + name + "': key '" + key + "' must be a string or an object with a string \"content\"");
+}
+
+std::string Configs::special_token(const char* key) const {
+  std::string value = special_name(config, key, config_name);
+  return value.empty() ? special_name(special, key, special_file) : value;
+}
+
+int64_t Configs::model_max_length() const {
+  const auto it = config.find("model_max_length");
+  if (it == config.end() || it->is_null()) return 0;
+  if (!it->is_number() || it->get<double>() < 1)
+    throw Error("'" + config_name + "': model_max_length must be a positive number");
+  const double value = it->get<double>();
+  return value >= 1e18 ? 0 : static_cast<int64_t>(value);  // HF's 1e30 "no limit" sentinel
+}
+
+Configs read_configs(const FileMap& files, const Where& where) {
+  Configs c;
+  c.config_name = where("tokenizer_config.json");
+  c.special_file = where("special_tokens_map.json");
+  if (const auto it = files.find("tokenizer_config.json"); it != files.end()) {
+    c.config = parse_object(it->second, c.config_name);
+    c.has_config = true;
+  }
+  if (const auto it = files.find("special_tokens_map.json"); it != files.end())
+    c.special = parse_object(it->second, c.special_file);
+  return c;
+}
+
+const json& field(const json& object, const char* key, const std::string& name, const char* what) {
+  const auto it = object.find(key);
+  if (it == object.end()) throw Error("'" + name + "' has no field '" + key + "' (" + what + ")");
+  return *it;
+}
+
+std::string type_of(const json& object, const std::string& name, const std::string& field) {
+  if (!object.is_object() || !object.contains("type") || !object["type"].is_string())
+    throw Error("'" + name + "': field '" + field + "' needs a string \"type\"");
+  return object["type"].get<std::string>();
+}
+
+int32_t lookup(const std::unordered_map<std::string, int32_t>& ids, const std::string& token) {
+  const auto it = ids.find(token);
+  return it == ids.end() ? -1 : it->second;
+}
+
+// Post-processor -> templates; the names of the [CLS]-like and [SEP]-like tokens.
+void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe) {
+  if (processor.is_null()) {
+    bpe.single = {{0, {}, 0}};
+    bpe.pair = {{0, {}, 0}, {1, {}, 1}};  // HF: no processor concatenates, B with type id 1
+    return;
+  }
+  const std::string type = type_of(processor, name, "post_processor");
+  auto token_id = [&](const json& pair, const char* key) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_number_integer())
+      throw Error("'" + name + "': post_processor." + key + " must be [\"token\", id]");
+    return pair[1].get<int32_t>();
+  };
+  if (type == "Sequence") {
+    const json* chosen = nullptr;
+    for (const json& step : field(processor, "processors", name, "post_processor Sequence")) {
+      if (type_of(step, name, "post_processor.processors") == "ByteLevel") continue;  // offsets only
+      if (chosen != nullptr) throw Error("'" + name + "': post_processor Sequence with two templates");
+      chosen = &step;
+    }
+    read_post_processor(chosen ? *chosen : json(), name, bpe);
+  } else if (type == "ByteLevel") {
+    read_post_processor(json(), name, bpe);
+  } else if (type == "RobertaProcessing" || type == "BertProcessing") {
+    const int32_t cls = token_id(field(processor, "cls", name, "post_processor"), "cls");
+    const int32_t sep = token_id(field(processor, "sep", name, "post_processor"), "sep");
+    if (type == "RobertaProcessing") {  // <s> A </s></s> B </s>, type ids all 0
+      bpe.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
+      bpe.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
+    } else {  // [CLS] A [SEP] B [SEP], B and its [SEP] type 1
+      bpe.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
+      bpe.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}, {1, {}, 1}, {-1, {sep}, 1}};
+    }
+  } else if (type == "TemplateProcessing") {
+    const json& specials = field(processor, "special_tokens", name, "TemplateProcessing");
+    auto read = [&](const char* key) {
+      std::vector<BpeTemplatePiece> pieces;
+      const json& list = field(processor, key, name, "TemplateProcessing");
+      if (!list.is_array()) throw Error("'" + name + "': post_processor." + key + " must be a list");
+      for (const json& item : list) {
+        BpeTemplatePiece piece;
+        const bool is_special = item.contains("SpecialToken");
+        const json& body = is_special ? item["SpecialToken"] : item.contains("Sequence") ? item["Sequence"] : json();
+        if (!body.is_object() || !body.contains("id") || !body["id"].is_string())
+          throw Error("'" + name + "': post_processor." + key + " items must be {\"SpecialToken\": {\"id\": ...}} "
+                      "or {\"Sequence\": {\"id\": \"A\" or \"B\"}}");
+        const std::string id = body["id"].get<std::string>();
+        piece.type_id = static_cast<uint8_t>(body.value("type_id", 0));
+        if (is_special) {
+          if (!specials.contains(id) || !specials[id].contains("ids") || !specials[id]["ids"].is_array())
+            throw Error("'" + name + "': post_processor special token '" + id + "' is not in its special_tokens");
+          piece.ids = specials[id]["ids"].get<std::vector<int32_t>>();
+        } else if (id == "A" || id == "B") {
+          piece.sequence = id == "A" ? 0 : 1;
+        } else {
+          throw Error("'" + name + "': post_processor sequence id '" + id + "' must be A or B");
+        }
+        pieces.push_back(std::move(piece));
+      }
+      return pieces;
+    };
+    bpe.single = read("single");
+    bpe.pair = read("pair");
+  } else {
+    throw Error("'" + name + "': post_processor type '" + type +
+                "' is not supported (RobertaProcessing, BertProcessing, TemplateProcessing, ByteLevel, Sequence)");
+  }
+}
+
+void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out) {
+  if (normalizer.is_null()) return;
+  const std::string type = type_of(normalizer, name, "normalizer");
+  if (type == "Sequence") {
+    for (const json& step : field(normalizer, "normalizers", name, "normalizer Sequence"))
+      read_normalizer(step, name, out);
+  } else if (type == "NFC") {
+    out.push_back(BpeNormalizerStep::kNfc);
+  } else if (type == "NFD") {
+    out.push_back(BpeNormalizerStep::kNfd);
+  } else if (type == "NFKC") {
+    out.push_back(BpeNormalizerStep::kNfkc);
+  } else if (type == "NFKD") {
+    out.push_back(BpeNormalizerStep::kNfkd);
+  } else if (type == "Lowercase") {
+    out.push_back(BpeNormalizerStep::kLowercase);
+  } else {
+    throw Error("'" + name + "': normalizer type '" + type +
+                "' is not supported with a BPE model (NFC, NFD, NFKC, NFKD, Lowercase, Sequence)");
+  }
+}
+
+void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe) {
+  const std::string type = pre.is_null() ? "null" : type_of(pre, name, "pre_tokenizer");
+  if (type == "Sequence") {
+    const json& steps = field(pre, "pretokenizers", name, "pre_tokenizer Sequence");
+    if (steps.is_array() && steps.size() == 1) return read_pre_tokenizer(steps[0], name, bpe);
+  }
+  if (type != "ByteLevel")
+    throw Error("'" + name + "': a BPE model needs the ByteLevel pre_tokenizer (byte-level BPE), not '" + type +
+                "'; shardtrain reads byte-level BPE (GPT-2, RoBERTa, ModernBERT) and WordPiece tokenizers");
+  bpe.add_prefix_space = get_bool(pre, "add_prefix_space", false, name);
+  bpe.use_regex = get_bool(pre, "use_regex", true, name);
+}
+
+// Special ids every tokenizer needs: pad (for batches), and cls / sep / unk /
+// mask where the tokens exist.
+void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::string& name,
+                                const std::string& model_unk) {
+  auto resolve = [&](const char* key, std::initializer_list<const char*> defaults) {
+    const std::string configured = configs.special_token(key);
+    if (!configured.empty()) {
+      const int32_t id = lookup(bpe.token_ids, configured);
+      if (id < 0)
+        throw Error("'" + configs.config_name + "': " + key + " '" + configured + "' is not a token of '" + name + "'");
+      return id;
+    }
+    for (const char* token : defaults) {
+      const int32_t id = lookup(bpe.token_ids, token);
+      if (id >= 0) return id;
+    }
+    return -1;
+  };
+  bpe.pad_id = resolve("pad_token", {"<pad>", "[PAD]", "<|padding|>"});
+  if (bpe.pad_id < 0)
+    throw Error("'" + name + "' has no padding token (none of <pad>, [PAD], <|padding|>); set pad_token in " +
+                configs.config_name);
+  bpe.unk_id = model_unk.empty() ? resolve("unk_token", {"<unk>", "[UNK]"}) : lookup(bpe.token_ids, model_unk);
+  bpe.mask_id = resolve("mask_token", {"<mask>", "[MASK]"});
+  auto first_special = [](const std::vector<BpeTemplatePiece>& t, bool last) {
+    int32_t id = -1;
+    for (const auto& piece : t) {
+      if (piece.sequence >= 0 || piece.ids.empty()) continue;
+      if (!last) return piece.ids.front();
+      id = piece.ids.back();
+    }
+    return id;
+  };
+  bpe.cls_id = first_special(bpe.single, false);
+  bpe.sep_id = first_special(bpe.single, true);
+}
+
+void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, int32_t>>& vocab) {
+  int32_t largest = -1;
+  for (const auto& [token, id] : vocab) largest = std::max(largest, id);
+  for (const auto& t : bpe.added) largest = std::max(largest, t.id);
+  bpe.tokens.assign(static_cast<std::size_t>(largest + 1), std::string());
+  for (const auto& [token, id] : vocab) {
+    bpe.tokens[static_cast<std::size_t>(id)] = token;
+    bpe.token_ids[token] = id;
+  }
+  for (const auto& t : bpe.added) {  // HF looks added tokens up first
+    bpe.tokens[static_cast<std::size_t>(t.id)] = t.content;
+    bpe.token_ids[t.content] = t.id;
+  }
+}
+
+std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, const std::string& name,
+                                                                       const std::string& field) {
+  if (!vocab.is_object()) throw Error("'" + name + "': " + field + " must be an object {token: id}");
+  std::vector<std::pair<std::string, int32_t>> out;
+  out.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
+      throw Error("'" + name + "': " + field + " entry '" + it.key() + "' must have a non-negative integer id");
+    out.emplace_back(it.key(), it.value().get<int32_t>());
+  }
+  if (out.empty()) throw Error("'" + name + "': " + field + " is empty");
+  return out;
+}
+
+}  // namespace shardtrain::tokjson

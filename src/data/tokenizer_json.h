@@ -1,0 +1,68 @@
+// Private to the data layer: reading the JSON of a tokenizer folder
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json) for
+// tokenizer_files.cpp (include/shardtrain/data/tokenizer.h). Every error
+// names the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/bpe_tokenizer.h"
+
+namespace shardtrain::tokjson {
+
+using json = nlohmann::json;
+// File name in the folder -> content.
+using FileMap = std::map<std::string, std::string>;
+
+// Names a file of the tokenizer in messages: "dir/tokenizer.json", or
+// "ckpt.h5 (attribute tokenizer_files): tokenizer.json".
+struct Where {
+  std::string folder;  // with a trailing '/', or empty
+  std::string saved;   // the checkpoint attribute, or empty
+  std::string operator()(const std::string& file) const { return saved.empty() ? folder + file : saved + ": " + file; }
+};
+
+// The optional JSON files beside the tokenizer.
+struct Configs {
+  json config = json::object();   // tokenizer_config.json
+  json special = json::object();  // special_tokens_map.json
+  std::string config_name, special_file;
+  bool has_config = false;
+  // tokenizer_config.json's name for `key` (e.g. "pad_token"), else
+  // special_tokens_map.json's; empty when neither has it.
+  std::string special_token(const char* key) const;
+  // model_max_length; 0 when absent or HF's "no limit" sentinel.
+  int64_t model_max_length() const;
+};
+
+std::optional<std::string> read_optional(const std::string& path);
+json parse_object(const std::string& text, const std::string& name);
+bool get_bool(const json& object, const char* key, bool fallback, const std::string& name);
+std::string special_name(const json& config, const char* key, const std::string& name);
+Configs read_configs(const FileMap& files, const Where& where);
+const json& field(const json& object, const char* key, const std::string& name, const char* what);
+std::string type_of(const json& object, const std::string& name, const std::string& field_name);
+int32_t lookup(const std::unordered_map<std::string, int32_t>& ids, const std::string& token);
+std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, const std::string& name,
+                                                          const std::string& field_name);
+
+// The parts of a BPE tokenizer.json (tokenizer.h lists what is supported).
+void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe);
+void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out);
+void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe);
+// bpe.tokens / token_ids from the model vocabulary and bpe.added.
+void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, int32_t>>& vocab);
+// pad (required), unk, mask from the configs or the usual names; cls / sep
+// from the single template.
+void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::string& name,
+                      const std::string& model_unk);
+
+}  // namespace shardtrain::tokjson

@@ -1,0 +1,276 @@
+// Reading tokenizer folders and files (include/shardtrain/data/tokenizer.h):
+// AutoTokenizer's order, tokenizer_config.json settings, the saved form a
+// checkpoint keeps, and errors that name the file and the field.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/data/tokenizer.h"
+
+namespace {
+
+using shardtrain::Tokenizer;
+using FileIds = std::vector<int32_t>;
+
+const std::string kFilesSourceDir = SHARDTRAIN_SOURCE_DIR;
+const std::string kFilesRoberta = kFilesSourceDir + "/data/vocab/roberta-base";
+const std::string kFilesModernBert = kFilesSourceDir + "/data/vocab/modernbert";
+
+std::string files_read(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+struct FilesTempDir {
+  std::filesystem::path path;
+  FilesTempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("shardtrain_test_tokenizer_files_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~FilesTempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string folder(const std::string& name, const std::vector<std::pair<std::string, std::string>>& files) const {
+    const std::filesystem::path dir = path / name;
+    std::filesystem::create_directories(dir);
+    for (const auto& [file, content] : files) std::ofstream(dir / file, std::ios::binary) << content;
+    return dir.string();
+  }
+};
+
+std::string files_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const shardtrain::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool files_contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Every MRPC dev pair through both tokenizers: the same ids and type ids.
+void files_same_on_mrpc(const Tokenizer& x, const Tokenizer& y) {
+  std::ifstream tsv(kFilesSourceDir + "/data/glue/MRPC/dev.tsv", std::ios::binary);
+  REQUIRE(tsv);
+  std::string line;
+  std::getline(tsv, line);
+  int rows = 0;
+  while (std::getline(tsv, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::vector<std::string> f;
+    std::size_t start = 0;
+    for (std::size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1)
+      f.push_back(line.substr(start, tab - start));
+    f.push_back(line.substr(start));
+    REQUIRE(f.size() == 5);
+    const auto a = x.encode(f[3], std::string_view(f[4]), 0);
+    const auto b = y.encode(f[3], std::string_view(f[4]), 0);
+    CHECK_MESSAGE(a.input_ids == b.input_ids, "row ", rows);
+    CHECK(a.token_type_ids == b.token_type_ids);
+    ++rows;
+  }
+  CHECK(rows == 408);
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer folders: tokenizer.json first, else vocab.json + merges.txt; both give the same ids") {
+  FilesTempDir dir;
+  const std::string slow = dir.folder("roberta_slow", {{"vocab.json", files_read(kFilesRoberta + "/vocab.json")},
+                                                       {"merges.txt", files_read(kFilesRoberta + "/merges.txt")}});
+  const Tokenizer from_merges = Tokenizer::from_model_dir(slow);
+  const Tokenizer from_json = Tokenizer::from_model_dir(kFilesRoberta);
+  CHECK(from_json.vocab_path() == kFilesRoberta + "/tokenizer.json");
+  CHECK(from_merges.vocab_path() == slow + "/vocab.json");
+  files_same_on_mrpc(from_merges, from_json);
+  CHECK(from_merges.mask_id() == 50264);
+  // A lone tokenizer.json, as model.vocab / --vocab may name it.
+  const Tokenizer lone = Tokenizer::from_path(kFilesModernBert + "/tokenizer.json", {});
+  CHECK(lone.encode("Hello", std::string_view("world"), 0).input_ids ==
+        Tokenizer::from_model_dir(kFilesModernBert).encode("Hello", std::string_view("world"), 0).input_ids);
+}
+
+TEST_CASE("tokenizer_config.json: add_prefix_space, model_max_length, do_lower_case") {
+  FilesTempDir dir;
+  const std::string json = files_read(kFilesRoberta + "/tokenizer.json");
+  const Tokenizer plain = Tokenizer::from_model_dir(kFilesRoberta);
+  const Tokenizer prefixed = Tokenizer::from_model_dir(
+      dir.folder("prefix", {{"tokenizer.json", json},
+                            {"tokenizer_config.json", R"({"add_prefix_space": true, "model_max_length": 512})"}}));
+  FileIds ids;
+  prefixed.tokenize("Hello", ids);
+  CHECK(ids == FileIds{20920});  // ĠHello
+  ids.clear();
+  plain.tokenize("Hello", ids);
+  CHECK(ids == FileIds{31414});
+  CHECK(prefixed.model_max_length() == 512);
+  CHECK(plain.model_max_length() == 0);
+  const Tokenizer lower = Tokenizer::from_model_dir(
+      dir.folder("lower", {{"tokenizer.json", json}, {"tokenizer_config.json", R"({"do_lower_case": true})"}}));
+  FileIds upper_ids, lower_ids;
+  lower.tokenize("HELLO World", upper_ids);
+  plain.tokenize("hello world", lower_ids);
+  CHECK(upper_ids == lower_ids);
+}
+
+TEST_CASE("saved files rebuild the same tokenizer (what a checkpoint stores)") {
+  for (const Tokenizer& original : {Tokenizer::from_model_dir(kFilesRoberta), Tokenizer::from_model_dir(kFilesModernBert)}) {
+    const Tokenizer copy = Tokenizer::from_saved_files(original.saved_files(), "ckpt.h5 (attribute tokenizer_files)");
+    CHECK(std::string(copy.type()) == "bpe");
+    CHECK(copy.vocab_size() == original.vocab_size());
+    CHECK(copy.pad_id() == original.pad_id());
+    files_same_on_mrpc(copy, original);
+  }
+  // WordPiece from vocab.txt with options: the options travel in a tokenizer_config.json.
+  shardtrain::TokenizerOptions options;
+  options.lowercase = true;
+  const Tokenizer uncased =
+      Tokenizer::from_vocab_file(kFilesSourceDir + "/data/vocab/bert-base-uncased-vocab.txt", options);
+  const Tokenizer copy = Tokenizer::from_saved_files(uncased.saved_files(), "ckpt.h5");
+  CHECK(copy.options().lowercase);
+  CHECK(std::string(copy.type()) == "wordpiece");
+  CHECK(copy.encode("Héllo WORLD", std::nullopt, 0).input_ids == uncased.encode("Héllo WORLD", std::nullopt, 0).input_ids);
+  CHECK(uncased.vocab_text() == files_read(kFilesSourceDir + "/data/vocab/bert-base-uncased-vocab.txt"));
+  CHECK(Tokenizer::from_model_dir(kFilesRoberta).vocab_text().empty());
+  CHECK(files_contains(files_error_of([] { Tokenizer::from_saved_files("{not json", "ckpt.h5 (attribute tokenizer_files)"); }),
+                       "ckpt.h5 (attribute tokenizer_files)"));
+}
+
+TEST_CASE("tokenizer.json with a WordPiece model equals the vocab.txt tokenizer") {
+  const std::string vocab_path = kFilesSourceDir + "/data/vocab/bert-base-cased-vocab.txt";
+  nlohmann::json vocab = nlohmann::json::object();
+  std::ifstream lines(vocab_path);
+  std::string token;
+  for (int id = 0; std::getline(lines, token); ++id) vocab[token] = id;
+  const nlohmann::json root = {
+      {"version", "1.0"},
+      {"added_tokens", nlohmann::json::array()},
+      {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr}, {"lowercase", false}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "BertProcessing"}, {"sep", {"[SEP]", 102}}, {"cls", {"[CLS]", 101}}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                 {"max_input_chars_per_word", 100}, {"vocab", vocab}}}};
+  FilesTempDir dir;
+  const std::string folder = dir.folder("bert_json", {{"tokenizer.json", root.dump()}});
+  const Tokenizer from_json = Tokenizer::from_model_dir(folder);
+  CHECK(std::string(from_json.type()) == "wordpiece");
+  files_same_on_mrpc(from_json, Tokenizer::from_vocab_file(vocab_path, {}));
+}
+
+TEST_CASE("BPE merges by rank, leftmost first, for short and long words (tiny tokenizer.json)") {
+  const nlohmann::json root = {
+      {"added_tokens", nlohmann::json::array({{{"id", 0}, {"content", "<pad>"}, {"special", true}}})},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"model", {{"type", "BPE"},
+                 {"vocab", {{"<pad>", 0}, {"a", 1}, {"b", 2}, {"ab", 3}, {"abab", 4}, {"aa", 5}}},
+                 {"merges", {"a b", "ab ab", nlohmann::json::array({"a", "a"})}}}}};
+  FilesTempDir dir;
+  const Tokenizer t = Tokenizer::from_model_dir(dir.folder("tiny", {{"tokenizer.json", root.dump()}}));
+  auto ids_of = [&](const std::string& text) {
+    FileIds ids;
+    t.tokenize(text, ids);
+    return ids;
+  };
+  std::string ab10, ab40;
+  for (int i = 0; i < 10; ++i) ab10 += "ab";
+  for (int i = 0; i < 40; ++i) ab40 += "ab";       // 80 symbols: the heap path
+  CHECK(ids_of(ab10) == FileIds(5, 4));              // a b -> ab (rank 0) everywhere, then ab ab -> abab
+  CHECK(ids_of(ab40) == FileIds(20, 4));
+  CHECK(ids_of(ab10 + "a") == [] { FileIds v(5, 4); v.push_back(1); return v; }());
+  CHECK(ids_of("aaa") == FileIds{5, 1});             // ties: the leftmost pair first
+  FileIds odd(50, 5);
+  odd.push_back(1);
+  CHECK(ids_of(std::string(101, 'a')) == odd);
+  CHECK(ids_of("abc") == FileIds{3});                // no token for "c" and no unk_token: dropped, as HF
+  // No post-processor: the pair is A then B, B with type id 1.
+  const auto pair = t.encode("ab", std::string_view("a"), 0);
+  CHECK(pair.input_ids == FileIds{3, 1});
+  CHECK(pair.token_type_ids == std::vector<uint8_t>{0, 1});
+}
+
+TEST_CASE("tokenizer errors name the file and the field") {
+  FilesTempDir dir;
+  const std::string roberta_json = files_read(kFilesRoberta + "/tokenizer.json");
+  std::string message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("broken", {{"tokenizer.json", "{\"model\": "}})); });
+  CHECK(files_contains(message, "broken/tokenizer.json"));
+  CHECK(files_contains(message, "cannot parse"));
+
+  nlohmann::json unigram = {{"model", {{"type", "Unigram"}, {"vocab", nlohmann::json::array()}}}};
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("xlmr", {{"tokenizer.json", unigram.dump()}})); });
+  CHECK(files_contains(message, "xlmr/tokenizer.json"));
+  CHECK(files_contains(message, "'Unigram'"));
+  CHECK(files_contains(message, "SentencePiece"));
+
+  message = files_error_of([&] {
+    Tokenizer::from_model_dir(dir.folder("camembert", {{"sentencepiece.bpe.model", "binary"}, {"config.json", "{}"}}));
+  });
+  CHECK(files_contains(message, "camembert/sentencepiece.bpe.model"));
+  CHECK(files_contains(message, "SentencePiece"));
+
+  nlohmann::json unknown = {{"model", {{"type", "Mystery"}}}};
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("unknown", {{"tokenizer.json", unknown.dump()}})); });
+  CHECK(files_contains(message, "unknown/tokenizer.json"));
+  CHECK(files_contains(message, "'Mystery'"));
+
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("nomodel", {{"tokenizer.json", "{}"}})); });
+  CHECK(files_contains(message, "no field 'model'"));
+
+  message = files_error_of([&] {
+    Tokenizer::from_model_dir(dir.folder("nomerges", {{"vocab.json", files_read(kFilesRoberta + "/vocab.json")}}));
+  });
+  CHECK(files_contains(message, "nomerges/vocab.json"));
+  CHECK(files_contains(message, "merges.txt"));
+
+  nlohmann::json root = nlohmann::json::parse(roberta_json);
+  root["model"].erase("merges");
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("nomerges_json", {{"tokenizer.json", root.dump()}})); });
+  CHECK(files_contains(message, "nomerges_json/tokenizer.json"));
+  CHECK(files_contains(message, "'merges'"));
+
+  message = files_error_of([&] {
+    Tokenizer::from_model_dir(dir.folder("badmerge", {{"vocab.json", R"({"a": 0, "b": 1, "<pad>": 2, "<s>": 3, "</s>": 4})"},
+                                                      {"merges.txt", "#version: 0.2\na b\n"}}));
+  });
+  CHECK(files_contains(message, "badmerge/merges.txt"));
+  CHECK(files_contains(message, "'ab', which is not in the vocabulary"));
+
+  message = files_error_of([&] {
+    Tokenizer::from_model_dir(dir.folder("badline", {{"vocab.json", R"({"a": 0})"}, {"merges.txt", "a b c\n"}}));
+  });
+  CHECK(files_contains(message, "badline/merges.txt' line 1"));
+
+  root = nlohmann::json::parse(roberta_json);
+  root["pre_tokenizer"] = {{"type", "Metaspace"}};
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("metaspace", {{"tokenizer.json", root.dump()}})); });
+  CHECK(files_contains(message, "metaspace/tokenizer.json"));
+  CHECK(files_contains(message, "'Metaspace'"));
+
+  root = nlohmann::json::parse(roberta_json);
+  root["normalizer"] = {{"type", "Precompiled"}};
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("precompiled", {{"tokenizer.json", root.dump()}})); });
+  CHECK(files_contains(message, "normalizer type 'Precompiled'"));
+
+  message = files_error_of([&] {
+    Tokenizer::from_model_dir(dir.folder("badconfig", {{"tokenizer.json", roberta_json}, {"tokenizer_config.json", "[1,"}}));
+  });
+  CHECK(files_contains(message, "badconfig/tokenizer_config.json"));
+
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("empty", {})); });
+  CHECK(files_contains(message, "tokenizer.json or vocab.json + merges.txt"));
+  message = files_error_of([&] { Tokenizer::from_path((dir.path / "nowhere.json").string(), {}); });
+  CHECK(files_contains(message, "nowhere.json"));
+}
