@@ -39,7 +39,7 @@ case $mode in
     cd "$work_dir/crashes_$name"
     "$exe" -runs=0 "${dict[@]}" "$corpus" 2>&1 | tail -n 3
     "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-      -print_final_stats=1 ${FUZZ_FLAGS:-} "${dict[@]}" "$corpus" 2>&1 | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)' | tail -n 20
+      -print_final_stats=1 ${FUZZ_FLAGS:-} "${dict[@]}" "$corpus" 2>&1 | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)\|# Uses: \|recommended dictionary' | tail -n 12
     echo "fuzz $name: no crash in $seconds s"
     ;;
   *) echo "usage: run_fuzz.sh build|run SOURCE_DIR WORK_DIR [NAME [SECONDS]]"; exit 2 ;;
