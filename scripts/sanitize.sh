@@ -17,6 +17,9 @@ if [[ $kind == thread ]]; then
   # their heartbeat and arrival board), the run lock's heartbeat thread, the
   # dataset's tokenizing threads, the offload copies (parallel/offload.cpp,
   # zero3 with offload_optimizer) and the fault probes that stop a rank.
+  # OpenMP (libgomp, in LibTorch and OpenBLAS) is not instrumented: one thread
+  # keeps its invisible barriers out of the run (tests/sanitizers/tsan.supp).
+  export OMP_NUM_THREADS=1
   [[ $# -eq 0 ]] && extra=(-R '^(test_watchdog_mpi|test_comm_mpi|test_run_lock|test_dataset_mpi|test_zero_mpi|fault_)')
 fi
 launcher=()

@@ -16,12 +16,13 @@
 #include "shardtrain/train/train_state.h"
 
 using namespace shardtrain;
+namespace checkpoint_format_detail = shardtrain::detail;  // not ATen's `detail`
 
 namespace {
 
-detail::SliceRecord checkpoint_format_record(int rank, int dtype, std::vector<int64_t> shape, int64_t begin,
+checkpoint_format_detail::SliceRecord checkpoint_format_record(int rank, int dtype, std::vector<int64_t> shape, int64_t begin,
                                              int64_t count) {
-  detail::SliceRecord r;
+  checkpoint_format_detail::SliceRecord r;
   r.rank = rank;
   r.name = "w";
   r.dtype = dtype;
@@ -34,40 +35,40 @@ detail::SliceRecord checkpoint_format_record(int rank, int dtype, std::vector<in
 }  // namespace
 
 TEST_CASE("numel_of refuses shapes whose element count is negative or overflows int64") {
-  CHECK(detail::numel_of({}) == 1);
-  CHECK(detail::numel_of({3, 4}) == 12);
-  CHECK(detail::numel_of({0, int64_t(1) << 62, 8}) == 0);
+  CHECK(checkpoint_format_detail::numel_of({}) == 1);
+  CHECK(checkpoint_format_detail::numel_of({3, 4}) == 12);
+  CHECK(checkpoint_format_detail::numel_of({0, int64_t(1) << 62, 8}) == 0);
   // 2^40 * 2^40 wrapped to 0 before: a hostile shape read as an empty tensor.
-  CHECK_THROWS_WITH_AS(detail::numel_of({int64_t(1) << 40, int64_t(1) << 40}),
+  CHECK_THROWS_WITH_AS(checkpoint_format_detail::numel_of({int64_t(1) << 40, int64_t(1) << 40}),
                        doctest::Contains("more than 2^63 elements"), Error);
   // -4 * -4 = 16 before.
-  CHECK_THROWS_WITH_AS(detail::numel_of({-4, -4}), doctest::Contains("negative dimension"), Error);
+  CHECK_THROWS_WITH_AS(checkpoint_format_detail::numel_of({-4, -4}), doctest::Contains("negative dimension"), Error);
 }
 
 TEST_CASE("plan_group range-checks dtype codes and slice ranges from other ranks") {
   // Code 7 indexed past the 4-entry dtype table before.
-  CHECK_THROWS_WITH_AS(detail::plan_group({checkpoint_format_record(0, 7, {4}, 0, 4)}, "/model", true),
+  CHECK_THROWS_WITH_AS(checkpoint_format_detail::plan_group({checkpoint_format_record(0, 7, {4}, 0, 4)}, "/model", true),
                        doctest::Contains("/model/w: rank 0 sent dtype code 7"), Error);
-  CHECK_THROWS_AS(detail::plan_group({checkpoint_format_record(1, -1, {4}, 0, 4)}, "/model", false), Error);
+  CHECK_THROWS_AS(checkpoint_format_detail::plan_group({checkpoint_format_record(1, -1, {4}, 0, 4)}, "/model", false), Error);
   // Two ranks disagreeing with a bad code: the message names it, not table[9].name.
-  CHECK_THROWS_WITH_AS(detail::plan_group({checkpoint_format_record(0, 0, {4}, 0, 4),
+  CHECK_THROWS_WITH_AS(checkpoint_format_detail::plan_group({checkpoint_format_record(0, 0, {4}, 0, 4),
                                            checkpoint_format_record(1, 9, {4}, 0, 4)},
                                           "/model", false),
                        doctest::Contains("dtype code 9"), Error);
   // begin + count overflowed to a negative end and passed the check before.
   const int64_t max = std::numeric_limits<int64_t>::max();
-  CHECK_THROWS_WITH_AS(detail::plan_group({checkpoint_format_record(0, 0, {max}, max, max)}, "/model", false),
+  CHECK_THROWS_WITH_AS(checkpoint_format_detail::plan_group({checkpoint_format_record(0, 0, {max}, max, max)}, "/model", false),
                        doctest::Contains("beyond 2^63) is outside the tensor's"), Error);
-  CHECK_THROWS_AS(detail::plan_group({checkpoint_format_record(0, 0, {int64_t(1) << 40, int64_t(1) << 40}, 0, 1)},
+  CHECK_THROWS_AS(checkpoint_format_detail::plan_group({checkpoint_format_record(0, 0, {int64_t(1) << 40, int64_t(1) << 40}, 0, 1)},
                                      "/model", false),
                   Error);
   // Good records still plan.
-  const auto plans = detail::plan_group({checkpoint_format_record(0, 1, {2, 4}, 0, 4),
+  const auto plans = checkpoint_format_detail::plan_group({checkpoint_format_record(0, 1, {2, 4}, 0, 4),
                                          checkpoint_format_record(1, 1, {2, 4}, 4, 4)},
                                         "/model", true);
   REQUIRE(plans.size() == 1);
-  CHECK(std::string(detail::dtype_name(plans.at("w").dtype)) == "float64");
-  CHECK_THROWS_AS(detail::dtype_name(detail::kNumDtypes), Error);
+  CHECK(std::string(checkpoint_format_detail::dtype_name(plans.at("w").dtype)) == "float64");
+  CHECK_THROWS_AS(checkpoint_format_detail::dtype_name(checkpoint_format_detail::kNumDtypes), Error);
 }
 
 TEST_CASE("parse_train_state reads back what train_state_attributes stores") {
