@@ -3,8 +3,10 @@
 // Each target is one .cpp with LLVMFuzzerTestOneInput; none needs MPI.
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace fuzz_support {
@@ -38,12 +41,22 @@ inline std::vector<std::string> sections(const uint8_t* data, size_t size, size_
 }
 
 // A folder of this process's own under /dev/shm (or /tmp) for the files a
-// parser reads, emptied by clear().
+// parser reads, emptied by clear_scratch().
 inline const std::filesystem::path& scratch() {
   static const std::filesystem::path dir = [] {
     const char* base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
     std::filesystem::path d = std::filesystem::path(base) / ("shardtrain_fuzz_" + std::to_string(getpid()));
     std::filesystem::create_directories(d);
+    // libFuzzer ends with _Exit (no atexit, no destructors): remove the
+    // folders of earlier runs whose process is gone instead.
+    for (const auto& item : std::filesystem::directory_iterator(base)) {
+      const std::string name = item.path().filename().string();
+      if (name.rfind("shardtrain_fuzz_", 0) != 0) continue;
+      const long pid = std::atol(name.c_str() + 16);
+      std::error_code ignored;
+      if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        std::filesystem::remove_all(item.path(), ignored);
+    }
     return d;
   }();
   return dir;
