@@ -14,6 +14,9 @@
 using shardtrain::ConfigOverrides;
 using shardtrain::load_run_config;
 using shardtrain::RunConfig;
+// StrategyKind, FileFormat, ...: this file compiled only after another file of
+// its unity batch had said the same.
+using namespace shardtrain;
 
 namespace {
 

@@ -63,4 +63,15 @@ TEST_CASE("batch sizes: numbers override, train_batch_size must be micro x accum
   CHECK(load(s.config(ds, "[train]\nbatch_size = 8\n"), 4).train.batch_size == 8);
 }
 
+TEST_CASE("batch sizes whose product overflows int64 are refused, not wrapped (found by tests/fuzz/fuzz_deepspeed)") {
+  DsScratch s;
+  // 2^62 x 4 wrapped to 0 (signed overflow, undefined behaviour) before.
+  json ds = {{"train_micro_batch_size_per_gpu", int64_t(1) << 62}, {"gradient_accumulation_steps", 4}};
+  CHECK(contains(error_of([&] { load(s.config(ds), 8); }), "is beyond 2^63 examples"));
+  ds["train_batch_size"] = 64;
+  CHECK(contains(error_of([&] { load(s.config(ds), 8); }), "is beyond 2^63 examples"));
+  json derive = {{"train_micro_batch_size_per_gpu", int64_t(1) << 62}, {"train_batch_size", 64}};
+  CHECK(contains(error_of([&] { load(s.config(derive), 4); }), "is beyond 2^63 examples"));
+}
+
 }  // namespace test_deepspeed_batch_test

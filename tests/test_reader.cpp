@@ -283,3 +283,17 @@ TEST_CASE("UTF-8 validation") {
   CHECK_FALSE(ok("\xf4\x90\x80\x80"));  // U+110000
   CHECK_FALSE(ok("\x80"));              // lone continuation
 }
+
+TEST_CASE("JSON Lines: a number beyond double is a bad row, not an uncaught exception (found by fuzz_reader)") {
+  // nlohmann::json throws out_of_range, not parse_error, for 1e400: it ended the program before.
+  ReaderOptions options;
+  options.text_a = "sentence1";
+  options.label = "label";
+  const std::string text = "{\"sentence1\": \"a\", \"label\": 1}\n{\"sentence1\": \"b\", \"label\": 1e400}\n";
+  CHECK_THROWS_WITH_AS(read_table_from_string(text, "big.jsonl", options),
+                       doctest::Contains("big.jsonl:2: malformed JSON"), Error);
+  options.on_bad_row = BadRowPolicy::kSkip;
+  const RawTable table = read_table_from_string(text, "big.jsonl", options);
+  CHECK(table.size() == 1);
+  CHECK(table.num_bad_rows == 1);
+}

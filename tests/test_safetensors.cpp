@@ -226,10 +226,10 @@ TEST_CASE("sharded checkpoint index") {
   CHECK_THROWS_WITH_AS(read_safetensors_index(no_map), doctest::Contains("weight_map"), Error);
 }
 
-TEST_CASE("corpus of malformed files under tests/fuzz/corpus is refused without crashing") {
+TEST_CASE("corpus of malformed files under tests/fuzz/corpus/safetensors is refused without crashing") {
   // The seed corpus of the fuzz target: every file named bad_* must be refused
   // (when opened, or for bad BOOL bytes when read), every file named good_* accepted.
-  const fs::path corpus = fs::path(SHARDTRAIN_SOURCE_DIR) / "tests/fuzz/corpus";
+  const fs::path corpus = fs::path(SHARDTRAIN_SOURCE_DIR) / "tests/fuzz/corpus/safetensors";
   REQUIRE(fs::is_directory(corpus));
   int num_bad = 0, num_good = 0;
   for (const auto& item : fs::directory_iterator(corpus)) {

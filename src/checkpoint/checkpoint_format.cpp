@@ -2,6 +2,7 @@
 // include belongs here.
 #include "checkpoint/checkpoint_format.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "shardtrain/core/check.h"
@@ -53,6 +54,12 @@ class ByteReader {
   int rank_;
   size_t position_ = 0;
 };
+
+// begin + count for messages, or "beyond 2^63" where the sum would overflow.
+std::string range_end_text(int64_t begin, int64_t count) {
+  int64_t end = 0;
+  return __builtin_add_overflow(begin, count, &end) ? std::string("beyond 2^63") : std::to_string(end);
+}
 
 }  // namespace
 
@@ -135,6 +142,124 @@ std::vector<SliceRecord> decode_slice_records(const std::string& bytes, int rank
   }
   if (in.remaining() != 0) in.malformed();
   return records;
+}
+
+const char* dtype_name(int code) {
+  static const char* const kNames[kNumDtypes] = {"float32", "float64", "int32", "int64"};
+  if (code < 0 || code >= kNumDtypes)
+    throw Error("checkpoint: dtype code " + std::to_string(code) + " is not one of 0 to " +
+                std::to_string(kNumDtypes - 1));
+  return kNames[code];
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw Error("checkpoint: shape " + shape_text(shape) + " has a negative dimension");
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error("checkpoint: shape " + shape_text(shape) + " has more than 2^63 elements");
+  }
+  return n;
+}
+
+std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& records, const std::string& where,
+                                             bool require_exact_cover) {
+  std::map<std::string, TensorPlan> plans;
+  for (const auto& r : records) {
+    if (r.dtype < 0 || r.dtype >= kNumDtypes)
+      throw Error(where + "/" + r.name + ": rank " + std::to_string(r.rank) + " sent dtype code " +
+                  std::to_string(r.dtype) + " (known: 0 to " + std::to_string(kNumDtypes - 1) + ")");
+    auto found = plans.find(r.name);
+    if (found == plans.end()) {
+      plans[r.name] = TensorPlan{r.shape, r.dtype, {r}};
+      continue;
+    }
+    TensorPlan& plan = found->second;
+    const SliceRecord& first = plan.records.front();
+    if (plan.shape != r.shape || plan.dtype != r.dtype)
+      throw Error(where + "/" + r.name + ": ranks disagree on the tensor: rank " + std::to_string(first.rank) +
+                  " has " + dtype_name(first.dtype) + " " + shape_text(first.shape) + ", rank " +
+                  std::to_string(r.rank) + " has " + dtype_name(r.dtype) + " " + shape_text(r.shape));
+    plan.records.push_back(r);
+  }
+  for (auto& [name, plan] : plans) {
+    const int64_t numel = numel_of(plan.shape);
+    for (const auto& r : plan.records) {
+      // count > numel - begin, not begin + count > numel: hostile values must not overflow.
+      if (r.begin < 0 || r.count < 0 || r.begin > numel || r.count > numel - r.begin)
+        throw Error(where + "/" + name + ": rank " + std::to_string(r.rank) + "'s slice [" +
+                    std::to_string(r.begin) + ", " + range_end_text(r.begin, r.count) +
+                    ") is outside the tensor's " + std::to_string(numel) + " elements (shape " +
+                    shape_text(plan.shape) + ")");
+    }
+    // Sorted by (begin, rank): overlap checks need neighbours in flat order.
+    std::vector<SliceRecord> sorted = plan.records;
+    std::sort(sorted.begin(), sorted.end(), [](const SliceRecord& a, const SliceRecord& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
+    });
+    if (require_exact_cover) {
+      int64_t next = 0;
+      for (const auto& r : sorted) {
+        if (r.count == 0) continue;
+        if (r.begin != next)
+          throw Error(where + "/" + name + ": the ranks' slices " +
+                      (r.begin > next ? "leave elements [" + std::to_string(next) + ", " + std::to_string(r.begin) +
+                                            ") unwritten"
+                                      : "overlap at element " + std::to_string(r.begin) + " (rank " +
+                                            std::to_string(r.rank) + ")"));
+        next = r.begin + r.count;
+      }
+      if (next != numel)
+        throw Error(where + "/" + name + ": the ranks' slices leave elements [" + std::to_string(next) + ", " +
+                    std::to_string(numel) + ") unwritten");
+    } else {
+      std::map<int, int64_t> end_by_rank;
+      for (const auto& r : sorted) {
+        if (r.count == 0) continue;
+        auto it = end_by_rank.find(r.rank);
+        if (it != end_by_rank.end() && r.begin < it->second)
+          throw Error(where + "/" + name + ": rank " + std::to_string(r.rank) +
+                      " requests overlapping slices at element " + std::to_string(r.begin));
+        end_by_rank[r.rank] = r.begin + r.count;
+      }
+    }
+  }
+  return plans;
+}
+
+std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<SliceRecord>& records, int64_t numel) {
+  std::vector<std::pair<int64_t, int64_t>> covered;
+  for (const auto& r : records)
+    if (r.count > 0) covered.emplace_back(r.begin, r.begin + r.count);
+  std::sort(covered.begin(), covered.end());
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  int64_t next = 0;
+  for (const auto& [begin, end] : covered) {
+    if (begin > next) gaps.emplace_back(next, begin - next);
+    next = std::max(next, end);
+  }
+  if (next < numel) gaps.emplace_back(next, numel - next);
+  return gaps;
+}
+
+std::vector<std::pair<int64_t, int64_t>> first_claims(const std::vector<SliceRecord>& records, int rank,
+                                                      int64_t begin, int64_t count) {
+  std::vector<std::pair<int64_t, int64_t>> lower;
+  for (const auto& r : records)
+    if (r.rank < rank && r.count > 0) lower.emplace_back(r.begin, r.begin + r.count);
+  std::sort(lower.begin(), lower.end());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t position = begin;
+  const int64_t end = begin + count;
+  for (const auto& [b, e] : lower) {
+    if (e <= position) continue;
+    if (b >= end) break;
+    if (b > position) out.emplace_back(position, b - position);
+    position = std::max(position, e);
+    if (position >= end) break;
+  }
+  if (position < end) out.emplace_back(position, end - position);
+  return out;
 }
 
 }  // namespace detail

@@ -11,12 +11,17 @@
 //   shape.num_elements = 1;
 //   if (!detail::holds(detail::AttributeKind::kInteger, shape)) ...
 //   std::vector<SliceRecord> records = detail::decode_slice_records(bytes, rank);
+//   std::map<std::string, TensorPlan> plans = detail::plan_group(records, "/model", true);
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace detail {
@@ -74,6 +79,18 @@ const char* kind_description(AttributeKind kind);
 // its bytes up to the first NUL.
 std::string text_of_fixed_length_string(std::string bytes);
 
+// ---- element types and shapes ------------------------------------------------
+
+// Dtype codes are 0 .. kNumDtypes - 1: float32, float64, int32, int64
+// (checkpoint/dtypes.h maps them to ATen and HDF5 types in this order).
+constexpr int kNumDtypes = 4;
+// "float32" for code 0, ...; Error for a code outside [0, kNumDtypes).
+const char* dtype_name(int code);
+
+// The number of elements of `shape` (1 for a scalar). Error for a negative
+// dimension or a product above INT64_MAX (a hostile shape must not wrap).
+int64_t numel_of(const std::vector<int64_t>& shape);
+
 // ---- slice records, between ranks ---------------------------------------------
 
 // A rank's contribution to one group, as seen by every rank after the exchange.
@@ -93,6 +110,31 @@ std::string encode_slice_records(const std::vector<SliceRecord>& records);
 // cut short or run on (never for bytes encode_slice_records() wrote). Dtype
 // codes, shapes and ranges are taken as sent: plan_group() judges them.
 std::vector<SliceRecord> decode_slice_records(const std::string& bytes, int rank);
+
+// One tensor of a group: its agreed shape and dtype, and every rank's ranges.
+struct TensorPlan {
+  std::vector<int64_t> shape;
+  int dtype = 0;
+  std::vector<SliceRecord> records;
+};
+
+// Groups the records by tensor name (sorted, so every rank visits datasets in
+// the same order) and checks what can be checked without the file: every dtype
+// code is one of kNumDtypes, the ranks agree on each tensor's shape and dtype,
+// every slice lies inside its tensor, and either the slices cover each tensor
+// exactly once (require_exact_cover: a write) or no rank's own slices of a
+// tensor overlap (a read). `where` names the group for messages.
+std::map<std::string, TensorPlan> plan_group(const std::vector<SliceRecord>& records, const std::string& where,
+                                             bool require_exact_cover);
+
+// The flat ranges of [0, numel) that `records` do not cover, as (begin, count), sorted.
+std::vector<std::pair<int64_t, int64_t>> uncovered(const std::vector<SliceRecord>& records, int64_t numel);
+
+// The parts of [begin, begin + count) that no record of a rank below `rank`
+// covers: the elements whose checksum terms `rank` adds, so that each element
+// of a dataset read by several ranks is counted once. Sorted (begin, count).
+std::vector<std::pair<int64_t, int64_t>> first_claims(const std::vector<SliceRecord>& records, int rank,
+                                                      int64_t begin, int64_t count);
 
 }  // namespace detail
 }  // namespace shardtrain

@@ -1,15 +1,18 @@
 #include "checkpoint/dtypes.h"
 
+#include "checkpoint/checkpoint_format.h"
 #include "shardtrain/core/check.h"
 
 namespace shardtrain {
 namespace detail {
 
 const std::vector<DtypeInfo>& dtype_table() {
-  static const std::vector<DtypeInfo> table = {{at::kFloat, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, "float32"},
-          {at::kDouble, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, "float64"},
-          {at::kInt, H5T_NATIVE_INT32, H5T_STD_I32LE, "int32"},
-          {at::kLong, H5T_NATIVE_INT64, H5T_STD_I64LE, "int64"}};
+  // In the order of the codes of checkpoint_format.h (dtype_name()).
+  static const std::vector<DtypeInfo> table = {{at::kFloat, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, dtype_name(0)},
+          {at::kDouble, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, dtype_name(1)},
+          {at::kInt, H5T_NATIVE_INT32, H5T_STD_I32LE, dtype_name(2)},
+          {at::kLong, H5T_NATIVE_INT64, H5T_STD_I64LE, dtype_name(3)}};
+  static_assert(kNumDtypes == 4, "dtype_table() lists every dtype code");
   return table;
 }
 

@@ -101,7 +101,12 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
       require(attribute.valid() ? H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) : -1, "the checksum of " + full);
       stored = value;
     }
-    const int64_t numel = detail::numel_of(shape);
+    int64_t numel = 0;
+    try {
+      numel = detail::numel_of(shape);
+    } catch (const Error& e) {
+      throw Error(path + ": dataset " + full + ": " + e.what());
+    }
     const auto element_size = static_cast<int64_t>(at::elementSize(table[static_cast<size_t>(code)].scalar_type));
     detail::RangeDigest total;
     at::Tensor buffer;

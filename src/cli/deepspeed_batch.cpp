@@ -16,6 +16,13 @@ namespace {
 // (DeepSpeed derives an absent one from train_batch_size, Accelerate fills "auto").
 enum class Source { kAbsent, kAuto, kNumber, kInvalid };
 
+// a x b x c, or false where the product would not fit in int64 (a hostile
+// JSON's sizes must be refused, not wrapped around).
+bool batch_product(int64_t a, int64_t b, int64_t c, int64_t* out) {
+  int64_t ab = 0;
+  return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out);
+}
+
 }  // namespace
 
 void Resolver::resolve_batch(const json* micro_json, const json* accumulation_json, const json* total_json) {
@@ -37,6 +44,13 @@ void Resolver::resolve_batch(const json* micro_json, const json* accumulation_js
 
   // "auto": Accelerate fills it from the run (dataloader batch size, accumulation steps).
   std::string micro_note, accumulation_note;
+  auto too_large = [&](const char* key, const json* value) {
+    problem(key, value,
+            str_format("train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps (%lld) x world size "
+                       "(%lld) is beyond 2^63 examples; use sizes that fit",
+                       static_cast<long long>(micro), static_cast<long long>(accumulation),
+                       static_cast<long long>(world)));
+  };
   if (micro_source == Source::kAuto) {
     micro = c_.train.batch_size;
     micro_note = "(the run config's)";
@@ -63,17 +77,23 @@ void Resolver::resolve_batch(const json* micro_json, const json* accumulation_js
       accumulation_note = "(DeepSpeed's default)";
       if (!derive(world, micro, "train_micro_batch_size_per_gpu", micro_note)) return;
     } else if (micro_source == Source::kAbsent) {
-      if (!derive(accumulation * world, micro, "train_micro_batch_size_per_gpu", micro_note)) return;
+      int64_t divisor = 0;
+      if (!batch_product(accumulation, world, 1, &divisor)) return too_large("gradient_accumulation_steps", accumulation_json);
+      if (!derive(divisor, micro, "train_micro_batch_size_per_gpu", micro_note)) return;
     } else if (accumulation_source == Source::kAbsent) {
-      if (!derive(micro * world, accumulation, "gradient_accumulation_steps", accumulation_note)) return;
+      int64_t divisor = 0;
+      if (!batch_product(micro, world, 1, &divisor)) return too_large("train_micro_batch_size_per_gpu", micro_json);
+      if (!derive(divisor, accumulation, "gradient_accumulation_steps", accumulation_note)) return;
     }
-    if (micro * accumulation * world != total) {
+    int64_t product = 0;
+    if (!batch_product(micro, accumulation, world, &product)) return too_large("train_batch_size", total_json);
+    if (product != total) {
       problem("train_batch_size", total_json,
               str_format("must equal train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps (%lld) x "
                          "world size (%lld) = %lld; fix one of them or write \"auto\" (the world size is the job's "
                          "number of ranks; `shardtrain config --world-size N` checks another)",
                          static_cast<long long>(micro), static_cast<long long>(accumulation),
-                         static_cast<long long>(world), static_cast<long long>(micro * accumulation * world)));
+                         static_cast<long long>(world), static_cast<long long>(product)));
       return;
     }
   } else {
@@ -85,7 +105,9 @@ void Resolver::resolve_batch(const json* micro_json, const json* accumulation_js
       accumulation = 1;
       accumulation_note = "(DeepSpeed's and Accelerate's default)";
     }
-    total = micro * accumulation * world;
+    if (!batch_product(micro, accumulation, world, &total))
+      return too_large(micro_json ? "train_micro_batch_size_per_gpu" : "gradient_accumulation_steps",
+                       micro_json ? micro_json : accumulation_json);
   }
   auto noted = [](const std::string& note) { return note.empty() ? std::string() : " " + note; };
   if (assign("train.batch_size", c_.train.batch_size, micro, "train_micro_batch_size_per_gpu", micro_json))

@@ -481,7 +481,8 @@ void read_jsonl(const std::string& text, const std::string& path, const ReaderOp
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(row);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
+      // parse_error, and out_of_range for a number beyond double (1e400).
       builder.bad_row(line, std::string("malformed JSON: ") + e.what());
       return;
     }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
@@ -274,27 +275,11 @@ void SafetensorsStreamWriter::commit() {
 }
 
 std::map<std::string, std::string> read_safetensors_index(const std::string& index_path) {
-  std::ifstream in(index_path);
+  std::ifstream in(index_path, std::ios::binary);
   if (!in) throw Error(index_path + ": cannot open sharded checkpoint index");
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(index_path + ": not valid JSON: " + e.what());
-  }
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw Error(index_path + ": no \"weight_map\" object (expected {\"weight_map\": {tensor name: shard file}})");
-  std::map<std::string, std::string> weight_map;
-  for (const auto& item : index["weight_map"].items()) {
-    if (!item.value().is_string())
-      throw Error(index_path + ": weight_map[\"" + item.key() + "\"] is not a file name string");
-    const std::string file = item.value().get<std::string>();
-    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
-      throw Error(index_path + ": weight_map[\"" + item.key() + "\"] = \"" + file +
-                  "\" must be a file name in the same folder");
-    weight_map[item.key()] = file;
-  }
-  return weight_map;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_safetensors_index(text.str(), index_path);
 }
 
 }  // namespace shardtrain

@@ -239,4 +239,26 @@ std::string serialize_safetensors_header(const std::vector<SafetensorsBlob>& blo
   return out + header;
 }
 
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& source) {
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(source + ": not valid JSON: " + e.what());
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw Error(source + ": no \"weight_map\" object (expected {\"weight_map\": {tensor name: shard file}})");
+  std::map<std::string, std::string> weight_map;
+  for (const auto& item : index["weight_map"].items()) {
+    if (!item.value().is_string())
+      throw Error(source + ": weight_map[\"" + item.key() + "\"] is not a file name string");
+    const std::string file = item.value().get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      throw Error(source + ": weight_map[\"" + item.key() + "\"] = \"" + file +
+                  "\" must be a file name in the same folder");
+    weight_map[item.key()] = file;
+  }
+  return weight_map;
+}
+
 }  // namespace shardtrain

@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""Writes the seed corpus for fuzz_safetensors (also checked by tests/test_safetensors.cpp):
-good_* files are valid safetensors, bad_* files must be refused."""
+"""Writes the seed corpora of the fuzz targets, corpus/<target>/ (README.md):
+real files (shipped configs, fixtures, files shardtrain writes) and broken ones.
+For safetensors (also checked by tests/test_safetensors.cpp) good_* files are
+valid and bad_* files must be refused. Run it again after changing a seed."""
 import json
 import os
 import struct
 
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.join(FUZZ_DIR, "corpus", "safetensors")
+ROOT = os.path.dirname(os.path.dirname(FUZZ_DIR))
 
 
 def raw(header_text, data=b"", length=None):
@@ -47,8 +51,16 @@ FILES = {
     "bad_bool_bytes": good({"m": entry("BOOL", [2], 0, 2)}, b"\x01\x07"),
 }
 
+def write_corpus(target, files):
+    folder = os.path.join(FUZZ_DIR, "corpus", target)
+    os.makedirs(folder, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+
+
 if __name__ == "__main__":
-    os.makedirs(HERE, exist_ok=True)
-    for name, data in FILES.items():
-        with open(os.path.join(HERE, name), "wb") as f:
-            f.write(data)
+    write_corpus("safetensors", FILES)
+    import make_corpus_text
+    for target, files in make_corpus_text.corpora(ROOT).items():
+        write_corpus(target, files)

@@ -83,4 +83,10 @@ struct SafetensorsBlob {
 std::string serialize_safetensors_header(const std::vector<SafetensorsBlob>& blobs,
                                          const std::map<std::string, std::string>& metadata);
 
+// The weight_map of a sharded checkpoint's model.safetensors.index.json
+// (`text`; `source` names it in messages): tensor name -> shard file name in
+// the same folder. Throws shardtrain::Error for bad JSON, no weight_map, or a
+// shard that is not a plain file name. read_safetensors_index() reads the file.
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& source);
+
 }  // namespace shardtrain

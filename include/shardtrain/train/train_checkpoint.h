@@ -16,62 +16,15 @@
 #pragma once
 #include <mpi.h>
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/checkpoint/flat_state.h"
+#include "shardtrain/train/train_state.h"
 
 namespace shardtrain {
-
-// Value of the "kind" attribute of a training checkpoint.
-inline constexpr const char* kTrainCheckpointKind = "shardtrain-train-checkpoint";
-
-// Everything but the tensors. Attribute names are the member names.
-struct TrainState {
-  int64_t step = 0;              // optimizer updates done
-  int64_t epoch = 0;             // sampler epoch to continue in
-  int64_t batches_consumed = 0;  // global micro-batches of `epoch` already trained on
-  int64_t seed = 42;
-  int64_t num_training_steps = 0;
-  int64_t warmup_steps = 0;
-  double base_lr = 0;
-  int64_t world_size = 1;        // of the job that wrote it
-  int64_t global_batch_size = 0; // examples per optimizer step (batch x ranks x accumulation)
-  std::string strategy = "ddp";
-  std::string config_toml;       // resolved run config
-  std::string model_config_json; // the model's HF config.json (num_labels, id2label, dropout, ...)
-  std::string vocab_text;        // vocab.txt content (WordPiece; empty for BPE)
-  int64_t lowercase = 0;         // tokenizer lowercases (uncased vocabulary)
-  // Tokenizer::saved_files(): the tokenizer's files as one JSON object
-  // (data/tokenizer.h). Empty in checkpoints written before it existed: those
-  // rebuild the tokenizer from vocab_text and lowercase.
-  std::string tokenizer_files;
-  std::string metrics_json = "{}";  // {"eval_f1": ..., ...} of the report this checkpoint belongs to
-  // Training-loss accumulator since the last report (so a resumed run reports
-  // the same train_loss), and wall time trained so far.
-  double loss_sum = 0;
-  int64_t loss_count = 0;
-  double train_seconds = 0;
-  // Mixed precision (fp16): steps skipped for non-finite gradients (the
-  // optimizer's step count is step - skipped_steps; the learning rate follows
-  // it), and the loss scaler. loss_scale 0: no loss scaling. Checkpoints
-  // written before these existed read as 0.
-  int64_t skipped_steps = 0;
-  double loss_scale = 0;
-  int64_t loss_scale_good_steps = 0;
-  int64_t loss_scale_hysteresis_left = 0;
-  // Early stopping (train/early_stopping.h): the best score (NaN: none yet)
-  // and its step, evaluations in a row without improvement, and whether
-  // training stopped early (1) and why. Older checkpoints read as none / 0.
-  double early_stopping_best = std::nan("");
-  int64_t early_stopping_best_step = 0;
-  int64_t early_stopping_bad_evals = 0;
-  int64_t early_stopped = 0;
-  std::string stop_reason;
-};
 
 // Collective: writes `final_path` atomically (CheckpointWriter: .tmp, then
 // rename): the parts of every rank (write_flat_state) and the state.
@@ -81,8 +34,10 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
 void write_train_checkpoint(const std::string& final_path, const std::vector<FlatTensor>& layout,
                             const FlatPart& part, const TrainState& state, MPI_Comm comm);
 
-// Local: the attributes. Error naming the file when it is not a training
-// checkpoint or an attribute is missing.
+// Local: reads the attributes of train_state_fields() that the file has and
+// parses them (parse_train_state()). Error naming the file when it is not a
+// training checkpoint, an attribute is missing or of the wrong type, or a value
+// is out of range.
 TrainState read_train_state(const CheckpointReader& reader);
 
 // Collective: read_flat_state() for one part (with optimizer state exactly

@@ -1,0 +1,346 @@
+#!/usr/bin/python3
+"""The text seeds of the fuzz targets other than safetensors (make_corpus.py
+writes them): real files from the repository and broken variants of them."""
+import glob
+import json
+import os
+import struct
+
+SEP = "\n=====\n"  # fuzz_support.h's section separator
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# ---- safetensors index -------------------------------------------------------
+def index_corpus():
+    good = {"metadata": {"total_size": 1024},
+            "weight_map": {"bert.embeddings.word_embeddings.weight": "model-00001-of-00002.safetensors",
+                           "classifier.weight": "model-00002-of-00002.safetensors"}}
+    return {
+        "good_two_shards.json": json.dumps(good, indent=2),
+        "good_empty_map.json": '{"weight_map": {}}',
+        "bad_parent.json": '{"weight_map": {"a": "../../secret.safetensors"}}',
+        "bad_dot.json": '{"weight_map": {"a": ".."}}',
+        "bad_empty_name.json": '{"weight_map": {"a": ""}}',
+        "bad_number.json": '{"weight_map": {"a": 3}}',
+        "bad_no_map.json": '{"metadata": {}}',
+        "bad_map_list.json": '{"weight_map": ["a"]}',
+        "bad_truncated.json": '{"weight_map": {"a": "x.safet',
+        "bad_deep.json": '{"weight_map": ' + "[" * 600 + "]" * 600 + "}",
+        "bad_duplicate.json": '{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}',
+    }
+
+
+# ---- config.json of every family ---------------------------------------------
+def hf_config_corpus(root):
+    files = {}
+    for path in sorted(glob.glob(os.path.join(root, "tests/fixtures/*/*/config.json")) +
+                       glob.glob(os.path.join(root, "configs/models/*.json")) +
+                       glob.glob(os.path.join(root, "tests/data/*.json"))):
+        files["good_" + os.path.basename(os.path.dirname(path)) + "_" + os.path.basename(path)] = read(path)
+    bert = json.loads(read(os.path.join(root, "configs/models/bert_tiny.json")))
+    def variant(**changes):
+        c = dict(bert)
+        c.update(changes)
+        return json.dumps(c)
+    files.update({
+        "bad_heads.json": variant(num_attention_heads=7),
+        "bad_negative_hidden.json": variant(hidden_size=-64),
+        "bad_huge_vocab.json": variant(vocab_size=1 << 40),
+        "bad_huge_layers.json": variant(num_hidden_layers=1 << 31, hidden_size=1 << 20),
+        "bad_dropout.json": variant(hidden_dropout_prob=1.5),
+        "bad_type.json": variant(hidden_size="64"),
+        "bad_family.json": variant(model_type="gpt2"),
+        "bad_labels.json": variant(num_labels=3, id2label={"0": "a", "7": "b"}),
+        "bad_label_keys.json": variant(id2label={"x": "a"}),
+        "bad_float_size.json": variant(hidden_size=64.5),
+        "bad_activation.json": variant(hidden_act="swish9"),
+        "modernbert_window.json": json.dumps({"model_type": "modernbert", "hidden_size": 64, "num_attention_heads": 4,
+                                              "num_hidden_layers": 3, "intermediate_size": 96, "vocab_size": 100,
+                                              "global_attn_every_n_layers": 0, "local_attention": 7}),
+        "bad_not_object.json": "[1, 2]",
+        "bad_truncated.json": '{"model_type": "bert", "hidden_size": 6',
+    })
+    return files
+
+
+# ---- run config TOML + overrides ---------------------------------------------
+def run_config_corpus(root):
+    files = {}
+    for path in sorted(glob.glob(os.path.join(root, "configs/*.toml")) +
+                       glob.glob(os.path.join(root, "configs/strategies/*.toml"))):
+        files["good_" + os.path.basename(path)] = read(path)
+    quick = read(os.path.join(root, "configs/quickstart.toml")).decode()
+    files.update({
+        "overrides.toml": quick + SEP + "train.lr=3e-5\nparallel.strategy=zero3\ntrain.epochs=2\nrun.seed=7\n",
+        "bad_override_key.toml": quick + SEP + "train.lrr=1\n",
+        "bad_override_value.toml": quick + SEP + "train.lr=fast\ntrain.batch_size=-1\n",
+        "bad_override_int.toml": SEP + "train.batch_size=99999999999999999999\n",
+        "bad_unknown_key.toml": "[train]\nlrr = 1\n",
+        "bad_type.toml": "[train]\nlr = \"fast\"\n",
+        "bad_syntax.toml": "[train\nlr = 1\n",
+        "bad_combo.toml": "[train]\nmixed_precision = \"fp16\"\n[run]\ndevice = \"cpu\"\n",
+        "bad_deepspeed_missing.toml": "[parallel]\ndeepspeed_config = \"/nonexistent/ds.json\"\n",
+        "bad_array.toml": "[train]\nlr = [1, 2]\n",
+        "bad_nested.toml": "[train.x.y]\nz = 1\n",
+        "empty.toml": "",
+    })
+    return files
+
+
+# ---- DeepSpeed JSON (first byte: world size - 1, +8 for a CUDA build) --------
+def deepspeed_corpus(root):
+    files = {}
+    for path in sorted(glob.glob(os.path.join(root, "configs/deepspeed/*.json"))):
+        for knob in (0, 1, 3 + 8):
+            files["good_%s_%d" % (os.path.basename(path), knob)] = bytes([knob]) + read(path)
+    def ds(knob, obj):
+        return bytes([knob]) + (obj if isinstance(obj, str) else json.dumps(obj)).encode()
+    files.update({
+        "auto_all": ds(1, {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                           "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2,
+                           "reduce_bucket_size": "auto", "allgather_bucket_size": "auto"},
+                           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto",
+                                                                     "eps": "auto", "weight_decay": "auto"}},
+                           "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto",
+                                                                             "total_num_steps": "auto"}}}),
+        "batch_mismatch": ds(3, {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+                                 "gradient_accumulation_steps": 2}),
+        "batch_derived": ds(2, {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 8}),
+        "bad_stage": ds(0, {"zero_optimization": {"stage": 9}}),
+        "bad_auto_string": ds(0, {"train_micro_batch_size_per_gpu": "automatic"}),
+        "bad_negative": ds(0, {"gradient_accumulation_steps": -2}),
+        "bad_huge": ds(7, {"train_micro_batch_size_per_gpu": 4611686018427387904, "gradient_accumulation_steps": 4}),
+        "bad_float": ds(0, {"train_micro_batch_size_per_gpu": 2.5}),
+        "fp16_cpu": ds(0, {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 200}}),
+        "bf16_and_fp16": ds(8, {"fp16": {"enabled": True}, "bf16": {"enabled": True}}),
+        "bad_offload": ds(0, {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}),
+        "activation_checkpointing": ds(0, {"activation_checkpointing": {"partition_activations": True,
+                                                                       "number_checkpoints": "auto"}}),
+        "bad_not_object": ds(0, "[]"),
+        "bad_truncated": ds(0, '{"zero_optimization": {"stage": '),
+    })
+    return files
+
+
+# ---- tokenizer: vocab.txt, tokenizer_config.json, text a, text b -------------
+SMALL_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "man", "##s", "run", "##ning", "un",
+               "##aff", "##able", "hello", ",", "!", ".", "'", "é", "e", "##é", "中", "国", "日", "x", "##x",
+               "Hello", "World", "##ing", "café", "cafe", "\u0301"]
+
+
+def tokenizer_corpus():
+    vocab = "\n".join(SMALL_VOCAB) + "\n"
+    texts = ["Hello, World! the man's running unaffable", "caf\u00e9 cafe\u0301 CAFÉ \u4e2d\u56fd\u65e5",
+             "\x00\x01\x7f \ufeff zero\u200bwidth \U0001F600 emoji", "x" * 300 + " " + "xx" * 50,
+             "\xff\xfe invalid utf-8?", "\t\r\n spaces   only  "]
+    files = {}
+    for i, text in enumerate(texts):
+        files["vocab_text_%d" % i] = vocab + SEP + SEP + chr(5 + 3 * i) + text + SEP + ("the man" if i % 2 else "")
+    files.update({
+        "config_lower": vocab + SEP + '{"do_lower_case": true, "strip_accents": null}' + SEP + "\x20HELLO Café" + SEP,
+        "config_keep_accents": vocab + SEP + '{"do_lower_case": true, "strip_accents": false}' + SEP + "\x08café",
+        "config_renamed": vocab.replace("[UNK]", "<unk>") + SEP + '{"unk_token": {"content": "<unk>"}}' + SEP + "zzz",
+        "config_bad_type": vocab + SEP + '{"do_lower_case": "yes"}' + SEP + "a",
+        "config_bad_json": vocab + SEP + '{"do_lower_case": tr' + SEP + "a",
+        "config_contradiction": vocab + SEP + '{"strip_accents": true, "do_lower_case": false}' + SEP + "\x10é",
+        "config_chinese_off": vocab + SEP + '{"tokenize_chinese_chars": false}' + SEP + "\x10\u4e2d\u56fd",
+        "vocab_missing_cls": "[PAD]\n[UNK]\n[SEP]\nhello\n" + SEP + SEP + "hello",
+        "vocab_empty": SEP + SEP + "hello",
+        "vocab_bom_crlf": "\ufeff" + vocab.replace("\n", "\r\n") + SEP + SEP + "\x06hello",
+        "vocab_duplicates": vocab + "the\nthe\n" + SEP + SEP + "\x07the the",
+        "vocab_blank_lines": "\n\n" + vocab + "\n\n \n" + SEP + SEP + "\x06a",
+    })
+    return files
+
+
+# ---- readers: first byte = knobs of fuzz_reader.cpp --------------------------
+def reader_corpus(root):
+    tsv = "sentence1\tsentence2\tlabel\nA man.\tA person.\t1\nRain.\tWet.\t0\n"
+    csv = 'sentence1,sentence2,label\n"Hello, world","She said ""yes""",pos\nplain,text,neg\n'
+    jsonl = ('{"sentence1": "A man.", "sentence2": "A person.", "label": 2}\n\n'
+             '{"sentence1": "Sun.", "sentence2": "Dry.", "label": 1}\n{"sentence1": "x", "sentence2": "y", "label": 0}\n')
+    TSV, CSV, JSONL = 0, 1, 2
+    B, NAMED, REG, NONE, SKIP = 4, 8, 16, 24, 32
+    INFER, TWO, THREE = 64, 128, 192
+    files = {
+        "tsv_pairs": bytes([TSV | B]) + tsv.encode(),
+        "tsv_infer": bytes([TSV | B | INFER]) + tsv.encode(),
+        "tsv_two_classes": bytes([TSV | TWO]) + tsv.encode(),
+        "tsv_bom_crlf": bytes([TSV | B]) + ("\ufeff" + tsv.replace("\n", "\r\n")).encode(),
+        "tsv_regression": bytes([TSV | REG]) + "sentence1\tlabel\nok\t3.8\nbad\t-1e309\nnan\tnan\n".encode(),
+        "tsv_bad_columns": bytes([TSV | B | SKIP]) + b"sentence1\tsentence2\tlabel\nonly one\n\ttwo\t\t1\n",
+        "tsv_stray_label": bytes([TSV | THREE]) + b"sentence1\tlabel\na\t0\nb\t1\nc\tyes\nd\t7\n",
+        "tsv_no_labels": bytes([TSV | NONE]) + b"sentence1\nhello\nworld\n",
+        "tsv_bad_utf8": bytes([TSV | SKIP]) + b"sentence1\tlabel\n\xff\xfe\t1\nok\t0\n",
+        "csv_named": bytes([CSV | B | NAMED]) + csv.encode(),
+        "csv_unclosed_quote": bytes([CSV | B]) + b'sentence1,sentence2,label\n"never closed,x,1\n',
+        "csv_embedded_newline": bytes([CSV | B | SKIP]) + b'sentence1,sentence2,label\n"two\nlines",b,1\n',
+        "jsonl_pairs": bytes([JSONL | B]) + jsonl.encode(),
+        "jsonl_infer_gap": bytes([JSONL | B | INFER]) + jsonl.encode(),
+        "jsonl_types": bytes([JSONL | SKIP]) + b'{"sentence1": 5, "label": 1}\n{"sentence1": "a", "label": [1]}\n'
+                                               b'{"sentence1": "b", "label": 1.5}\n[1,2]\n{"sentence1": "c", "label": "1"}\n',
+        "jsonl_deep": bytes([JSONL]) + ('{"sentence1": ' + "[" * 400 + "]" * 400 + "}\n").encode(),
+        "jsonl_huge_label": bytes([JSONL | TWO]) + b'{"sentence1": "a", "label": 9223372036854775807}\n'
+                                                   b'{"sentence1": "b", "label": -9223372036854775808}\n',
+    }
+    for path in sorted(glob.glob(os.path.join(root, "tests/data/readers/*"))):
+        ext = os.path.splitext(path)[1]
+        files["repo_" + os.path.basename(path)] = bytes([{".tsv": TSV, ".csv": CSV}.get(ext, JSONL) | B]) + read(path)
+    return files
+
+
+# ---- curves: progress.csv, result.jsonl --------------------------------------
+def curves_corpus():
+    progress = ("step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s\n" +
+                "".join("%d,0,%.3f,%.2e,1.0,100,1000,%d\n" % (s, 1.0 / s, 2e-5 * s / 10, s) for s in range(1, 11)))
+    result = "".join(json.dumps({"step": s, "epoch": 0, "eval_loss": 0.5 / s, "eval_accuracy": 0.6 + s / 100,
+                                 "eval_f1": 0.7, "eval_seconds": 1.5}) + "\n" for s in (5, 10))
+    return {
+        "run": progress + SEP + result,
+        "progress_only": progress + SEP,
+        "result_only": SEP + result,
+        "resumed_repeats": progress + progress.split("\n", 1)[1] + SEP + result + result,
+        "bad_header_only": "step,loss\n" + SEP,
+        "bad_columns": progress + "11,0,0.1\n" + SEP,
+        "bad_number": progress.replace("0.500", "zero") + SEP,
+        "bad_nan_inf": progress + "11,0,nan,inf,-inf,1,1,1\n12,0,1e400,1e-400,0,0,0,0\n" + SEP,
+        "bad_result_step": SEP + '{"step": "5", "eval_loss": 1}\n{"step": 1e30}\n',
+        "bad_result_not_object": SEP + "[1]\n",
+        "bad_result_truncated": SEP + '{"step": 5, "eval_loss": ',
+        "huge_steps": "step,loss,lr\n-9223372036854775808,1,1\n9223372036854775807,2,2\n" + SEP,
+        "one_point": "step,loss,lr\n1,1,1\n" + SEP + '{"step": 1, "eval_loss": 0, "eval_x": -0.0}\n',
+    }
+
+
+# ---- TensorBoard event files (first byte: the step trimmed to) --------------
+def _crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(data):
+    crc = _crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(v):
+    v &= (1 << 64) - 1
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+
+
+def _event(step, tag=None, value=0.0, version=None):
+    body = b"\x09" + struct.pack("<d", 1.7e9 + step) + b"\x10" + _varint(step)
+    if version is not None:
+        body += b"\x1a" + _varint(len(version)) + version.encode()
+    else:
+        v = b"\x0a" + _varint(len(tag)) + tag.encode() + b"\x15" + struct.pack("<f", value)
+        summary = b"\x0a" + _varint(len(v)) + v
+        body += b"\x2a" + _varint(len(summary)) + summary
+    return body
+
+
+def _record(data, damage_crc=False):
+    length = struct.pack("<Q", len(data))
+    crc = _masked(data) ^ (1 if damage_crc else 0)
+    return length + struct.pack("<I", _masked(length)) + data + struct.pack("<I", crc)
+
+
+def tensorboard_corpus():
+    events = [_event(0, version="brain.Event:2")] + [_event(s, "train/loss", 1.0 / s) for s in range(1, 9)]
+    whole = b"".join(_record(e) for e in events)
+    return {
+        "intact_trim5": bytes([5]) + whole,
+        "intact_keep_all": bytes([200]) + whole,
+        "torn_tail": bytes([9]) + whole[:-7],
+        "torn_header": bytes([9]) + whole + b"\x10\x00\x00",
+        "bad_data_crc": bytes([9]) + b"".join(_record(e, damage_crc=(i == 4)) for i, e in enumerate(events)),
+        "bad_huge_length": bytes([3]) + whole[:40] + struct.pack("<Q", 1 << 62) + b"\0" * 12,
+        "bad_not_protobuf": bytes([3]) + _record(b"\xff" * 20) + whole,
+        "negative_step": bytes([3]) + _record(_event(-5, "x", 1.0)) + whole,
+        "empty": bytes([0]),
+        "resumed_repeats": bytes([4]) + whole + whole,
+    }
+
+
+# ---- checkpoint metadata (first byte even: attributes; odd: slice records) --
+def _attribute_lines(attrs):
+    out = []
+    for name, (kind, value) in attrs.items():
+        text = str(value) if kind != "s" else value.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append("%s\t%s\t%s" % (name, kind, text))
+    return "\n".join(out) + "\n"
+
+
+def _slice_records(records):
+    out = struct.pack("<q", len(records))
+    for name, dtype, shape, begin, count in records:
+        out += struct.pack("<q", len(name)) + name.encode() + struct.pack("<i", dtype)
+        out += struct.pack("<q", len(shape)) + b"".join(struct.pack("<q", d) for d in shape)
+        out += struct.pack("<qq", begin, count)
+    return out
+
+
+def checkpoint_corpus(root):
+    config = read(os.path.join(root, "configs/models/bert_tiny.json")).decode()
+    vocab = "\n".join(SMALL_VOCAB) + "\n"
+    state = {"kind": ("s", "shardtrain-train-checkpoint"), "step": ("i", 100), "epoch": ("i", 1),
+             "batches_consumed": ("i", 20), "seed": ("i", 42), "num_training_steps": ("i", 300),
+             "warmup_steps": ("i", 30), "base_lr": ("d", 2e-5), "world_size": ("i", 2),
+             "global_batch_size": ("i", 32), "strategy": ("s", "zero3"), "config_toml": ("s", "[train]\nlr = 2e-5\n"),
+             "model_config_json": ("s", config), "vocab_text": ("s", vocab), "lowercase": ("i", 0),
+             "metrics_json": ("s", '{"eval_f1": 0.8}'), "loss_sum": ("d", 12.5), "loss_count": ("i", 10),
+             "train_seconds": ("d", 33.0)}
+    fp16 = dict(state, skipped_steps=("i", 3), loss_scale=("d", 65536.0), loss_scale_good_steps=("i", 7),
+                loss_scale_hysteresis_left=("i", 2))
+    early = dict(fp16, early_stopping_best=("d", 0.8), early_stopping_best_step=("i", 50),
+                 early_stopping_bad_evals=("i", 2), early_stopped=("i", 1), stop_reason=("s", "the man running"))
+    def attrs(a):
+        return b"\x00" + _attribute_lines(a).encode()
+    def recs(knob, records):
+        return bytes([knob]) + _slice_records(records)
+    I64MAX = (1 << 63) - 1
+    return {
+        "attrs_state": attrs(state),
+        "attrs_fp16": attrs(fp16),
+        "attrs_early_stopped": attrs(early),
+        "attrs_bad_kind": attrs(dict(state, kind=("s", "something-else"))),
+        "attrs_no_kind": attrs({k: v for k, v in state.items() if k != "kind"}),
+        "attrs_missing_step": attrs({k: v for k, v in state.items() if k != "step"}),
+        "attrs_wrong_type": attrs(dict(state, step=("d", 1.5), strategy=("i", 3))),
+        "attrs_negative": attrs(dict(state, step=("i", -1), world_size=("i", 0))),
+        "attrs_skipped_above_step": attrs(dict(fp16, skipped_steps=("i", 101))),
+        "attrs_hostile_config": attrs(dict(state, model_config_json=("s", '{"hidden_size": 4611686018427387904, '
+                                                                     '"num_attention_heads": 1, "vocab_size": 3}'))),
+        "attrs_bad_vocab": attrs(dict(state, vocab_text=("s", "hello\nworld\n"))),
+        "records_write_two_ranks": recs(1 | 8, [("w", 0, [4, 4], 0, 8), ("w", 0, [4, 4], 8, 8), ("b", 3, [4], 0, 4)]),
+        "records_read": recs(3, [("w", 1, [10], 2, 5), ("s", 2, [], 0, 1), ("e", 0, [0, 7], 0, 0)]),
+        "records_bad_dtype": recs(1, [("w", 7, [4], 0, 4)]),
+        "records_negative_dtype": recs(1, [("w", -2147483648, [4], 0, 4)]),
+        "records_shape_overflow": recs(1, [("w", 0, [1 << 40, 1 << 40], 0, 1)]),
+        "records_negative_dim": recs(1, [("w", 0, [-4, -4], 0, 16)]),
+        "records_range_overflow": recs(1, [("w", 0, [I64MAX], I64MAX, I64MAX)]),
+        "records_overlap": recs(1 | 8, [("w", 0, [8], 0, 6), ("w", 0, [8], 4, 4)]),
+        "records_truncated": recs(1, [("w", 0, [8], 0, 8)])[:-5],
+        "records_huge_count": b"\x01" + struct.pack("<q", 1 << 60),
+    }
+
+
+def corpora(root):
+    return {"safetensors_index": index_corpus(), "hf_config": hf_config_corpus(root),
+            "run_config": run_config_corpus(root), "deepspeed": deepspeed_corpus(root),
+            "tokenizer": tokenizer_corpus(), "reader": reader_corpus(root), "curves": curves_corpus(),
+            "tensorboard": tensorboard_corpus(), "checkpoint": checkpoint_corpus(root)}
