@@ -16,6 +16,7 @@
 
 #include "data/unicode_text.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/json_read.h"
 #include "shardtrain/core/log.h"
 
 namespace shardtrain {
@@ -474,13 +475,7 @@ Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
   SpecialTokenNames names;
   std::optional<bool> lowercase;
   if (file_exists(config_path)) {
-    std::ifstream file(config_path);
-    nlohmann::json config;
-    try {
-      file >> config;
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("cannot parse '" + config_path + "': " + e.what());
-    }
+    const nlohmann::json config = read_user_json_file(config_path, "tokenizer config");  // core/json_read.h
     if (!config.is_object()) throw Error("'" + config_path + "' must hold a JSON object");
     if (config.contains("do_lower_case") && !config["do_lower_case"].is_null()) {
       lowercase = read_bool(config, "do_lower_case", true, config_path);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/json_read.h"
 
 namespace shardtrain {
 namespace {
@@ -279,14 +280,7 @@ void SafetensorsStreamWriter::commit() {
 }
 
 std::map<std::string, std::string> read_safetensors_index(const std::string& index_path) {
-  std::ifstream in(index_path);
-  if (!in) throw Error(index_path + ": cannot open sharded checkpoint index");
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(index_path + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json index = read_user_json_file(index_path, "sharded checkpoint index");
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw Error(index_path + ": no \"weight_map\" object (expected {\"weight_map\": {tensor name: shard file}})");
   std::map<std::string, std::string> weight_map;
