@@ -14,6 +14,8 @@ std::string shortest_text(double value) {
   return buffer;
 }
 
+std::string seconds_text(double seconds) { return shortest_text(seconds) + " s"; }
+
 std::string clip_for_message(const std::string& text, std::size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
   std::size_t end = max_bytes;
