@@ -120,7 +120,7 @@ TEST_CASE("a wrong type names the key and the value") {
   // A table given one value is a table, not an unknown key.
   const std::string table = error_of(s.config("[train]\nlr_scheduler_kwargs = 0.5\n"));
   CHECK(table.find("train.lr_scheduler_kwargs in ") == 0);
-  CHECK(table.find("is a table of keys (num_cycles, lr_end") != std::string::npos);
+  CHECK(table.find("is a table of keys (num_cycles, timescale") != std::string::npos);
   CHECK(table.find("unknown key") == std::string::npos);
   CHECK(error_of(s.config(""), {{"train.lr_scheduler_kwargs", "3"}}).find("train.lr_scheduler_kwargs (on the command "
                                                                             "line): is a table of keys") == 0);

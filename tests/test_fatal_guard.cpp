@@ -31,7 +31,7 @@ TEST_CASE("with a FATAL in progress a checkpoint is not committed; without one i
   const ScratchDir scratch("fatal_guard");
   const std::string& dir = scratch.dir;
   const std::string path = dir + "/checkpoint_000001.h5";
-  detail::set_fatal_in_progress_for_test(true);
+  shardtrain::detail::set_fatal_in_progress_for_test(true);
   std::string message;
   {
     CheckpointWriter writer(path, MPI_COMM_SELF);
@@ -42,7 +42,7 @@ TEST_CASE("with a FATAL in progress a checkpoint is not committed; without one i
       message = e.what();
     }
   }
-  detail::set_fatal_in_progress_for_test(false);
+  shardtrain::detail::set_fatal_in_progress_for_test(false);
   CHECK(contains(message, "not done, a FATAL error is ending this job"));
   CHECK_FALSE(fatal_guard_exists(path));
   {
