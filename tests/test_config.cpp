@@ -120,6 +120,13 @@ TEST_CASE("a wrong type names the key and the value") {
   CHECK(error_of(s.config(""), {{"data.drop_last", "maybe"}}) ==
         "data.drop_last: expected true or false, got 'maybe' (on the command line)");
   CHECK(error_of(s.config("[train]\nlr = [1, 2]\n")).find("train.lr") == 0);
+  // A table given one value is a table, not an unknown key.
+  const std::string table = error_of(s.config("[train]\nlr_scheduler_kwargs = 0.5\n"));
+  CHECK(table.find("train.lr_scheduler_kwargs in ") == 0);
+  CHECK(table.find("is a table of keys (num_cycles, timescale") != std::string::npos);
+  CHECK(table.find("unknown key") == std::string::npos);
+  CHECK(error_of(s.config(""), {{"train.lr_scheduler_kwargs", "3"}}).find("train.lr_scheduler_kwargs (on the command "
+                                                                            "line): is a table of keys") == 0);
 }
 
 TEST_CASE("a bad value names the key and what is allowed") {

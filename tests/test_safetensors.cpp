@@ -178,6 +178,9 @@ TEST_CASE("malformed files are refused with a message naming the problem") {
                  "__metadata__ value for 'format' is not a string");
   expect_refused("deep_nesting", file_with("{\"a\":" + std::string(5000, '[') + std::string(5000, ']') + "}", 0),
                  "nested deeper");
+  expect_refused("duplicate_tensor", file_with(R"({"a":{)" + f32x2 + R"(,"data_offsets":[0,8]},"a":{)" + f32x2 +
+                                                  R"(,"data_offsets":[0,8]}})", 8),
+                 "key \"a\" appears twice in the top-level object");
   expect_refused("directory_like_name_is_fine_but_gap",
                  file_with(R"({"../../etc/passwd":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2), "gap");
 

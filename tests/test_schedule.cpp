@@ -245,6 +245,7 @@ TEST_CASE("config checks name the key") {
   CHECK_THROWS_WITH_AS(train_with("cosine_annealing", 3e-4),
                        "train.lr_scheduler_type = 'cosine_annealing': allowed values are \"linear\", \"cosine\", "
                        "\"cosine_with_restarts\", \"polynomial\", \"constant\", \"constant_with_warmup\", "
+                       "\"inverse_sqrt\", \"cosine_with_min_lr\", \"warmup_stable_decay\", "
                        "\"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\"",
                        Error);
 
@@ -259,7 +260,8 @@ TEST_CASE("config checks name the key") {
   CHECK(error_of_schedule(t, {"train.lr_scheduler_kwargs.power"}) == "(no error)");
   t.lr_scheduler_kwargs.num_cycles = 2.0;
   CHECK(error_of_schedule(t, {"train.lr_scheduler_kwargs.num_cycles"}).find(
-            "only applies when train.lr_scheduler_type is \"cosine\" or \"cosine_with_restarts\"") !=
+            "only applies when train.lr_scheduler_type is \"cosine\", \"cosine_with_restarts\", "
+            "\"cosine_with_min_lr\" or \"warmup_stable_decay\"") !=
         std::string::npos);
 
   t = train_with("polynomial", 1e-7);  // transformers: lr_end must be smaller than the initial lr

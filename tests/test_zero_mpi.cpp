@@ -324,6 +324,10 @@ TEST_CASE("make_strategy builds every parallel.strategy and refuses what does no
   p = ParallelConfig{};
   p.offload_optimizer = OffloadDevice::kCpu;
   CHECK(error_of([&] { built(p); }).find("needs a sharded strategy") != std::string::npos);
+  // fsdp's NO_SHARD is ddp underneath: the message names NO_SHARD, not ddp.
+  p.strategy = StrategyKind::kFsdp;
+  p.fsdp.sharding_strategy = FsdpShardingStrategy::kNoShard;
+  CHECK(error_of([&] { built(p); }).find("\"NO_SHARD\": NO_SHARD shards nothing") != std::string::npos);
 }
 
 // ---- the training job end to end (helpers as in test_train_mpi.cpp) ----

@@ -23,6 +23,7 @@
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fatal_guard.h"
 #include "shardtrain/core/fs_util.h"
 
 namespace shardtrain {
@@ -320,6 +321,7 @@ void CheckpointWriter::commit() {
       throw Error("cannot write checkpoint " + w.temporary_path + " (fsync): " + os_error_text(error));
     }
     ::close(fd);
+    refuse_if_fatal_in_progress("renaming " + w.temporary_path + " to " + w.final_path);
     if (std::rename(w.temporary_path.c_str(), w.final_path.c_str()) != 0)
       throw Error("cannot rename " + w.temporary_path + " to " + w.final_path + ": " + os_error_text(errno));
     const int directory = open(file_directory(w.final_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -20,6 +20,7 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/train/checkpoint_model.h"
@@ -59,10 +60,20 @@ int64_t count_lines(const std::string& text) {
   return lines;
 }
 
+// Before HDF5 opens it: a folder, a FIFO (opening would block) or a loop of
+// symbolic links gets a message naming it.
+void require_checkpoint_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    throw Error(path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+  // A missing file is left to the reader ("... does not exist").
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, error)))
+    require_regular_file(path, "inspect: the checkpoint file");
+}
+
 // Everything inspect reports, as the --json object; the text form is printed from it.
 nlohmann::json summarize(const std::string& path) {
-  if (std::filesystem::is_directory(path))
-    throw Error(path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+  require_checkpoint_file(path);
   CheckpointReader reader(path, MPI_COMM_SELF);
   const TrainState state = read_train_state(reader);
   const EncoderConfig config = EncoderConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
@@ -193,8 +204,7 @@ void print_text(const nlohmann::json& s) {
 // attributes a training checkpoint needs, and the tensors against its model
 // config. Error (exit 2) naming the file and the first problem.
 void verify(const std::string& path) {
-  if (std::filesystem::is_directory(path))
-    throw Error(path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+  require_checkpoint_file(path);
   const CheckpointVerification v = verify_checkpoint(path);
   CheckpointReader reader(path, MPI_COMM_SELF);
   const TrainState state = read_train_state(reader);
@@ -221,8 +231,7 @@ void run_inspect(const World& world, const InspectFlags& flags) {
       return;
     }
     if (flags.config) {
-      if (std::filesystem::is_directory(flags.path))
-        throw Error(flags.path + " is a folder; inspect reads a training checkpoint file (checkpoint_<n>.h5)");
+      require_checkpoint_file(flags.path);
       CheckpointReader reader(flags.path, MPI_COMM_SELF);
       const TrainState state = read_train_state(reader);
       if (state.config_toml.empty()) throw Error(flags.path + ": the checkpoint stores no run config");

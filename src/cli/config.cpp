@@ -199,7 +199,18 @@ void assign(RunConfig& config, const std::string& key, const std::string* text, 
       throw Error(std::string(e.what()) + where);
     }
   });
-  if (!found) throw Error("unknown key " + quote(key) + where + suggestion_for(key));
+  if (found) return;
+  // A section (train.lr_scheduler_kwargs) given one value: say it is a table.
+  std::string children;
+  visit_config_keys(config, [&](const char* name, auto&, const char*) {
+    const std::string child(name);
+    if (child.size() > key.size() + 1 && child.compare(0, key.size() + 1, key + ".") == 0)
+      children += (children.empty() ? "" : ", ") + child.substr(key.size() + 1);
+  });
+  if (!children.empty())
+    throw Error(key + where + ": is a table of keys (" + children + "), not one value; write [" + key +
+                "] with name = value lines in a config file, or --" + key + ".<name> VALUE on the command line");
+  throw Error("unknown key " + quote(key) + where + suggestion_for(key));
 }
 
 void assign_table(RunConfig& config, const toml::table& table, const std::string& prefix, const std::string& file,

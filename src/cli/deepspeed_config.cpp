@@ -8,11 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <string>
 
 #include "cli/deepspeed_resolver.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/json_read.h"
 
 namespace shardtrain {
 namespace deepspeed {
@@ -104,14 +104,9 @@ DeepSpeedResolution apply_deepspeed_config(RunConfig& config, const DeepSpeedCon
   const std::string& path = config.parallel.deepspeed_config;
   if (path.empty()) return {};
   ST_ASSERT(context.world_size >= 1, "world size must be >= 1");
-  std::ifstream in(path);
-  if (!in) throw Error("parallel.deepspeed_config = '" + path + "': no such file (or it cannot be read)");
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error("parallel.deepspeed_config = '" + path + "': not valid JSON: " + e.what());
-  }
+  // A folder, FIFO or symlink loop is refused before opening; depth and
+  // duplicate keys are checked while parsing (core/json_read.h).
+  const json root = read_user_json_file(path, "parallel.deepspeed_config");
   if (!root.is_object()) throw Error("parallel.deepspeed_config = '" + path + "': expected a JSON object { ... }");
 
   deepspeed::Resolver resolver(config, context);

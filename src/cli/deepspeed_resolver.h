@@ -35,6 +35,7 @@
 
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/choices.h"
+#include "shardtrain/core/json_read.h"
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/core/text.h"
 
@@ -76,10 +77,10 @@ class Resolver {
  private:
   // A problem names the key and its value (or "(absent)"); a line says what a key became.
   void problem(const std::string& key, const json* value, const std::string& why) {
-    problems.push_back(value ? key + " = " + value->dump() + ": " + why : key + " (absent): " + why);
+    problems.push_back(value ? key + " = " + json_for_message(*value) + ": " + why : key + " (absent): " + why);
   }
   void line(const std::string& key, const json* value, const std::string& result) {
-    out.lines.push_back(key + " = " + (value ? value->dump() : "(absent)") + " -> " + result);
+    out.lines.push_back(key + " = " + (value ? json_for_message(*value) : "(absent)") + " -> " + result);
   }
 
   // Writes a JSON-decided value into the run config, unless the user set that

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <optional>
 #include <set>
 #include <string>
@@ -242,14 +241,7 @@ int64_t model_hidden_size(const ModelConfig& model) {
   if (!model.config.empty() && (model.init == ModelInit::kRandom || model.path.empty())) file = model.config;
   else if (!model.path.empty()) file = model.path + "/config.json";
   if (file.empty()) throw Error("neither model.config nor model.path names a config.json with hidden_size");
-  std::ifstream in(file);
-  if (!in) throw Error("cannot open '" + file + "' to read the model's hidden_size");
-  json config;
-  try {
-    config = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error("cannot parse '" + file + "' (JSON): " + e.what());
-  }
+  const json config = read_user_json_file(file, "the model's config.json (for its hidden_size)");
   if (config.is_object()) {
     if (const json* sizes = find(config, "hidden_sizes"); sizes && sizes->is_array() && !sizes->empty()) {
       int64_t largest = 0;

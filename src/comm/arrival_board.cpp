@@ -10,6 +10,7 @@
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 
@@ -161,10 +162,11 @@ void ArrivalBoard::abort_on_timeout(uint64_t sequence, const std::string& operat
   const std::string missing = describe_missing(sequence, "collective");
   const std::string phases = current_phase_names();
   fatal("collective timeout", file, line,
-        str_format("%s (collective #%llu on a communicator of %d ranks%s) did not complete within %.0f s; %s. Raise "
+        str_format("%s (collective #%llu on a communicator of %d ranks%s) did not complete within %s; %s. Raise "
                    "run.collective_timeout_s if this step is legitimately slow.",
                    operation.c_str(), static_cast<unsigned long long>(sequence), size_,
-                   phases.empty() ? "" : (", during " + phases).c_str(), timeout_s, missing.c_str()));
+                   phases.empty() ? "" : (", during " + phases).c_str(), seconds_text(timeout_s).c_str(),
+                   missing.c_str()));
 }
 
 }  // namespace shardtrain

@@ -18,6 +18,7 @@
 #include "comm/watchdog_internal.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 namespace {
@@ -131,20 +132,20 @@ class Watchdog {
   [[noreturn]] static void fire(const OpenPhase& phase) {
     if (phase.comm_size == 1)
       fatal("phase timeout", phase.file, phase.line,
-            str_format("%s (on this rank alone) did not complete within %.0f s. Raise run.collective_timeout_s if "
+            str_format("%s (on this rank alone) did not complete within %s. Raise run.collective_timeout_s if "
                        "this phase is legitimately slow.",
-                       phase.name.c_str(), phase.timeout_s));
+                       phase.name.c_str(), seconds_text(phase.timeout_s).c_str()));
     const std::string missing =
         phase.board && phase.board->board
             ? phase.board->board->describe_missing(phase.sequence, "phase")
             : std::string("world ranks that did not arrive: unknown (the communicator's arrival board was not "
                           "built yet)");
     fatal("phase timeout", phase.file, phase.line,
-          str_format("%s (phase #%llu on a communicator of %d ranks%s) did not complete within %.0f s; %s. Raise "
+          str_format("%s (phase #%llu on a communicator of %d ranks%s) did not complete within %s; %s. Raise "
                      "run.collective_timeout_s if this phase is legitimately slow.",
                      phase.name.c_str(), static_cast<unsigned long long>(phase.sequence), phase.comm_size,
-                     phase.context.empty() ? "" : (", during " + phase.context).c_str(), phase.timeout_s,
-                     missing.c_str()));
+                     phase.context.empty() ? "" : (", during " + phase.context).c_str(),
+                     seconds_text(phase.timeout_s).c_str(), missing.c_str()));
   }
 
   std::mutex mutex_;

@@ -1,9 +1,11 @@
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fatal_guard.h"
 
 #include <hdf5.h>
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -20,7 +22,20 @@ std::string process_label() {
   return std::string(host) + ":rank " + (rank >= 0 ? std::to_string(rank) : std::string("?"));
 }
 
+namespace {
+std::atomic<bool> g_fatal_in_progress{false};
+}  // namespace
+
+bool fatal_in_progress() { return g_fatal_in_progress.load(); }
+
+void refuse_if_fatal_in_progress(const std::string& what) {
+  if (g_fatal_in_progress.load()) throw Error(what + ": not done, a FATAL error is ending this job");
+}
+
+void detail::set_fatal_in_progress_for_test(bool value) { g_fatal_in_progress.store(value); }
+
 void fatal(const char* library, const char* file, int line, const std::string& message) {
+  g_fatal_in_progress.store(true);  // before anything that can block: see refuse_if_fatal_in_progress
   const char* base = file;
   for (const char* p = file; *p; ++p)
     if (*p == '/') base = p + 1;

@@ -134,6 +134,24 @@ void append_line(const std::string& path, const std::string& line) {
   if (::close(fd) != 0) fail("append to", path, errno);
 }
 
+void require_regular_file(const std::string& path, const std::string& what) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    if (error == ELOOP)
+      throw Error(what + " = '" + path + "': a loop of symbolic links (" + os_error_text(error) + "); point it at a file");
+    if (error == ENOENT) throw Error(what + " = '" + path + "': no such file");
+    throw Error(what + " = '" + path + "': cannot read it: " + os_error_text(error));
+  }
+  if (S_ISREG(info.st_mode)) return;
+  const char* kind = S_ISDIR(info.st_mode)    ? "a folder"
+                     : S_ISFIFO(info.st_mode) ? "a FIFO (named pipe)"
+                     : S_ISSOCK(info.st_mode) ? "a socket"
+                     : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode) ? "a device"
+                                                                      : "something other than a regular file";
+  throw Error(what + " = '" + path + "': is " + kind + ", not a file");
+}
+
 std::string read_file(const std::string& path, const std::string& what) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(what + ": cannot read " + path + ": " + os_error_text(errno));

@@ -1,5 +1,6 @@
 #include "shardtrain/core/text.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,6 +13,16 @@ std::string shortest_text(double value) {
     if (std::strtod(buffer, nullptr) == value) break;
   }
   return buffer;
+}
+
+std::string seconds_text(double seconds) {
+  // Whole seconds as plain digits (shortest_text(600) is "6e+02"), the rest as read back exactly.
+  if (seconds == std::floor(seconds) && std::fabs(seconds) < 1e15) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.0f s", seconds);
+    return buffer;
+  }
+  return shortest_text(seconds) + " s";
 }
 
 std::string clip_for_message(const std::string& text, std::size_t max_bytes) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shardtrain/core/json_read.h"
 #include "shardtrain/core/check.h"
 
 namespace shardtrain::tokjson {
@@ -22,12 +23,8 @@ std::optional<std::string> read_optional(const std::string& path) {
 }
 
 json parse_object(const std::string& text, const std::string& name) {
-  json value;
-  try {
-    value = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error("cannot parse '" + name + "' as JSON: " + e.what());
-  }
+  // Bounded nesting, duplicate keys refused, clipped messages (core/json_read.h).
+  const json value = parse_user_json(text, "cannot parse '" + name + "' as JSON");
   if (!value.is_object()) throw Error("'" + name + "' must hold a JSON object");
   return value;
 }

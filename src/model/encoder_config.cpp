@@ -15,6 +15,8 @@
 
 #include "model/config_json.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
+#include "shardtrain/core/json_read.h"
 #include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/text.h"
@@ -199,12 +201,7 @@ const char* family_name(ModelFamily family) {
 }
 
 EncoderConfig EncoderConfig::from_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(source + ": not valid JSON: " + e.what());
-  }
+  const json j = parse_user_json(text, source);  // depth and duplicate keys: core/json_read.h
   if (!j.is_object()) throw Error(source + ": expected a JSON object");
 
   const std::string model_type = read_string(j, "model_type", "bert", source);
@@ -258,6 +255,7 @@ EncoderConfig EncoderConfig::from_json(const std::string& text, const std::strin
 }
 
 EncoderConfig EncoderConfig::from_file(const std::string& path) {
+  require_regular_file(path, "model config");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open model config");
   std::stringstream text;

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
+#include "shardtrain/core/json_read.h"
 #include "shardtrain/core/text.h"
 
 namespace shardtrain {
@@ -275,6 +277,7 @@ void SafetensorsStreamWriter::commit() {
 }
 
 std::map<std::string, std::string> read_safetensors_index(const std::string& index_path) {
+  require_regular_file(index_path, "sharded checkpoint index");  // a folder or a FIFO is refused before opening
   std::ifstream in(index_path, std::ios::binary);
   if (!in) throw Error(index_path + ": cannot open sharded checkpoint index");
   std::ostringstream text;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/json_read.h"
 
 namespace shardtrain {
 namespace {
@@ -135,16 +136,13 @@ SafetensorsHeader parse_safetensors(const uint8_t* bytes, std::size_t size, cons
   if (header_bytes == 0 || text[0] != '{') fail(source, "header does not start with '{'");
 
   // A valid header is at most 3 levels deep (root, entry, shape); refusing deeper
-  // nesting while parsing bounds the work a hostile header can cause.
-  json::parser_callback_t limit_depth = [&source](int depth, json::parse_event_t event, json&) {
-    if (depth > 3) fail(source, "header JSON is nested deeper than a safetensors header can be");
-    return true;
-  };
+  // nesting while parsing bounds the work a hostile header can cause. A tensor
+  // named twice is refused too (core/json_read.h).
   json header;
   try {
-    header = json::parse(text, text + header_bytes, limit_depth);
-  } catch (const json::exception& e) {
-    fail(source, std::string("header is not valid JSON: ") + e.what());
+    header = parse_user_json(std::string(text, header_bytes), "header", 3);
+  } catch (const Error& e) {
+    fail(source, e.what());
   }
   if (!header.is_object()) fail(source, "header is not a JSON object");
 
@@ -240,12 +238,7 @@ std::string serialize_safetensors_header(const std::vector<SafetensorsBlob>& blo
 }
 
 std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& source) {
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(source + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json index = parse_user_json(text, source);  // core/json_read.h
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw Error(source + ": no \"weight_map\" object (expected {\"weight_map\": {tensor name: shard file}})");
   std::map<std::string, std::string> weight_map;

@@ -62,7 +62,15 @@ struct KwargUse {
 };
 const std::vector<KwargUse>& kwarg_uses() {
   static const std::vector<KwargUse> uses = {
-      {"train.lr_scheduler_kwargs.num_cycles", {Type::kCosine, Type::kCosineWithRestarts}},
+      {"train.lr_scheduler_kwargs.num_cycles",
+       {Type::kCosine, Type::kCosineWithRestarts, Type::kCosineWithMinLr, Type::kWarmupStableDecay}},
+      {"train.lr_scheduler_kwargs.timescale", {Type::kInverseSqrt}},
+      {"train.lr_scheduler_kwargs.min_lr", {Type::kCosineWithMinLr}},
+      {"train.lr_scheduler_kwargs.min_lr_rate", {Type::kCosineWithMinLr}},
+      {"train.lr_scheduler_kwargs.num_decay_steps", {Type::kWarmupStableDecay}},
+      {"train.lr_scheduler_kwargs.num_stable_steps", {Type::kWarmupStableDecay}},
+      {"train.lr_scheduler_kwargs.decay_type", {Type::kWarmupStableDecay}},
+      {"train.lr_scheduler_kwargs.min_lr_ratio", {Type::kWarmupStableDecay}},
       {"train.lr_scheduler_kwargs.lr_end", {Type::kPolynomial}},
       {"train.lr_scheduler_kwargs.power", {Type::kPolynomial}},
       {"train.lr_scheduler_kwargs.warmup_min_lr", {Type::kWarmupLR, Type::kWarmupDecayLR}},
@@ -79,6 +87,13 @@ const std::vector<KwargUse>& kwarg_uses() {
 bool kwarg_changed(const LrSchedulerKwargs& k, const std::string& key) {
   const LrSchedulerKwargs d;
   if (key == "train.lr_scheduler_kwargs.num_cycles") return k.num_cycles.has_value();
+  if (key == "train.lr_scheduler_kwargs.timescale") return k.timescale != d.timescale;
+  if (key == "train.lr_scheduler_kwargs.min_lr") return k.min_lr.has_value();
+  if (key == "train.lr_scheduler_kwargs.min_lr_rate") return k.min_lr_rate.has_value();
+  if (key == "train.lr_scheduler_kwargs.num_decay_steps") return k.num_decay_steps != d.num_decay_steps;
+  if (key == "train.lr_scheduler_kwargs.num_stable_steps") return k.num_stable_steps != d.num_stable_steps;
+  if (key == "train.lr_scheduler_kwargs.decay_type") return k.decay_type != d.decay_type;
+  if (key == "train.lr_scheduler_kwargs.min_lr_ratio") return k.min_lr_ratio != d.min_lr_ratio;
   if (key == "train.lr_scheduler_kwargs.lr_end") return k.lr_end != d.lr_end;
   if (key == "train.lr_scheduler_kwargs.power") return k.power != d.power;
   if (key == "train.lr_scheduler_kwargs.warmup_min_lr") return k.warmup_min_lr != d.warmup_min_lr;
@@ -119,6 +134,25 @@ void validate_lr_schedule_config(const TrainConfig& t, const std::set<std::strin
   at_least_zero("train.lr_scheduler_kwargs.total_num_steps", static_cast<double>(k.total_num_steps));
   at_least_zero("train.lr_scheduler_kwargs.warmup_min_ratio", k.warmup_min_ratio);
   at_least_zero("train.lr_scheduler_kwargs.cos_min_ratio", k.cos_min_ratio);
+  at_least_zero("train.lr_scheduler_kwargs.timescale", static_cast<double>(k.timescale));
+  if (k.min_lr) at_least_zero("train.lr_scheduler_kwargs.min_lr", *k.min_lr);
+  if (k.min_lr_rate) at_least_zero("train.lr_scheduler_kwargs.min_lr_rate", *k.min_lr_rate);
+  at_least_zero("train.lr_scheduler_kwargs.num_decay_steps", static_cast<double>(k.num_decay_steps));
+  at_least_zero("train.lr_scheduler_kwargs.min_lr_ratio", k.min_lr_ratio);
+  if (k.num_stable_steps < -1)
+    throw Error("train.lr_scheduler_kwargs.num_stable_steps = " + std::to_string(k.num_stable_steps) +
+                ": must be >= 0, or -1 for the run's steps minus warmup and decay");
+  // transformers' get_cosine_with_min_lr_schedule_with_warmup raises the same two ValueErrors.
+  if (type == Type::kCosineWithMinLr && k.min_lr.has_value() == k.min_lr_rate.has_value())
+    throw Error(std::string("train.lr_scheduler_type = \"cosine_with_min_lr\" needs exactly one of "
+                            "train.lr_scheduler_kwargs.min_lr and train.lr_scheduler_kwargs.min_lr_rate (") +
+                (k.min_lr ? "both are set)" : "neither is set)"));
+  if (type == Type::kCosineWithMinLr && k.min_lr && !(t.lr > 0))
+    throw Error("train.lr_scheduler_kwargs.min_lr needs train.lr > 0 (min_lr_rate = min_lr / train.lr)");
+  // transformers' get_scheduler: "warmup_stable_decay requires `num_decay_steps`".
+  if (type == Type::kWarmupStableDecay && k.num_decay_steps <= 0)
+    throw Error("train.lr_scheduler_type = \"warmup_stable_decay\" needs train.lr_scheduler_kwargs.num_decay_steps "
+                "(> 0), the steps of its decay");
   // transformers raises the same ValueError in get_polynomial_decay_schedule_with_warmup.
   if (type == Type::kPolynomial && !(t.lr > k.lr_end))
     throw Error("train.lr_scheduler_kwargs.lr_end = " + shortest_text(k.lr_end) + " must be smaller than train.lr = " +
@@ -144,9 +178,33 @@ LrSchedule::LrSchedule(const TrainConfig& train, int64_t num_training_steps, int
   validate_lr_schedule_config(train, {});
   if (type_ == Type::kCosine) num_cycles_ = kwargs_.num_cycles.value_or(0.5);
   if (type_ == Type::kCosineWithRestarts) num_cycles_ = kwargs_.num_cycles.value_or(1.0);
+  if (type_ == Type::kCosineWithMinLr || type_ == Type::kWarmupStableDecay)
+    num_cycles_ = kwargs_.num_cycles.value_or(0.5);
+  if (type_ == Type::kCosineWithMinLr)
+    min_lr_rate_ = kwargs_.min_lr ? *kwargs_.min_lr / base_lr_ : kwargs_.min_lr_rate.value_or(0.0);
+  if (type_ == Type::kInverseSqrt)
+    timescale_ = kwargs_.timescale > 0 ? kwargs_.timescale : num_warmup_steps > 0 ? num_warmup_steps : 10000;
+  if (type_ == Type::kWarmupStableDecay) {
+    stable_steps_ = kwargs_.num_stable_steps >= 0 ? kwargs_.num_stable_steps
+                                                  : num_training_steps - num_warmup_steps - kwargs_.num_decay_steps;
+    if (stable_steps_ < 0)
+      throw Error(str_format("warmup_stable_decay: warmup (%lld) + num_decay_steps (%lld) exceed the run's %lld steps; "
+                             "set train.lr_scheduler_kwargs.num_decay_steps smaller (or num_stable_steps)",
+                             static_cast<long long>(num_warmup_steps),
+                             static_cast<long long>(kwargs_.num_decay_steps),
+                             static_cast<long long>(num_training_steps)));
+  }
   if (is_deepspeed_type(type_)) {
     deepspeed_warmup_steps_ = std::max<int64_t>(2, num_warmup_steps);
     deepspeed_total_steps_ = kwargs_.total_num_steps > 0 ? kwargs_.total_num_steps : num_training_steps;
+    // DeepSpeed's WarmupCosineLR warns the same way: past the warmup its cosine
+    // runs backwards (total - warmup < 0) and the lr swings.
+    if (type_ == Type::kWarmupCosineLR && deepspeed_total_steps_ < deepspeed_warmup_steps_)
+      log_warn("WarmupCosineLR: total_num_steps (%lld) is less than the warmup (max(2, warmup_num_steps) = %lld): "
+               "after the warmup the cosine runs backwards and the learning rate swings, as in DeepSpeed; set "
+               "train.lr_scheduler_kwargs.total_num_steps above the warmup, or 0 for the run's %lld steps",
+               static_cast<long long>(deepspeed_total_steps_), static_cast<long long>(deepspeed_warmup_steps_),
+               static_cast<long long>(num_training_steps));
     // DeepSpeed divides by total_num_steps - warmup once the warmup is over; the
     // last update, k = T - 1, runs at iteration T - 2.
     if (type_ == Type::kWarmupCosineLR && deepspeed_total_steps_ == deepspeed_warmup_steps_ &&
@@ -176,7 +234,12 @@ double LrSchedule::transformers_lr(int64_t s) const {
     if (s < W) return base * (static_cast<double>(s) / std::max(1.0, static_cast<double>(W)));
     return base * 1.0;
   }
+  if (type_ == Type::kWarmupStableDecay) return base * wsd_factor(s);
   if (s < W) return base * (static_cast<double>(s) / static_cast<double>(std::max<int64_t>(1, W)));
+  if (type_ == Type::kInverseSqrt) {
+    const double shift = static_cast<double>(timescale_ - W);
+    return base * (1.0 / std::sqrt((static_cast<double>(s) + shift) / static_cast<double>(timescale_)));
+  }
   if (type_ == Type::kPolynomial) {
     const double lr_end = kwargs_.lr_end;
     if (s > T) return base * (lr_end / base);
@@ -190,10 +253,35 @@ double LrSchedule::transformers_lr(int64_t s) const {
   }
   const double progress = static_cast<double>(s - W) / static_cast<double>(std::max<int64_t>(1, T - W));
   if (type_ == Type::kCosine) return base * std::max(0.0, 0.5 * (1.0 + std::cos(kPi * num_cycles_ * 2.0 * progress)));
+  if (type_ == Type::kCosineWithMinLr) {
+    double factor = 0.5 * (1.0 + std::cos(kPi * num_cycles_ * 2.0 * progress));
+    factor = factor * (1 - min_lr_rate_) + min_lr_rate_;
+    return base * std::max(0.0, factor);
+  }
   ST_ASSERT(type_ == Type::kCosineWithRestarts, std::string("unknown schedule type ") + choice_name(type_));
   if (progress >= 1.0) return base * 0.0;
   // Python's % and fmod agree for the non-negative operands here.
   return base * std::max(0.0, 0.5 * (1.0 + std::cos(kPi * std::fmod(num_cycles_ * progress, 1.0))));
+}
+
+// transformers' _get_wsd_scheduler_lambda with warmup_type "linear".
+double LrSchedule::wsd_factor(int64_t s) const {
+  const int64_t W = num_warmup_steps_, S = stable_steps_, D = kwargs_.num_decay_steps;
+  const double floor_ratio = kwargs_.min_lr_ratio;
+  if (s < W) {
+    const double progress = static_cast<double>(s) / static_cast<double>(std::max<int64_t>(1, W));
+    return std::max(0.0, progress * (1.0 - floor_ratio) + floor_ratio);
+  }
+  if (s < W + S) return 1.0;
+  if (s < W + S + D) {
+    const double progress = static_cast<double>(s - W - S) / static_cast<double>(std::max<int64_t>(1, D));
+    double factor;
+    if (kwargs_.decay_type == WsdDecayType::kLinear) factor = 1.0 - progress;
+    else if (kwargs_.decay_type == WsdDecayType::kCosine) factor = 0.5 * (1.0 + std::cos(kPi * num_cycles_ * 2.0 * progress));
+    else factor = 1.0 - std::sqrt(progress);
+    return std::max(0.0, factor * (1.0 - floor_ratio) + floor_ratio);
+  }
+  return floor_ratio;
 }
 
 double LrSchedule::deepspeed_warmup_gamma(int64_t i) const {
@@ -250,6 +338,16 @@ std::string LrSchedule::describe() const {
     return "polynomial (transformers): " + warmup + "decay with power " + shortest_text(kwargs_.power) + " to lr_end " +
            shortest_text(kwargs_.lr_end) + " at step " + T;
   if (type_ == Type::kConstant) return "constant (transformers): " + base + " at every step";
+  if (type_ == Type::kInverseSqrt)
+    return "inverse_sqrt (transformers): " + warmup + base + " / sqrt((step + " + std::to_string(timescale_ - num_warmup_steps_) +
+           ") / " + std::to_string(timescale_) + ")";
+  if (type_ == Type::kCosineWithMinLr)
+    return "cosine_with_min_lr (transformers): " + warmup + "cosine with num_cycles " + shortest_text(num_cycles_) +
+           " down to " + shortest_text(min_lr_rate_) + " x " + base + " over the steps up to " + T;
+  if (type_ == Type::kWarmupStableDecay)
+    return "warmup_stable_decay (transformers): " + warmup + std::to_string(stable_steps_) + " steps at " + base +
+           ", then " + choice_name(kwargs_.decay_type) + " decay over " + std::to_string(kwargs_.num_decay_steps) +
+           " steps to " + shortest_text(kwargs_.min_lr_ratio) + " x " + base;
   if (type_ == Type::kConstantWithWarmup) return "constant_with_warmup (transformers): " + warmup + base;
   const std::string ds_warmup = std::string(choice_name(kwargs_.warmup_type)) + " warmup over " + std::to_string(deepspeed_warmup_steps_) +
                                 " steps (max(2, warmup_num_steps " + W + "))";

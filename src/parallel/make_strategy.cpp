@@ -48,6 +48,11 @@ std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const To
   const bool offload = parallel.offload_optimizer == OffloadDevice::kCpu;
   switch (topology.kind) {
     case StrategyKind::kDdp: {
+      if (offload && parallel.strategy == StrategyKind::kFsdp)
+        throw Error("parallel.offload_optimizer = \"cpu\" with parallel.strategy = \"fsdp\" and "
+                    "parallel.fsdp.sharding_strategy = \"NO_SHARD\": NO_SHARD shards nothing (it is ddp), so there is "
+                    "no optimizer shard to offload; use sharding_strategy FULL_SHARD or SHARD_GRAD_OP, or "
+                    "offload_optimizer = \"none\"");
       if (offload)
         throw Error("parallel.offload_optimizer = \"cpu\" needs a sharded strategy (zero1, zero2, zero3, fsdp, "
                     "hybrid); ddp keeps the optimizer with the replicated model");

@@ -12,6 +12,7 @@
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fatal_guard.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/parallel/strategy.h"
@@ -173,6 +174,7 @@ std::string CheckpointManager::save(const std::vector<FlatTensor>& layout, const
 // always the newest.
 void CheckpointManager::prune() {
   if (config_.num_to_keep <= 0 || static_cast<int64_t>(kept_.size()) <= config_.num_to_keep) return;
+  refuse_if_fatal_in_progress("deleting checkpoints beyond checkpoint.num_to_keep");
   const bool maximize = config_.score_order == ScoreOrder::kMax;
   std::vector<Kept> ranked = kept_;
   std::stable_sort(ranked.begin(), ranked.end(), [&](const Kept& a, const Kept& b) {

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -98,7 +100,7 @@ void read_progress(const std::string& path, RunCurves& run) {
     }
     double step = 0;
     parse_number(fields[step_column], &step);
-    if (!(step >= 0) || step != std::floor(step))
+    if (!(step >= 0) || !std::isfinite(step) || step != std::floor(step))
       throw Error(where + ": step = '" + fields[step_column] + "' is not a step number (an integer >= 0)");
     double value = 0;
     if (loss_column >= 0 && parse_number(fields[loss_column], &value)) train_loss.points.push_back({step, value});
@@ -153,22 +155,74 @@ constexpr double kLeft = 86, kRight = 230, kPanelTop = 34, kPanelBottom = 46;
 // Series with few points (the reports of result.jsonl) get a dot at each one.
 constexpr size_t kMaxMarkedPoints = 20;
 
-std::string escape(const std::string& text) {
+// The length of the UTF-8 sequence at text[i] when it encodes a character XML
+// 1.0 allows in text (no C0/C1 controls, surrogates, U+FFFE/U+FFFF, overlong
+// forms); 0 when it does not.
+size_t curves_xml_char_length(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  size_t n;
+  uint32_t cp;
+  if (b0 < 0x80) n = 1, cp = b0;
+  else if (b0 >= 0xC2 && b0 <= 0xDF) n = 2, cp = b0 & 0x1Fu;
+  else if (b0 >= 0xE0 && b0 <= 0xEF) n = 3, cp = b0 & 0x0Fu;
+  else if (b0 >= 0xF0 && b0 <= 0xF4) n = 4, cp = b0 & 0x07u;
+  else return 0;
+  if (i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3Fu);
+  }
+  const uint32_t min_of_length[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < min_of_length[n] || cp > 0x10FFFF) return 0;                    // overlong or past Unicode
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) return 0;                   // control characters
+  if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE || cp == 0xFFFF) return 0;  // not XML characters
+  return n;
+}
+
+// `text` (a title, a run folder's name: bytes from the user) as SVG text:
+// every byte that does not start an allowed character (curves_xml_char_length)
+// becomes U+FFFD, markup characters are escaped, and at most `max_chars`
+// characters are kept ("..." marks a cut, which falls between characters).
+// The result is always well-formed XML character data.
+std::string escape(const std::string& text, size_t max_chars = std::string::npos) {
   std::string out;
-  for (char c : text) {
-    if (c == '&') out += "&amp;";
+  size_t chars = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (chars + 1 > max_chars) {
+      out += "...";
+      break;
+    }
+    const size_t n = curves_xml_char_length(text, i);
+    const char c = text[i];
+    if (n == 0) out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    else if (c == '&') out += "&amp;";
     else if (c == '<') out += "&lt;";
     else if (c == '>') out += "&gt;";
     else if (c == '"') out += "&quot;";
-    else out += c;
+    else if (c == '\'') out += "&apos;";
+    else out.append(text, i, n);
+    i += n == 0 ? 1 : n;
+    ++chars;
   }
   return out;
 }
 
-// Legend text is not measured: long names are shortened to what fits.
-std::string shortened(const std::string& text, size_t max_chars = 30) {
-  if (text.size() <= max_chars) return text;
-  return text.substr(0, max_chars - 3) + "...";
+// The number of characters escape() sees in `text` (an invalid byte counts as one).
+size_t curves_char_count(const std::string& text) {
+  size_t chars = 0;
+  for (size_t i = 0; i < text.size(); ++chars) {
+    const size_t n = curves_xml_char_length(text, i);
+    i += n == 0 ? 1 : n;
+  }
+  return chars;
+}
+
+// Legend text is not measured: long names are shortened to what fits, 30
+// characters (not bytes: a cut never splits a UTF-8 character).
+std::string legend_text(const std::string& text) {
+  constexpr size_t kMaxChars = 30;
+  return escape(text, curves_char_count(text) <= kMaxChars ? kMaxChars : kMaxChars - 3);
 }
 
 std::string label_of(const std::string& series) {
@@ -179,7 +233,7 @@ std::string label_of(const std::string& series) {
   return series;
 }
 
-// 1, 2 or 5 times a power of ten, about range / 5.
+// 1, 2 or 5 times a power of ten, about range / 5 (range > 0 and finite).
 double nice_step(double range) {
   const double raw = range / 5;
   const double power = std::pow(10.0, std::floor(std::log10(raw)));
@@ -188,22 +242,13 @@ double nice_step(double range) {
   return 10 * power;
 }
 
-struct Axis {
-  double lo = 0, hi = 1, step = 0.2;
-};
+using Axis = CurveAxis;
 
-Axis axis_for(double lo, double hi, bool from_zero) {
-  if (from_zero) lo = std::min(lo, 0.0);
-  if (!(hi > lo)) {
-    const double pad = lo == 0 ? 1.0 : std::fabs(lo) * 0.1;
-    lo -= pad;
-    hi += pad;
-  }
-  Axis a;
-  a.step = nice_step(hi - lo);
-  a.lo = std::floor(lo / a.step + 1e-9) * a.step;
-  a.hi = std::ceil(hi / a.step - 1e-9) * a.step;
-  return a;
+// (v - lo) / (hi - lo) without overflow when hi - lo exceeds the largest double.
+double axis_fraction(const Axis& a, double v) {
+  const double span = a.hi - a.lo;
+  if (std::isfinite(span)) return (v - a.lo) / span;
+  return (v / 2 - a.lo / 2) / (a.hi / 2 - a.lo / 2);
 }
 
 std::string tick_text(double value, double step) {
@@ -213,8 +258,9 @@ std::string tick_text(double value, double step) {
     const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
     return str_format("%.*f", decimals, value);
   }
+  // Enough digits that neighbouring ticks differ (curve_axis keeps step >= 1e-9 x magnitude).
   const int digits = std::clamp(static_cast<int>(std::floor(std::log10(magnitude)) - std::floor(std::log10(step))) + 1,
-                                1, 6);
+                                1, 12);
   return str_format("%.*g", digits, value);
 }
 
@@ -243,24 +289,24 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
         }
     }
   const bool has_data = lo <= hi;
-  const Axis y = has_data ? axis_for(lo, hi, panel.member == &RunCurves::lr) : Axis{};
-  auto px = [&](double v) { return plot_left + (v - x.lo) / (x.hi - x.lo) * (plot_right - plot_left); };
-  auto py = [&](double v) { return plot_bottom - (v - y.lo) / (y.hi - y.lo) * (plot_bottom - plot_top); };
+  const Axis y = curve_axis(has_data ? lo : 0, has_data ? hi : 1, panel.member == &RunCurves::lr);
+  auto px = [&](double v) { return plot_left + axis_fraction(x, v) * (plot_right - plot_left); };
+  auto py = [&](double v) { return plot_bottom - axis_fraction(y, v) * (plot_bottom - plot_top); };
 
   // Grid, ticks and tick labels.
   svg << "<g class=\"grid\">\n";
-  for (double t = x.lo; t <= x.hi + x.step * 1e-6; t += x.step)
+  for (double t : x.ticks)
     svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", px(t), plot_top, px(t), plot_bottom);
   if (has_data)
-    for (double t = y.lo; t <= y.hi + y.step * 1e-6; t += y.step)
+    for (double t : y.ticks)
       svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", plot_left, py(t), plot_right,
                         py(t));
   svg << "</g>\n<g class=\"tick-labels\">\n";
-  for (double t = x.lo; t <= x.hi + x.step * 1e-6; t += x.step)
+  for (double t : x.ticks)
     svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n", px(t), plot_bottom + 16,
                       tick_text(t, x.step).c_str());
   if (has_data)
-    for (double t = y.lo; t <= y.hi + y.step * 1e-6; t += y.step)
+    for (double t : y.ticks)
       svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n", plot_left - 6, py(t) + 4,
                         tick_text(t, y.step).c_str());
   svg << "</g>\n";
@@ -318,7 +364,7 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
                       lx, ly - 4, lx + 26, ly - 4, color, *dash ? " stroke-dasharray=\"" : "",
                       *dash ? (std::string(dash) + "\"").c_str() : "");
     svg << str_format("<text x=\"%.2f\" y=\"%.2f\" class=\"legend\">%s</text>\n", lx + 32, ly,
-                      escape(shortened(text)).c_str());
+                      legend_text(text).c_str());
     ly += 17;
   };
   if (one_run) {
@@ -353,6 +399,38 @@ cairo_status_t append_png(void* closure, const unsigned char* data, unsigned int
 
 }  // namespace
 
+CurveAxis curve_axis(double lo, double hi, bool from_zero) {
+  ST_ASSERT(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, "curve_axis needs finite lo <= hi");
+  if (from_zero) lo = std::min(lo, 0.0);
+  // Below a relative width of 1e-9 (one ulp apart, or equal) the values cannot
+  // be told apart by tick labels: widen around their middle to at least that.
+  const double mid = lo / 2 + hi / 2;
+  const double min_width = std::max(std::fabs(mid) * 1e-9, 1e-300);
+  if (!(hi / 2 - lo / 2 >= min_width / 2)) {
+    lo = std::max(mid - min_width, -std::numeric_limits<double>::max());
+    hi = std::min(mid + min_width, std::numeric_limits<double>::max());
+  }
+  CurveAxis a;
+  const double width = hi - lo;  // may round to infinity from +-1.7e308
+  a.step = std::isfinite(width) ? nice_step(width) : 2 * nice_step(hi / 2 - lo / 2);
+  if (!std::isfinite(a.step)) a.step = nice_step(hi / 2 - lo / 2);
+  // Round out to whole steps where that stays finite.
+  a.lo = std::floor(lo / a.step + 1e-9) * a.step;
+  a.hi = std::ceil(hi / a.step - 1e-9) * a.step;
+  if (!std::isfinite(a.lo) || a.lo > lo) a.lo = lo;
+  if (!std::isfinite(a.hi) || a.hi < hi) a.hi = hi;
+  // Ticks by index from the first multiple of the step: never an accumulating
+  // sum that stops advancing. nice_step aims at 5 intervals, so this bound
+  // (and the loop) ends after a dozen ticks at most.
+  const double first = std::ceil(a.lo / a.step - 1e-9);
+  for (int i = 0; i <= 12; ++i) {
+    const double t = (first + i) * a.step;
+    if (!std::isfinite(t) || t > a.hi + std::fabs(a.step) * 1e-6) break;
+    if (a.ticks.empty() || t > a.ticks.back()) a.ticks.push_back(t);
+  }
+  return a;
+}
+
 RunCurves read_run_curves(const std::string& run_dir, const std::string& name) {
   std::error_code error;
   if (!fs::is_directory(run_dir, error)) throw Error(run_dir + ": no such run folder");
@@ -385,8 +463,9 @@ std::string render_curves_svg(const std::vector<RunCurves>& runs, const std::str
   for (const RunCurves& run : runs)
     for (const Panel& panel : panels)
       for (const CurveSeries& s : run.*panel.member)
-        for (const CurvePoint& p : s.points) max_step = std::max(max_step, p.step);
-  const Axis x = axis_for(0, std::max(max_step, 1.0), true);
+        for (const CurvePoint& p : s.points)
+          if (std::isfinite(p.step)) max_step = std::max(max_step, p.step);
+  const Axis x = curve_axis(0, std::max(max_step, 1.0), true);
 
   std::string heading = title;
   if (heading.empty()) {

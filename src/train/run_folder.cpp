@@ -63,8 +63,16 @@ RunFolder::RunFolder(const JobConfig& run, MPI_Comm comm) : comm_(comm) {
   on_rank0(comm_, "creating the run folder " + dir_, [&] {
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    if (ec || !fs::is_directory(dir_))
-      throw Error("run.storage_path: cannot create the run folder '" + dir_ + "': " + ec.message());
+    if (!ec && fs::is_directory(dir_, ec)) return;
+    // Name the part of the path that is in the way: run.storage_path, or the run.name inside it.
+    std::error_code probe;
+    if (fs::exists(run.storage_path, probe) && !fs::is_directory(run.storage_path, probe))
+      throw Error("run.storage_path = '" + run.storage_path + "' is a file, not a folder; point it at a folder");
+    if (fs::exists(dir_, probe) && !fs::is_directory(dir_, probe))
+      throw Error("the run folder '" + dir_ + "' (run.storage_path / run.name) is a file, not a folder; choose "
+                  "another run.name or move the file away");
+    throw Error("run.storage_path / run.name: cannot create the run folder '" + dir_ + "': " +
+                (ec ? ec.message() : std::string("it is not a folder")));
   });
   if (rank_ == 0) set_log_file(file("train.log"));
 }

@@ -3,6 +3,7 @@
 #include <variant>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
 
 namespace shardtrain {
 
@@ -19,6 +20,23 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
   for (const TrainAttributeField& field : train_state_fields())
     std::visit([&](const auto& value) { writer.set_attribute(field.name, value); }, attributes.at(field.name));
   writer.commit();
+}
+
+std::vector<std::string> resume_data_order_warnings(const TrainState& state, bool group_by_length) {
+  if (state.batches_consumed <= 0) return {};
+  // config_to_toml writes "group_by_length = true|false" under [data] (the only key of that name).
+  const std::string key = "\ngroup_by_length = ";
+  const size_t at = state.config_toml.find(key);
+  if (at == std::string::npos) return {};
+  const bool stored = state.config_toml.compare(at + key.size(), 4, "true") == 0;
+  if (stored == group_by_length) return {};
+  const char* was = stored ? "true" : "false";
+  return {str_format("data.group_by_length was %s when this checkpoint was written (step %lld, %lld batches into epoch "
+                     "%lld) and is %s now: the rest of the epoch is batched in another order, so some of its rows are "
+                     "trained on twice and others not at all; resume with data.group_by_length = %s to keep the "
+                     "epoch exact",
+                     was, static_cast<long long>(state.step), static_cast<long long>(state.batches_consumed),
+                     static_cast<long long>(state.epoch), group_by_length ? "true" : "false", was)};
 }
 
 TrainState read_train_state(const CheckpointReader& reader) {

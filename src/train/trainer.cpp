@@ -67,6 +67,8 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
     else if (s.num_training_steps != plan.total_steps)
       log_warn("%s planned %lld optimizer steps, this job plans %lld: the learning-rate schedule follows this job",
                path.c_str(), static_cast<long long>(s.num_training_steps), static_cast<long long>(plan.total_steps));
+    for (const std::string& w : resume_data_order_warnings(s, job.config->data.group_by_length))
+      log_warn("%s: %s", path.c_str(), w.c_str());
   });
   at.step = state.step;
   at.skipped = state.skipped_steps;

@@ -38,8 +38,10 @@ enum class Device { kCpu, kCuda };
 // transformers' lr_scheduler_type names, then DeepSpeed's scheduler types (optim/schedule.h).
 enum class LrSchedulerType {
   kLinear, kCosine, kCosineWithRestarts, kPolynomial, kConstant, kConstantWithWarmup,
+  kInverseSqrt, kCosineWithMinLr, kWarmupStableDecay,
   kWarmupLR, kWarmupDecayLR, kWarmupCosineLR
 };
+enum class WsdDecayType { kCosine, kLinear, kOneMinusSqrt };  // transformers' get_wsd_schedule decay_type
 enum class WarmupType { kLog, kLinear };  // DeepSpeed's warmup_type
 
 // ChoiceTable<E>::entries: every enumerator with the name users write, in
@@ -78,9 +80,13 @@ ST_CHOICES(Device, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"});
 ST_CHOICES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedulerType::kCosine, "cosine"},
            {LrSchedulerType::kCosineWithRestarts, "cosine_with_restarts"},
            {LrSchedulerType::kPolynomial, "polynomial"}, {LrSchedulerType::kConstant, "constant"},
-           {LrSchedulerType::kConstantWithWarmup, "constant_with_warmup"}, {LrSchedulerType::kWarmupLR, "WarmupLR"},
+           {LrSchedulerType::kConstantWithWarmup, "constant_with_warmup"},
+           {LrSchedulerType::kInverseSqrt, "inverse_sqrt"}, {LrSchedulerType::kCosineWithMinLr, "cosine_with_min_lr"},
+           {LrSchedulerType::kWarmupStableDecay, "warmup_stable_decay"}, {LrSchedulerType::kWarmupLR, "WarmupLR"},
            {LrSchedulerType::kWarmupDecayLR, "WarmupDecayLR"}, {LrSchedulerType::kWarmupCosineLR, "WarmupCosineLR"});
 ST_CHOICES(WarmupType, {WarmupType::kLog, "log"}, {WarmupType::kLinear, "linear"});
+ST_CHOICES(WsdDecayType, {WsdDecayType::kCosine, "cosine"}, {WsdDecayType::kLinear, "linear"},
+           {WsdDecayType::kOneMinusSqrt, "1-sqrt"});
 
 #undef ST_CHOICES
 

@@ -42,6 +42,12 @@ void append_line(const std::string& path, const std::string& line);
 // The whole content of `path`. Error "<what>: cannot read <path>: <reason>".
 std::string read_file(const std::string& path, const std::string& what);
 
+// Error unless `path` names a regular file (after following symbolic links),
+// checked before anything opens it: a folder, a FIFO (opening it would block),
+// a socket or device, a symbolic-link loop or a missing file each get their own
+// message, "<what> = '<path>': is a folder, not a file" and so on.
+void require_regular_file(const std::string& path, const std::string& what);
+
 // Bytes available to an unprivileged writer on the file system holding
 // `directory` (statvfs f_bavail x f_frsize); nullopt when statvfs fails.
 std::optional<uint64_t> free_bytes(const std::string& directory);

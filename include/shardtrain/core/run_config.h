@@ -54,7 +54,15 @@ struct DataConfig {
 // the names of the library the type comes from (transformers' lr_scheduler_kwargs,
 // DeepSpeed's scheduler.params). optim/schedule.h has the formulas.
 struct LrSchedulerKwargs {
-  std::optional<double> num_cycles;  // cosine (unset = 0.5), cosine_with_restarts (unset = 1)
+  std::optional<double> num_cycles;  // cosine, cosine_with_min_lr, warmup_stable_decay (unset = 0.5),
+                                     // cosine_with_restarts (unset = 1)
+  int64_t timescale = 0;             // inverse_sqrt; 0 = the warmup steps, or 10000 without warmup
+  std::optional<double> min_lr;       // cosine_with_min_lr: the floor (one of min_lr, min_lr_rate)
+  std::optional<double> min_lr_rate;  // cosine_with_min_lr: the floor as a fraction of train.lr
+  int64_t num_decay_steps = 0;       // warmup_stable_decay (required, > 0)
+  int64_t num_stable_steps = -1;     // warmup_stable_decay; -1 = the run's steps - warmup - decay
+  WsdDecayType decay_type = WsdDecayType::kCosine;  // warmup_stable_decay
+  double min_lr_ratio = 0.0;         // warmup_stable_decay: the floor as a fraction of train.lr
   double lr_end = 1e-7;              // polynomial
   double power = 1.0;                // polynomial
   double warmup_min_lr = 0.0;        // WarmupLR, WarmupDecayLR
@@ -233,6 +241,20 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   // Sub-tables come after their section's plain keys (TOML cannot reopen [train]).
   visit("train.lr_scheduler_kwargs.num_cycles", c.train.lr_scheduler_kwargs.num_cycles,
         "cosine: waves (unset = 0.5, a half cosine); cosine_with_restarts: hard restarts (unset = 1)");
+  visit("train.lr_scheduler_kwargs.timescale", c.train.lr_scheduler_kwargs.timescale,
+        "inverse_sqrt: lr = train.lr / sqrt((step + timescale - warmup) / timescale); 0 = the warmup (or 10000)");
+  visit("train.lr_scheduler_kwargs.min_lr", c.train.lr_scheduler_kwargs.min_lr,
+        "cosine_with_min_lr: the learning rate the cosine ends at (or min_lr_rate)");
+  visit("train.lr_scheduler_kwargs.min_lr_rate", c.train.lr_scheduler_kwargs.min_lr_rate,
+        "cosine_with_min_lr: the end of the cosine as a fraction of train.lr (or min_lr)");
+  visit("train.lr_scheduler_kwargs.num_decay_steps", c.train.lr_scheduler_kwargs.num_decay_steps,
+        "warmup_stable_decay: steps of the decay (required)");
+  visit("train.lr_scheduler_kwargs.num_stable_steps", c.train.lr_scheduler_kwargs.num_stable_steps,
+        "warmup_stable_decay: steps at train.lr after the warmup; -1 = the run's steps - warmup - decay");
+  visit("train.lr_scheduler_kwargs.decay_type", c.train.lr_scheduler_kwargs.decay_type,
+        "warmup_stable_decay: the decay's curve");
+  visit("train.lr_scheduler_kwargs.min_lr_ratio", c.train.lr_scheduler_kwargs.min_lr_ratio,
+        "warmup_stable_decay: the floor of warmup and decay as a fraction of train.lr");
   visit("train.lr_scheduler_kwargs.lr_end", c.train.lr_scheduler_kwargs.lr_end,
         "polynomial: the learning rate at the last step");
   visit("train.lr_scheduler_kwargs.power", c.train.lr_scheduler_kwargs.power, "polynomial: the decay's power");

@@ -14,6 +14,9 @@ namespace shardtrain {
 // The shortest %g text that reads back as the same double.
 std::string shortest_text(double value);
 
+// A duration for a message: "600 s", "2.5 s", "0.001 s" (never rounded to "0 s").
+std::string seconds_text(double seconds);
+
 // `text` as an error message may echo it: when it is longer than `max_bytes`,
 // its first bytes up to a UTF-8 character boundary followed by
 // "... (N bytes)". Values from files can be megabytes long; a message must not be.

@@ -30,6 +30,15 @@
 //                                                                            lr_end 1e-7, power 1
 //   constant                    lambda = 1 (no warmup: train.warmup_* must be 0)
 //   constant_with_warmup        lambda = 1 after the warmup
+//   inverse_sqrt                lambda = 1 / sqrt((s + timescale - W) / timescale)      timescale = W, or 10000 if W = 0
+//   cosine_with_min_lr          f = 0.5 (1 + cos(pi * num_cycles * 2 * p)); lambda = max(0, f (1 - r) + r)
+//                               r = min_lr / base or min_lr_rate (exactly one given)     num_cycles 0.5
+//   warmup_stable_decay         S = num_stable_steps or T - W - D, D = num_decay_steps (required), m = min_lr_ratio:
+//                               s < W: max(0, s / max(1, W) (1 - m) + m); s < W + S: 1;
+//                               s < W + S + D: q = (s - W - S) / max(1, D), f = 1 - q (linear) |
+//                               0.5 (1 + cos(pi * num_cycles * 2 * q)) (cosine) | 1 - sqrt(q) (1-sqrt),
+//                               max(0, f (1 - m) + m); after: m. (transformers' warmup_type: linear only)
+// reduce_lr_on_plateau (torch's ReduceLROnPlateau on the eval metric) is not implemented.
 //
 // DeepSpeed (deepspeed/runtime/lr_schedules.py; i = k - 1 the scheduler's
 // last_batch_iteration, Wd = max(2, W), Td = total_num_steps or T):
@@ -106,6 +115,7 @@ class LrSchedule {
   double transformers_lr(int64_t step) const;
   double deepspeed_lr(int64_t iteration) const;
   double deepspeed_warmup_gamma(int64_t iteration) const;
+  double wsd_factor(int64_t step) const;
 
   LrSchedulerType type_;
   double base_lr_;
@@ -116,6 +126,9 @@ class LrSchedule {
   double num_cycles_ = 0;              // cosine, cosine_with_restarts (the default filled in)
   int64_t deepspeed_warmup_steps_ = 0;  // max(2, warmup)
   int64_t deepspeed_total_steps_ = 0;   // total_num_steps, or the run's
+  double min_lr_rate_ = 0;              // cosine_with_min_lr (min_lr / base, or min_lr_rate)
+  int64_t timescale_ = 0;               // inverse_sqrt (the default filled in)
+  int64_t stable_steps_ = 0;            // warmup_stable_decay (the default filled in)
 };
 
 // Builds the schedule of `train` (train.lr, train.lr_scheduler_type,

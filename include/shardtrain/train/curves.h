@@ -18,6 +18,10 @@
 // its own colour; with several, each run has a colour (its name in the legend)
 // and each series a dash pattern.
 //
+// Titles and run names are bytes from the user: invalid UTF-8 and control
+// characters are drawn as U+FFFD and markup is escaped, so the SVG is always
+// well-formed XML; legend names are cut to 30 characters, never inside one.
+//
 // Bad input is a shardtrain::Error naming the file and line: a missing folder,
 // a folder with neither file, an empty progress.csv (no header), an empty or
 // malformed line (wrong number of values, a value that is not a number, a
@@ -56,6 +60,16 @@ std::string render_curves_svg(const std::vector<RunCurves>& runs, const std::str
 // Reads `run_dir` and writes <run_dir>/curves.svg (via a temporary file and a
 // rename). Throws shardtrain::Error.
 void write_run_curves_svg(const std::string& run_dir);
+
+// A value axis over data in [lo, hi] (finite, lo <= hi; from_zero: include 0):
+// limits rounded out to 1, 2 or 5 x 10^k steps and at most 13 ticks, for every
+// finite range -- equal or one-ulp-apart values are widened to a relative width
+// of 1e-9, and a range past the largest double is stepped without overflow.
+struct CurveAxis {
+  double lo = 0, hi = 1, step = 0.2;
+  std::vector<double> ticks;  // increasing, within [lo, hi]
+};
+CurveAxis curve_axis(double lo, double hi, bool from_zero);
 
 // True when this build renders PNG (librsvg and cairo found at build time).
 bool curves_png_supported();

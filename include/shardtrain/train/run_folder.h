@@ -30,8 +30,8 @@ namespace shardtrain {
 
 class RunFolder {
  public:
-  // Collective: rank 0 creates the folder (Error naming run.storage_path when
-  // it cannot), and rank 0's log goes to its train.log from now on.
+  // Collective: rank 0 creates the folder (Error naming run.storage_path, or
+  // the run folder when that path is a file, when it cannot), and rank 0's log goes to its train.log from now on.
   RunFolder(const JobConfig& run, MPI_Comm comm);
   ~RunFolder();  // rank 0's log stops going to train.log
   RunFolder(const RunFolder&) = delete;

@@ -40,6 +40,13 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
 // is out of range.
 TrainState read_train_state(const CheckpointReader& reader);
 
+// Warnings for resuming `state` in the middle of its epoch under this job's
+// `data` config: data.group_by_length changed since the checkpoint (its stored
+// config_toml says) reorders the rest of the epoch, so some rows would be
+// trained on twice and others not at all. Empty when nothing applies (at an
+// epoch boundary, or a checkpoint without a stored config).
+std::vector<std::string> resume_data_order_warnings(const TrainState& state, bool group_by_length);
+
 // Collective: read_flat_state() for one part (with optimizer state exactly
 // when part.exp_avg is defined) or several.
 void read_train_part(CheckpointReader& reader, const std::vector<FlatTensor>& layout, FlatPart& part);
