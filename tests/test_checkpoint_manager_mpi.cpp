@@ -201,6 +201,7 @@ TEST_CASE("resume verifies the newest checkpoint: a damaged one is set aside and
   CHECK(damaged[0].rfind(newest, 0) == 0);
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(exists(newest));
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank looked before rank 0 renames it
   restarted.set_aside_damaged();
   CHECK(restarted.damaged().empty());
   MPI_Barrier(MPI_COMM_WORLD);
