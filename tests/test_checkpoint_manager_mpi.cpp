@@ -193,8 +193,17 @@ TEST_CASE("resume verifies the newest checkpoint: a damaged one is set aside and
   CHECK(refused.find("leave --resume out") != std::string::npos);
   CHECK(exists(newest));
   MPI_Barrier(MPI_COMM_WORLD);
-  // Found by the scan, it is set aside (not deleted) and checkpoint 2 resumes.
+  // Found by the scan, it is recorded and checkpoint 2 resumes; it is set
+  // aside (not deleted) only when the job says so, once nothing refuses it.
   CHECK(restarted.resume_path("") == checkpoint_path(dir, 2));
+  const std::vector<std::string> damaged = restarted.damaged();
+  REQUIRE(damaged.size() == 1);
+  CHECK(damaged[0].rfind(newest, 0) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(exists(newest));
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank looked before rank 0 renames it
+  restarted.set_aside_damaged();
+  CHECK(restarted.damaged().empty());
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_FALSE(exists(newest));
   CHECK(exists(newest + ".damaged"));
@@ -202,12 +211,17 @@ TEST_CASE("resume verifies the newest checkpoint: a damaged one is set aside and
   // The next checkpoint takes a new number, not the damaged one's.
   CHECK(restarted.save(tiny.layout, tiny.parts(), state_with(3, "{}")) == checkpoint_path(dir, 4));
   CHECK(restarted.newest() == checkpoint_path(dir, 4));
-  // Every checkpoint damaged: start fresh (nothing deleted).
+  // Every checkpoint damaged: none to resume, all three recorded (newest
+  // first), and set aside on request (nothing deleted).
   if (world_rank() == 0)
     for (int64_t i : {1, 2, 4}) std::ofstream(checkpoint_path(dir, i), std::ios::trunc) << "not hdf5";
   MPI_Barrier(MPI_COMM_WORLD);
   CheckpointManager again(dir, config, MPI_COMM_WORLD);
   CHECK(again.resume_path("").empty());
+  const std::vector<std::string> all_damaged = again.damaged();
+  REQUIRE(all_damaged.size() == 3);
+  CHECK(all_damaged[0].find(checkpoint_path(dir, 4)) != std::string::npos);
+  again.set_aside_damaged();
   MPI_Barrier(MPI_COMM_WORLD);
   for (int64_t i : {1, 2, 4}) CHECK(exists(checkpoint_path(dir, i) + ".damaged"));
   shardtrain_test::remove_shared_dir(dir);

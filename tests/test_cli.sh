@@ -484,6 +484,28 @@ PYEOF
     if [ "$(cat "$EXP/notes.txt")" = "my notes" ] && [ "$(date -r "$EXP/model.safetensors" +%Y)" != 2001 ]; then
       pass "export --force: rewrote the model, kept the user's file"; else fail "export --force: folder contents wrong"; fi
   fi
+  # A command's own inputs are never its output (a hostile run turned a
+  # checkpoint into a 1 KB JSONL file): the checkpoint, by another spelling;
+  # a file of the model folder; the folder that holds the checkpoint.
+  cp "$CKPT" "$TMP/own.h5"
+  if run pred_own_ckpt 2 "$BIN" predict --model "$TMP/own.h5" "${MRPC[@]}" --output "$TMP/./own.h5"; then
+    expect_in "predict: --output over its checkpoint refused" "$TMP/pred_own_ckpt.err" "is --model '$TMP/own.h5'"
+    CHECKS=$((CHECKS + 1))
+    if cmp -s "$CKPT" "$TMP/own.h5"; then pass "predict: checkpoint untouched"; else fail "predict: checkpoint changed"; fi
+  fi
+  cp "$EXP/model.safetensors" "$TMP/own.safetensors"
+  if run pred_own_folder 2 "$BIN" predict --model "$EXP" "${MRPC[@]}" --output "$EXP/model.safetensors"; then
+    expect_in "predict: --output in its model folder refused" "$TMP/pred_own_folder.err" "is inside the folder of --model"
+    CHECKS=$((CHECKS + 1))
+    if cmp -s "$EXP/model.safetensors" "$TMP/own.safetensors"; then pass "predict: model.safetensors untouched"; else
+      fail "predict: model.safetensors changed"; fi
+  fi
+  if run ckpt_export_own 2 "$BIN" export "$CKPT" --output "$CKPT_DIR/" --force; then
+    expect_in "export: into the checkpoint's folder refused" "$TMP/ckpt_export_own.err" "is the folder that holds the checkpoint"
+  fi
+  if run tok_own_vocab 2 "$BIN" tokenize --vocab "$EXP" "${MRPC[@]}" --output "$EXP/vocab.txt"; then
+    expect_in "tokenize: --output over its vocabulary refused" "$TMP/tok_own_vocab.err" "is inside the folder of --vocab"
+  fi
   if run ckpt_export_file 2 "$BIN" export "$CKPT" --output "$DEV"; then
     expect_in "export: --output is a file" "$TMP/ckpt_export_file.err" "exists and is not a folder"
   fi

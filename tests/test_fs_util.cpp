@@ -148,3 +148,42 @@ TEST_CASE("shorten cuts long values for messages at a character boundary") {
   CHECK(format_bytes(1536) == "1.5 KiB");
   CHECK(format_bytes(3.0 * (1 << 30)) == "3.0 GiB");
 }
+
+// predict / tokenize / export (defect: `predict --model v.h5 --output v.h5`
+// replaced the checkpoint with its predictions).
+TEST_CASE("refuse_output_over_input: every spelling of an input file or of a path in an input folder") {
+  const std::string dir = fs_util_temp_dir();
+  const std::string model = dir + "/v.h5", folder = dir + "/hf";
+  fs::create_directories(folder + "/sub");
+  std::ofstream(model) << "weights";
+  std::ofstream(folder + "/model.safetensors") << "weights";
+  fs::create_symlink(model, dir + "/link.h5");
+  fs::create_hard_link(folder + "/model.safetensors", dir + "/hard.safetensors");
+  const auto refused = [&](const std::string& output, const std::string& input) {
+    try {
+      refuse_output_over_input("--output", output, "--model", input);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refused(model, model) == "--output '" + model + "' is --model '" + model +
+                                     "', which this command reads; writing it would destroy it; choose an --output "
+                                     "outside it (nothing was written)");
+  CHECK_FALSE(refused(dir + "/./sub/../v.h5", model).empty());
+  CHECK_FALSE(refused(dir + "/link.h5", model).empty());  // a symlink to it
+  CHECK_FALSE(refused(model, dir + "/link.h5").empty());
+  CHECK(refused(dir + "/v.jsonl", model).empty());
+  // A folder: any path inside it, existing or not, and hard links to its files.
+  CHECK(refused(folder + "/model.safetensors", folder) ==
+        "--output '" + folder + "/model.safetensors' is inside the folder of --model '" + folder +
+            "', which this command reads; choose an --output outside it (nothing was written)");
+  CHECK_FALSE(refused(folder + "/sub/new.jsonl", folder + "/").empty());
+  CHECK_FALSE(refused(dir + "/hard.safetensors", folder).empty());
+  CHECK(refused(dir + "/hf2/model.safetensors", folder).empty());  // a sibling whose name starts alike
+  CHECK(refused(dir + "/preds.jsonl", folder).empty());
+  // A file that does not exist yet, through a symlinked folder.
+  fs::create_directory_symlink(folder, dir + "/hf_link");
+  CHECK_FALSE(refused(dir + "/hf_link/new.jsonl", folder).empty());
+  fs::remove_all(dir);
+}

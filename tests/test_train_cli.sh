@@ -143,6 +143,14 @@ cp "$D/result.jsonl" "$TMP/before.jsonl"
 train straight && grep -q "training already finished" "$TMP/straight.log" && cmp -s "$D/result.jsonl" "$TMP/before.jsonl" &&
   pass "re-running a finished run does nothing" || fail "re-running a finished run" "$TMP/straight.log"
 
+# 3b. ... with other flags it keeps its config.toml; --resume of its checkpoint
+#     into a new run has nothing to do and leaves no run folder behind.
+cp "$D/config.toml" "$TMP/before.toml"
+train straight --train.lr 5e-4 && cmp -s "$D/config.toml" "$TMP/before.toml" &&
+  pass "a finished run re-run with another lr keeps its config.toml" || fail "config.toml rewritten" "$TMP/straight.log"
+train copy --resume "$LAST_S" && grep -q "nothing to do" "$TMP/copy.log" && [ ! -e "$TMP/runs/copy" ] &&
+  pass "--resume of a finished checkpoint into a new run leaves no folder" || fail "--resume into a new run" "$TMP/copy.log"
+
 # 4. zero3 from the command line ends where ddp ends: same tensors in the final
 #    checkpoint up to fp32 summation order (reduce-scatter vs all-reduce).
 if train sharded --parallel.strategy zero3 --parallel.zero.stage3_param_persistence_threshold 100; then

@@ -9,6 +9,7 @@
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 
 namespace shardtrain {
 

@@ -48,6 +48,12 @@ void check_paths(const ExportFlags& flags) {
   if (!fs::exists(flags.checkpoint)) throw Error("checkpoint " + flags.checkpoint + " does not exist");
   if (!is_checkpoint_file(flags.checkpoint))
     throw Error(flags.checkpoint + " is not an HDF5 file (not a shardtrain training checkpoint)");
+  // The checkpoint is never replaced, nor its folder (a run folder) written into.
+  if (fs::path(real_path(flags.checkpoint)).parent_path() == fs::path(real_path(flags.output)))
+    throw Error("--output '" + flags.output + "' is the folder that holds the checkpoint " + flags.checkpoint +
+                "; export into a folder of its own (nothing was written)");
+  for (const char* name : {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"})
+    refuse_output_over_input("--output", (fs::path(flags.output) / name).string(), "checkpoint", flags.checkpoint);
   std::error_code error;
   if (fs::exists(flags.output, error) && !fs::is_directory(flags.output, error))
     throw Error("--output '" + flags.output + "' exists and is not a folder");

@@ -30,6 +30,8 @@ void check_output_path(const PredictFlags& flags) {
   const std::filesystem::path output(flags.output);
   if (same_file(flags.output, flags.options.data_path))
     throw Error("--output '" + flags.output + "' is the input file; choose another name");
+  // The model too: a checkpoint file, or any file of a HF folder.
+  refuse_output_over_input("--output", flags.output, "--model", flags.options.model_dir);
   if (std::filesystem::is_directory(output)) throw Error("--output '" + flags.output + "' is a directory");
   const std::filesystem::path parent = output.has_parent_path() ? output.parent_path() : ".";
   if (!std::filesystem::is_directory(parent))

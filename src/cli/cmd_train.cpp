@@ -54,6 +54,23 @@ void print_final_metrics(const TrainResult& result, const RunConfig& config) {
   if (result.stopped_early) std::printf("stopped early: %s\n", result.stop_reason.c_str());
 }
 
+// Rank 0: a run folder this job created, holding nothing but its train.log
+// and lock (a job refused, or with nothing to train), is removed, so that no
+// empty run folder is left behind.
+void remove_run_folder_left_empty(const std::string& run_dir, std::unique_ptr<RunLock>& lock) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(run_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "train.log" && entry.path().string() != run_lock_path(run_dir)) return;
+  }
+  if (error) return;
+  lock.reset();
+  fs::remove(fs::path(run_dir) / "train.log", error);
+  fs::remove(run_lock_path(run_dir), error);
+  fs::remove(run_dir, error);
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& root, World& world) {
@@ -64,7 +81,12 @@ void add_train_command(CLI::App& root, World& world) {
   command->add_option("--resume", *resume,
                       "resume from this checkpoint instead of the run folder's newest")
       ->check(CLI::ExistingFile);
-  command->callback([flags, resume, &world]() {
+  auto restart = std::make_shared<bool>(false);
+  command->add_flag("--restart", *restart,
+                    "start again from step 0 in a run folder that holds an earlier run's reports or only damaged "
+                    "checkpoints (refused without it; damaged checkpoints are set aside, not deleted)")
+      ->excludes("--resume");
+  command->callback([flags, resume, restart, &world]() {
     LoadOptions load_options;
     load_options.world_size = world.size();
     std::vector<std::string> deepspeed_lines;
@@ -86,9 +108,11 @@ void add_train_command(CLI::App& root, World& world) {
     // One job per run folder for the whole run (train/run_lock.h); once this
     // job holds it, temporary files in it are left over from dead jobs.
     std::unique_ptr<RunLock> lock;
+    const std::string run_dir = (std::filesystem::path(config.run.storage_path) / config.run.name).string();
+    bool created_run_dir = false;
     on_rank0(world.comm(), "taking the run folder's lock", [&] {
-      const std::string run_dir = (std::filesystem::path(config.run.storage_path) / config.run.name).string();
       std::error_code error;
+      created_run_dir = !std::filesystem::exists(run_dir, error);
       std::filesystem::create_directories(run_dir, error);
       if (error || !std::filesystem::is_directory(run_dir))
         throw Error("run.storage_path: cannot create the run folder '" + run_dir + "': " + error.message());
@@ -103,13 +127,24 @@ void add_train_command(CLI::App& root, World& world) {
     for (const auto& line : deepspeed_lines) options.config_toml += "# " + line + "\n";
     options.config_toml += config_to_toml(config);
     options.resume_from = *resume;
+    options.restart = *restart;
     world.log_binding();
     log_info("shardtrain train on %d rank(s), %d thread(s) each; resolved config:\n%s", world.size(),
              world.num_threads(), options.config_toml.c_str());
-    const TrainResult result = train(config, world.comm(), options);
+    TrainResult result;
+    try {
+      result = train(config, world.comm(), options);
+    } catch (...) {
+      if (created_run_dir) remove_run_folder_left_empty(run_dir, lock);
+      throw;
+    }
+    if (created_run_dir) remove_run_folder_left_empty(run_dir, lock);
     if (world.rank() != 0) return;
     if (!result.reports.empty()) print_final_metrics(result, config);
-    std::printf("run folder:        %s (result.jsonl, progress.csv, train.log)\n", result.run_dir.c_str());
+    if (result.nothing_to_do && created_run_dir)
+      std::printf("nothing to train: the run folder %s was not kept\n", result.run_dir.c_str());
+    else
+      std::printf("run folder:        %s (result.jsonl, progress.csv, train.log)\n", result.run_dir.c_str());
     if (!result.last_checkpoint.empty()) std::printf("newest checkpoint: %s\n", result.last_checkpoint.c_str());
     if (!result.best_checkpoint.empty()) std::printf("best checkpoint:   %s\n", result.best_checkpoint.c_str());
     std::fflush(stdout);

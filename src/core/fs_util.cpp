@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -268,6 +270,48 @@ std::vector<std::string> remove_stale_temp_files(const std::string& run_dir, con
     if (::unlink(path.c_str()) == 0) removed.push_back(path);
   }
   return removed;
+}
+
+std::string real_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path real = fs::weakly_canonical(fs::absolute(path, error), error);
+  if (error) real = fs::absolute(path, error).lexically_normal();
+  if (real.filename().empty()) real = real.parent_path();  // "dir/"
+  return real.string();
+}
+
+namespace {
+
+// True when the real path `inner` is `folder` or lies below it.
+bool real_path_within(const std::filesystem::path& inner, const std::filesystem::path& folder) {
+  auto i = inner.begin();
+  for (auto f = folder.begin(); f != folder.end(); ++f, ++i)
+    if (i == inner.end() || *i != *f) return false;
+  return true;
+}
+
+}  // namespace
+
+void refuse_output_over_input(const std::string& output_flag, const std::string& output, const std::string& input_flag,
+                              const std::string& input) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path out = real_path(output), in = real_path(input);
+  const std::string fix = "; choose an " + output_flag + " outside it (nothing was written)";
+  if (fs::is_directory(input, error)) {
+    bool clash = real_path_within(out, in);
+    if (!clash && fs::is_regular_file(output, error))
+      for (fs::recursive_directory_iterator it(in, error), end; !clash && !error && it != end; it.increment(error))
+        clash = it->is_regular_file(error) && fs::equivalent(it->path(), output, error);
+    if (clash)
+      throw Error(output_flag + " '" + output + "' is inside the folder of " + input_flag + " '" + input +
+                  "', which this command reads" + fix);
+    return;
+  }
+  if (out == in || (fs::exists(output, error) && fs::exists(input, error) && fs::equivalent(output, input, error)))
+    throw Error(output_flag + " '" + output + "' is " + input_flag + " '" + input +
+                "', which this command reads; writing it would destroy it" + fix);
 }
 
 }  // namespace shardtrain

@@ -133,12 +133,32 @@ std::string CheckpointManager::resume_path(const std::string& requested) {
                  format_bytes(static_cast<double>(v.num_bytes)).c_str(), MPI_Wtime() - start);
         return path;
       } catch (const Error& e) {
-        const std::string aside = set_aside_damaged_checkpoint(path);
-        log_warn("%s; set aside as %s (not deleted), trying the next older checkpoint", e.what(), aside.c_str());
+        log_warn("%s; trying the next older checkpoint", e.what());
+        damaged_paths_.push_back(path);
+        damaged_problems_.push_back(shorten(e.what()));
         kept_.pop_back();
       }
     }
     return std::string();
+  });
+}
+
+std::vector<std::string> CheckpointManager::damaged() const {
+  const int64_t count = broadcast_value<int64_t>(static_cast<int64_t>(damaged_paths_.size()), comm_,
+                                                 "the damaged checkpoints");
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < count; ++i)
+    out.push_back(broadcast_string(rank_ == 0 ? damaged_problems_[static_cast<size_t>(i)] : "", comm_,
+                                   "the damaged checkpoints"));
+  return out;
+}
+
+void CheckpointManager::set_aside_damaged() {
+  on_rank0(comm_, "setting damaged checkpoints aside", [&] {
+    for (const std::string& path : damaged_paths_)
+      log_warn("%s set aside as %s (not deleted)", path.c_str(), set_aside_damaged_checkpoint(path).c_str());
+    damaged_paths_.clear();
+    damaged_problems_.clear();
   });
 }
 

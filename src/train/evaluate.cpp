@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/model/classifier.h"
@@ -75,8 +76,35 @@ std::map<std::string, double> eval_metrics(const std::vector<float>& logits, con
   m["eval_accuracy"] = cm.accuracy;
   m["eval_f1"] = cm.f1;
   m["eval_mcc"] = cm.mcc;
-  if (cm.f1_is_macro) m["eval_macro_f1"] = cm.f1;
+  // By the task, not by the classes this eval data happens to hold, so that a
+  // score_attribute checked against reported_metric_names is always there.
+  if (c > 2) m["eval_macro_f1"] = cm.f1_is_macro ? cm.f1 : macro_f1(predicted, y);
   return m;
+}
+
+std::vector<std::string> reported_metric_names(int64_t num_labels, bool with_eval) {
+  std::vector<std::string> names = {"train_loss"};
+  if (!with_eval) return names;
+  if (num_labels == 1) {
+    names.insert(names.end(), {"eval_loss", "eval_mse", "eval_pearson"});
+  } else {
+    names.insert(names.end(), {"eval_loss", "eval_accuracy", "eval_f1", "eval_mcc"});
+    if (num_labels > 2) names.push_back("eval_macro_f1");
+  }
+  return names;
+}
+
+void check_score_attribute(const std::string& score_attribute, int64_t num_labels, bool with_eval) {
+  if (score_attribute.empty()) return;
+  const std::vector<std::string> names = reported_metric_names(num_labels, with_eval);
+  if (std::find(names.begin(), names.end(), score_attribute) != names.end()) return;
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "\"" : ", \"") + name + "\"";
+  const std::string task = num_labels == 1 ? "a regression task (model.num_labels = 1)"
+                                           : str_format("a %lld-label classification task", static_cast<long long>(num_labels));
+  throw Error("checkpoint.score_attribute = \"" + score_attribute + "\" is never reported by " + task +
+              (with_eval ? "" : " without data.eval_file") + ", so checkpoints could not be ranked nor early stopping "
+              "decide; use one of " + list);
 }
 
 Baseline majority_baseline(const Labels& train, const Labels& eval, int64_t num_labels) {

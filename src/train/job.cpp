@@ -12,6 +12,7 @@
 #include "shardtrain/data/reader.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
+#include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/preflight.h"
 #if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
 #include "shardtrain/comm/nccl_communicator.h"
@@ -133,6 +134,7 @@ Tables read_tables(TrainJob& job) {
              static_cast<long long>(t.train.num_bad_rows));
   job.num_labels = config.model.num_labels > 0 ? config.model.num_labels
                                                 : std::max<int64_t>(t.train.labels.num_classes(), 2);
+  check_score_attribute(config.checkpoint.score_attribute, job.num_labels, !config.data.eval_file.empty());
   if (!config.data.eval_file.empty()) {
     ReaderOptions r = reader_options(config.data, label_mode);
     r.label_names = t.train.labels.names;
@@ -219,6 +221,16 @@ void build_strategy(TrainJob& job) {
   job.flat_layout = flat_tensors(job.strategy->layout());
 }
 
+// a x b for the step plan, or an Error naming the key that makes it overflow
+// int64 (a hostile train.max_steps or train.num_epochs).
+int64_t checked_plan_product(int64_t a, int64_t b, const char* key, const char* what) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product))
+    throw Error(str_format("%s: %lld x %lld %s overflows a 64-bit count; lower %s", key, static_cast<long long>(a),
+                           static_cast<long long>(b), what, key));
+  return product;
+}
+
 void plan_steps(TrainJob& job) {
   const RunConfig& config = *job.config;
   const TrainConfig& t = config.train;
@@ -242,9 +254,14 @@ void plan_steps(TrainJob& job) {
                            "%d ranks) and data.drop_last is on",
                            static_cast<long long>(job.train_data.size()), static_cast<long long>(p.global_batch),
                            job.topology.world_size));
-  p.steps_per_epoch = (p.batches_per_epoch + p.accumulation - 1) / p.accumulation;
-  p.total_steps = t.max_steps > 0 ? t.max_steps : t.num_epochs * p.steps_per_epoch;
-  p.num_epochs = t.max_steps > 0 ? (p.total_steps + p.steps_per_epoch - 1) / p.steps_per_epoch : t.num_epochs;
+  p.steps_per_epoch = p.batches_per_epoch / p.accumulation + (p.batches_per_epoch % p.accumulation != 0 ? 1 : 0);
+  p.total_steps = t.max_steps > 0 ? t.max_steps : checked_plan_product(t.num_epochs, p.steps_per_epoch, "train.num_epochs",
+                                                                       "optimizer steps per epoch");
+  p.num_epochs = t.max_steps > 0 ? p.total_steps / p.steps_per_epoch + (p.total_steps % p.steps_per_epoch != 0 ? 1 : 0)
+                                 : t.num_epochs;
+  // Every example the plan feeds is counted in int64 (samples, batches).
+  checked_plan_product(p.total_steps, p.examples_per_step(), t.max_steps > 0 ? "train.max_steps" : "train.num_epochs",
+                       "examples per optimizer step");
   p.warmup_steps = warmup_steps_for(p.total_steps, t.warmup_steps, t.warmup_ratio);
   job.schedule.emplace(t, p.total_steps, p.warmup_steps);
 }

@@ -99,6 +99,8 @@ void RunFolder::start(const std::string& config_toml, std::optional<int64_t> res
   });
 }
 
+int64_t RunFolder::count_recorded_reports() const { return count_lines(file("result.jsonl")); }
+
 void RunFolder::append_result(const std::string& json_line) {
   append_line(file("result.jsonl"), json_line);
   ++num_reports_;

@@ -53,6 +53,15 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
                              path.c_str(), static_cast<long long>(s.global_batch_size),
                              static_cast<long long>(plan.examples_per_step()), static_cast<long long>(t.batch_size),
                              static_cast<long long>(plan.world_size), static_cast<long long>(plan.accumulation)));
+    // Checked here, before the run folder changes, not when the sampler is
+    // positioned in the loop (docs/DESIGN.md, "The run folder").
+    if (s.batches_consumed < 0 || s.batches_consumed > plan.batches_per_epoch)
+      throw Error(str_format("%s was saved %lld global batches into epoch %lld, but an epoch of data.train_file (%s: "
+                             "%lld rows) now has %lld global batches of %lld: the training data changed since the "
+                             "checkpoint; train on the data it was trained on to resume, or use another run.name",
+                             path.c_str(), static_cast<long long>(s.batches_consumed), static_cast<long long>(s.epoch),
+                             job.config->data.train_file.c_str(), static_cast<long long>(job.train_data.size()),
+                             static_cast<long long>(plan.batches_per_epoch), static_cast<long long>(plan.global_batch)));
     if (s.seed != t.seed)
       log_warn("%s was trained with train.seed %lld, this job has %lld: the data order changes from here on",
                path.c_str(), static_cast<long long>(s.seed), static_cast<long long>(t.seed));
@@ -82,6 +91,16 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
   at.early.bad_evals = state.early_stopping_bad_evals;
   at.early.stopped = state.early_stopped != 0;
   at.stop_reason = state.stop_reason;
+  // A run stopped early goes on when this job's patience no longer stops it
+  // (0 = off, or more evaluations than it waited): `--resume` it with a larger
+  // train.early_stopping_patience.
+  const int64_t patience = t.early_stopping_patience;
+  if (at.early.stopped && (patience == 0 || at.early.bad_evals < patience)) {
+    log_info("%s stopped early (%s); with train.early_stopping_patience = %lld training continues", path.c_str(),
+             at.stop_reason.c_str(), static_cast<long long>(patience));
+    at.early.stopped = false;
+    at.stop_reason.clear();
+  }
   if (job.loss_scaler && state.loss_scale > 0)
     job.loss_scaler->load_state({state.loss_scale, state.loss_scale_good_steps, state.loss_scale_hysteresis_left,
                                  state.skipped_steps});
@@ -140,7 +159,8 @@ class Reporter {
       : job_(job), checkpoints_(checkpoints), folder_(folder), meter_(meter), tensorboard_(tensorboard),
         options_(options), result_(result), early_(job.config->train, job.config->checkpoint) {}
 
-  void report(Position& at, bool with_checkpoint, bool with_eval, int64_t epochs_done) {
+  // `last`: the end of training, where early stopping stops nothing.
+  void report(Position& at, bool with_checkpoint, bool with_eval, int64_t epochs_done, bool last = false) {
     // Throughout: `at` and the metrics are the same on every rank.
     meter_.end_line();
     TrainReport report;
@@ -162,7 +182,7 @@ class Reporter {
                                                        job_.tokenizer->pad_id(), job_.device, job_.comm);
       for (const auto& kv : eval_metrics(logits, job_.eval_data->labels, job_.num_labels)) report.metrics[kv.first] = kv.second;
       report.metrics["eval_seconds"] = MPI_Wtime() - start;
-      if (early_.enabled()) update_early_stopping(at, report);
+      if (early_.enabled()) update_early_stopping(at, report, last);
     }
     with_checkpoint = with_checkpoint || at.early.stopped;  // a stopped run stays stopped when re-run
     Json metrics = Json::object();
@@ -181,11 +201,12 @@ class Reporter {
  private:
   // The metrics are the same on every rank (gathered logits); rank 0's
   // decision is broadcast all the same, so that the ranks cannot part ways.
-  void update_early_stopping(Position& at, TrainReport& report) {
+  void update_early_stopping(Position& at, TrainReport& report, bool last) {
     early_.load(at.early);
     const int stop = early_.update(report.metrics, at.step) ? 1 : 0;
     at.early = early_.state();
-    if (!broadcast_value<int>(stop, job_.comm, "early stopping: the decision")) return;
+    at.early.stopped = false;
+    if (!broadcast_value<int>(stop, job_.comm, "early stopping: the decision") || last) return;
     at.early.stopped = true;
     at.stop_reason = "early stopping: " + early_.reason();
     report.stop_reason = at.stop_reason;
@@ -307,6 +328,34 @@ std::unique_ptr<TensorBoardWriter> open_tensorboard(const RunFolder& folder, con
   return std::make_unique<TensorBoardWriter>(dir);
 }
 
+// Rank 0, before anything in the folder changes: a job with no checkpoint to
+// resume from would start at step 0 and replace the records of an earlier run
+// (its reports, its checkpoints that all failed to verify); that needs
+// TrainOptions::restart. A progress.csv alone (a job killed before its first
+// report) is replaced without asking.
+void refuse_restart_over_records(const RunFolder& folder, const CheckpointManager& checkpoints,
+                                 const TrainOptions& options, MPI_Comm comm) {
+  const std::vector<std::string> damaged = checkpoints.damaged();
+  on_rank0(comm, "checking the run folder's records", [&] {
+    const int64_t reports = folder.count_recorded_reports();
+    if (reports == 0 && damaged.empty()) return;
+    std::string records = reports > 0 ? str_format("%lld reports in result.jsonl", static_cast<long long>(reports)) : "";
+    if (!damaged.empty()) {
+      records += (records.empty() ? "" : ", and ") + str_format("%zu checkpoints, every one damaged: ", damaged.size());
+      for (size_t i = 0; i < damaged.size(); ++i) records += (i ? "; " : "") + damaged[i];
+    }
+    if (options.restart) {
+      log_warn("--restart: starting again from step 0 over the records of an earlier run in %s (%s)",
+               folder.dir().c_str(), records.c_str());
+      return;
+    }
+    throw Error(folder.dir() + " holds the records of an earlier run (" + records +
+                ") and no checkpoint to resume from: training would start again from step 0 and replace them. "
+                "Nothing was changed. Pass --restart to start over (damaged checkpoints are set aside, not deleted), "
+                "--resume another checkpoint, or use another run.name");
+  });
+}
+
 }  // namespace
 
 TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& options) {
@@ -314,25 +363,40 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   RunFolder folder(config.run, comm);
   CheckpointManager checkpoints(folder.dir(), config.checkpoint, comm);
   const std::string resume_path = checkpoints.resume_path(options.resume_from);
+  if (resume_path.empty()) refuse_restart_over_records(folder, checkpoints, options, comm);
+  else if (options.restart)
+    throw Error("--restart: " + resume_path + " is an intact checkpoint to resume from; --restart only starts over in "
+                "a run folder without one. Leave --restart out to resume, or use another run.name");
   TrainJob job = build_job(config, comm, TrainJobOptions{options.force_loss_scaling});
   Position at = resume(job, checkpoints, resume_path);
-  folder.start(options.config_toml, resume_path.empty() ? std::nullopt : std::optional<int64_t>(at.step));
+  // Every check that can refuse the job has passed: from here on the run
+  // folder changes (docs/DESIGN.md, "The run folder"); with nothing to train
+  // it stays as it was, config.toml included.
+  const bool nothing_to_do = !resume_path.empty() && (at.early.stopped || at.step >= job.plan.total_steps ||
+                                                      at.epoch >= job.plan.num_epochs);
   std::unique_ptr<TensorBoardWriter> tensorboard;
-  on_rank0(comm, "opening TensorBoard", [&] { tensorboard = open_tensorboard(folder, resume_path, at.step); });
+  if (!nothing_to_do) {
+    checkpoints.set_aside_damaged();
+    folder.start(options.config_toml, resume_path.empty() ? std::nullopt : std::optional<int64_t>(at.step));
+    on_rank0(comm, "opening TensorBoard", [&] { tensorboard = open_tensorboard(folder, resume_path, at.step); });
+  }
   log_plan(job, folder);
   TrainResult result;
   result.run_dir = folder.dir();
   result.resumed_from = resume_path;
   result.num_training_steps = job.plan.total_steps;
+  result.nothing_to_do = nothing_to_do;
   ProgressMeter meter(config.train, job.plan.total_steps, job.plan.num_epochs, at.step, at.trained_before,
                       options.live_progress, folder, tensorboard.get(), invocation_start);
   Reporter reporter(job, checkpoints, folder, meter, tensorboard.get(), options, result);
   if (at.early.stopped)
-    log_info("%s: training stopped at step %lld (%s); nothing to do", resume_path.c_str(),
-             static_cast<long long>(at.step), at.stop_reason.c_str());
-  else if (at.step >= job.plan.total_steps)
-    log_info("%s: training already finished at step %lld of %lld; nothing to do", resume_path.c_str(),
-             static_cast<long long>(at.step), static_cast<long long>(job.plan.total_steps));
+    log_info("%s: training stopped at step %lld (%s); nothing to do (to go on, run it again or --resume it "
+             "with a larger train.early_stopping_patience, or 0)", resume_path.c_str(), static_cast<long long>(at.step),
+             at.stop_reason.c_str());
+  else if (nothing_to_do)
+    log_info("%s: training already finished at step %lld of %lld (epoch %lld of %lld); nothing to do",
+             resume_path.c_str(), static_cast<long long>(at.step), static_cast<long long>(job.plan.total_steps),
+             static_cast<long long>(at.epoch), static_cast<long long>(job.plan.num_epochs));
 
   bool stopped = false;  // by TrainOptions::stop_after_step
   while (!stopped && !at.early.stopped && at.step < job.plan.total_steps && at.epoch < job.plan.num_epochs) {
@@ -361,7 +425,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
     epoch_end = job.epoch_done();
     if (epoch_end) ++at.epoch;
     const bool last = at.step >= job.plan.total_steps || at.epoch >= job.plan.num_epochs;
-    reporter.report(at, checkpoints.due(at.step, epoch_end, at.epoch, last), true, epoch_end ? at.epoch : at.epoch + 1);
+    reporter.report(at, checkpoints.due(at.step, epoch_end, at.epoch, last), true, at.epoch, last);
   }
 
   result.steps = at.step;
@@ -375,7 +439,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   result.last_checkpoint = checkpoints.newest();
   result.final_params = job.strategy->flat_params().narrow(0, 0, job.strategy->layout().numel()).to(at::kCPU).clone();
   for (const ParamSlot& slot : job.strategy->layout().slots()) result.param_names.push_back(slot.name);
-  if (result.finished)
+  if (result.finished && !nothing_to_do)
     log_info("done: %lld steps in %s; checkpoints in %s (newest %s%s%s)", static_cast<long long>(at.step),
              format_duration(MPI_Wtime() - invocation_start).c_str(), folder.dir().c_str(),
              result.last_checkpoint.c_str(), result.best_checkpoint.empty() ? "" : ", best ",

@@ -82,4 +82,16 @@ bool is_temp_file_name(const std::string& file_name);
 // a file that cannot be removed is skipped (its path is not returned).
 std::vector<std::string> remove_stale_temp_files(const std::string& run_dir, const std::string& keep_job_id = "");
 
+// `path` made absolute with every symlink and ".." resolved; for a file that
+// does not exist yet, its parent's real path and its name.
+std::string real_path(const std::string& path);
+
+// Error, before anything is written, when writing `output` (the value of
+// `output_flag`) would replace an input of the command: the file `input` (the
+// value of `input_flag`), or, for a folder input, any path inside it or a hard
+// link to one of its files. Paths compare by real_path, files also by inode
+// (hard links), so no spelling of the input gets past it.
+void refuse_output_over_input(const std::string& output_flag, const std::string& output, const std::string& input_flag,
+                              const std::string& input);
+
 }  // namespace shardtrain

@@ -7,7 +7,9 @@
 //   checkpoint_000001.h5, checkpoint_000002.h5, ...   (index = 1, 2, ... in write order)
 //
 //   CheckpointManager checkpoints(folder.dir(), config.checkpoint, comm);  // collective: rank 0 scans
-//   std::string resume = checkpoints.resume_path(options.resume_from);     // "" = start fresh
+//   std::string resume = checkpoints.resume_path(options.resume_from);     // "" = none to resume
+//   ... every check that can refuse the job ...
+//   checkpoints.set_aside_damaged();                                       // now the folder may change
 //   if (checkpoints.due(step, epoch_end, epochs_done, last)) checkpoints.save(layout, parts, state);
 #pragma once
 #include <mpi.h>
@@ -53,10 +55,20 @@ class CheckpointManager {
   // Collective: the checkpoint to resume from, verified in full on rank 0
   // (verify_checkpoint: every dataset read, checksums compared):
   //   `requested` (--resume): Error when it is not a file or fails to verify;
-  //   otherwise the run folder's newest that verifies: a damaged newer one is
-  //   set aside as "<name>.damaged" (never deleted) with a warning naming the
-  //   problem, and the next older one is tried; "" = none, start fresh.
+  //   otherwise the run folder's newest that verifies; a damaged newer one is
+  //   recorded (damaged(), with a warning naming the problem) and the next
+  //   older one is tried; "" = none. Nothing in the folder changes here.
   std::string resume_path(const std::string& requested);
+
+  // Collective: the checkpoints resume_path found damaged, one "<path>: <problem>"
+  // each, newest first (the same on every rank).
+  std::vector<std::string> damaged() const;
+
+  // Collective: renames the checkpoints resume_path found damaged to
+  // "<name>.damaged" (set_aside_damaged_checkpoint; never deleted). Called
+  // once the job has passed every check that can refuse it, so that a refused
+  // job leaves the run folder as it was.
+  void set_aside_damaged();
 
   // Collective: reads the training state of `path`, lets `check` refuse it
   // (throw Error: the same on every rank, since every rank reads the same
@@ -93,6 +105,8 @@ class CheckpointManager {
   MPI_Comm comm_;
   int rank_ = 0;
   std::vector<Kept> kept_;  // rank 0: complete checkpoints, oldest first
+  std::vector<std::string> damaged_paths_;     // rank 0: found damaged by resume_path, newest first
+  std::vector<std::string> damaged_problems_;  // rank 0: why, in the same order
   int64_t next_index_ = 1;
 };
 

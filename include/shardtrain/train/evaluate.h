@@ -33,9 +33,19 @@ std::vector<float> sharded_logits(SequenceClassifier& model, const TokenizedData
 
 // The eval metrics of gathered logits against `labels` (one per row):
 // classification eval_loss (cross-entropy, float64), eval_accuracy, eval_f1,
-// eval_mcc (and eval_macro_f1 for more than two classes); regression
+// eval_mcc (and eval_macro_f1 when num_labels > 2); regression
 // (num_labels 1) eval_loss = eval_mse, eval_pearson.
 std::map<std::string, double> eval_metrics(const std::vector<float>& logits, const Labels& labels, int64_t num_labels);
+
+// The metrics a report holds for this task: train_loss, and with eval data
+// the names eval_metrics gives for num_labels labels (eval_macro_f1 for more
+// than two).
+std::vector<std::string> reported_metric_names(int64_t num_labels, bool with_eval);
+
+// Refuses (Error naming checkpoint.score_attribute and the allowed names) a
+// score_attribute that no report of this task holds: with it, keep-best-N and
+// early stopping would silently do nothing. "" is fine.
+void check_score_attribute(const std::string& score_attribute, int64_t num_labels, bool with_eval);
 
 // The majority-class baseline: what always predicting the training data's
 // most frequent class (ties: the smaller id) scores on `eval`, by the same

@@ -1,7 +1,7 @@
 // The run folder <run.storage_path>/<run.name>/ and its small files
 // (docs/DESIGN.md, "The run folder"):
 //
-//   config.toml    the resolved config, rewritten at every start
+//   config.toml    the resolved config, rewritten at every start that trains
 //   train.log      everything rank 0 logs (and warnings of all ranks)
 //   progress.csv   step,epoch,loss,lr,grad_norm,samples_per_s,tokens_per_s,elapsed_s,loss_scale,skipped_steps
 //                  (loss_scale 0: no loss scaling)
@@ -12,7 +12,9 @@
 //
 // A resumed run cuts result.jsonl and progress.csv back to the checkpoint's
 // step, so an interrupted and resumed run leaves the same files (up to timing
-// columns) as one never interrupted.
+// columns) as one never interrupted. start() is the first write to the folder
+// (besides train.log): train() calls it only once every check that can refuse
+// the job has passed, and not at all when there is nothing to train.
 //
 //   RunFolder folder(config.run, comm);            // collective: rank 0 creates it
 //   folder.start(config_toml, resumed_step);       // collective
@@ -44,6 +46,9 @@ class RunFolder {
   // Collective (rank 0 writes): config.toml, and result.jsonl / progress.csv
   // emptied for a fresh run (resumed_step unset) or cut after resumed_step.
   void start(const std::string& config_toml, std::optional<int64_t> resumed_step);
+
+  // Rank 0 only: the reports result.jsonl holds now (read from the file).
+  int64_t count_recorded_reports() const;
 
   // Rank 0 only.
   int64_t num_reports() const { return num_reports_; }

@@ -43,6 +43,11 @@ namespace shardtrain {
 struct TrainOptions {
   std::string config_toml;   // saved as <run dir>/config.toml and in checkpoints
   std::string resume_from;   // a checkpoint file; "" = the run folder's newest, if any
+  // Start from step 0 although the run folder holds records of an earlier run
+  // (reports in result.jsonl, checkpoints that all fail their checks) and no
+  // checkpoint to resume from; without it such a job is refused, the folder
+  // untouched. The damaged checkpoints are set aside, the records replaced.
+  bool restart = false;
   // Tests: return right after this many optimizer steps (counted from the
   // start of training, not of this invocation), writing nothing more — what a
   // job killed at that point leaves behind. 0 = off.
@@ -60,7 +65,7 @@ struct TrainOptions {
 };
 
 struct TrainReport {
-  int64_t epoch = 0;  // epochs completed when the report was made (fractional epochs: the one in progress + 1)
+  int64_t epoch = 0;  // epochs completed when the report was made: the checkpoint's epoch (`inspect`)
   int64_t step = 0;   // optimizer steps done
   std::map<std::string, double> metrics;  // train_loss, eval_loss, eval_accuracy, eval_f1, ...
   std::string checkpoint;                 // written with this report, or ""
@@ -75,6 +80,7 @@ struct TrainResult {
   int64_t num_training_steps = 0;  // planned
   bool finished = false;           // false when stopped by stop_after_step
   bool stopped_early = false;      // by early stopping (finished too)
+  bool nothing_to_do = false;      // resumed a finished or stopped run: the run folder was left as it was
   std::string stop_reason;
   // Classification with eval data: the majority class's scores, to compare with.
   std::optional<Baseline> baseline;
