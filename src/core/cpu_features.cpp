@@ -1,0 +1,95 @@
+#include "shardtrain/core/cpu_features.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+
+std::string CpuFeatures::describe() const {
+  std::string out;
+  auto add = [&out](bool on, const char* name) {
+    if (on) out += (out.empty() ? "" : " ") + std::string(name);
+  };
+  add(avx2, "avx2");
+  add(avx512f, "avx512f");
+  add(avx512_bf16, "avx512_bf16");
+  add(amx_bf16, "amx_bf16");
+  return out.empty() ? "none of avx2, avx512f, avx512_bf16, amx_bf16" : out;
+}
+
+CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  // Leaf 7, sub-leaf 0: EBX bit 5 AVX2, bit 16 AVX512F; EDX bit 22 AMX-BF16.
+  __cpuid_count(7, 0, a, b, c, d);
+  const unsigned max_subleaf = a;
+  f.avx2 = (b >> 5) & 1;
+  f.avx512f = (b >> 16) & 1;
+  f.amx_bf16 = (d >> 22) & 1;
+  // Leaf 7, sub-leaf 1: EAX bit 5 AVX512_BF16.
+  if (max_subleaf >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avx512_bf16 = (a >> 5) & 1;
+  }
+#endif
+  return f;
+}
+
+CpuFeatures parse_cpu_features(const std::string& text, const std::string& source) {
+  std::string spaced = text;
+  std::replace(spaced.begin(), spaced.end(), ',', ' ');
+  std::istringstream words(spaced);
+  CpuFeatures f;
+  for (std::string w; words >> w;) {
+    if (w == "avx2")
+      f.avx2 = true;
+    else if (w == "avx512f")
+      f.avx512f = true;
+    else if (w == "avx512_bf16")
+      f.avx512_bf16 = true;
+    else if (w == "amx_bf16")
+      f.amx_bf16 = true;
+    else
+      throw Error(source + ": unknown CPU feature '" + shorten(w) + "' (known: avx2, avx512f, avx512_bf16, amx_bf16)");
+  }
+  return f;
+}
+
+CpuFeatures current_cpu_features() {
+  const char* forced = std::getenv("SHARDTRAIN_CPU_FEATURES");
+  return forced ? parse_cpu_features(forced, "SHARDTRAIN_CPU_FEATURES") : detect_cpu_features();
+}
+
+MatmulRatio measure_bf16_matmul_ratio(long long rows, long long hidden, long long intermediate) {
+  // About 0.5 GFLOP per matmul: 0.1 s at bf16's 4.5 GFLOP/s on an AVX2-only CPU.
+  const double flops_per_row = 2.0 * static_cast<double>(hidden) * static_cast<double>(intermediate);
+  MatmulRatio r;
+  r.rows = std::max(16LL, std::min(rows, static_cast<long long>(5e8 / flops_per_row)));
+  auto time = [&](at::ScalarType dtype) {
+    const at::Tensor x = at::randn({r.rows, hidden}).to(dtype), w = at::randn({hidden, intermediate}).to(dtype);
+    at::matmul(x, w);  // untimed: thread pools, packing buffers
+    const auto start = std::chrono::steady_clock::now();
+    at::Tensor y = at::matmul(x, w);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    (void)y;
+    return s;
+  };
+  r.fp32_s = time(at::kFloat);
+  r.bf16_s = time(at::kBFloat16);
+  return r;
+}
+
+}  // namespace shardtrain
