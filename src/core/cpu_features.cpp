@@ -92,4 +92,15 @@ MatmulRatio measure_bf16_matmul_ratio(long long rows, long long hidden, long lon
   return r;
 }
 
+std::string bf16_slowdown_warning(const CpuFeatures& cpu, long long rows, long long hidden, long long intermediate) {
+  if (cpu.native_bf16()) return "";
+  const MatmulRatio r = measure_bf16_matmul_ratio(rows, hidden, intermediate);
+  return str_format("train.mixed_precision = \"bf16\" on a CPU without bf16 instructions (cpuid: %s; no avx512_bf16 "
+                    "or amx_bf16): a bf16 matmul of [%lld, %lld] x [%lld, %lld] took %.1fx as long as fp32 here "
+                    "(%.1f ms against %.1f ms), and training slows down about as much; use \"no\" for speed on this "
+                    "machine, bf16 to test a bf16 setup",
+                    cpu.describe().c_str(), r.rows, hidden, hidden, intermediate, r.ratio(), r.bf16_s * 1e3,
+                    r.fp32_s * 1e3);
+}
+
 }  // namespace shardtrain

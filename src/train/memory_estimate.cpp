@@ -276,6 +276,12 @@ ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batc
   const double TD = B * L * static_cast<double>(model.hidden_size);
   // Checkpointed, each layer keeps only its input (docs/DESIGN.md, "Activation checkpointing").
   a.layers_bytes = checkpointing ? static_cast<double>(model.num_hidden_layers) * TD * e : all_layers;
+  // ModernBERT's window mask [B, 1, L, L] for its local layers: an input of
+  // every checkpointed local layer, so kept until backward.
+  bool any_local = false;
+  for (int64_t i = 0; model.family == ModelFamily::kModernBert && i < model.num_hidden_layers; ++i)
+    any_local = any_local || !model.is_global_layer(i);
+  if (checkpointing && any_local) a.layers_bytes += B * L * L * e;
   a.kept_bytes = a.embeddings_bytes + a.layers_bytes + a.head_bytes;
   // Backward: the gradients flowing between layers and a layer's temporaries
   // (about 4 T D, bench_activation_memory's peak over the kept figure), and a

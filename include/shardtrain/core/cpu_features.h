@@ -47,4 +47,10 @@ struct MatmulRatio {
 };
 MatmulRatio measure_bf16_matmul_ratio(long long rows, long long hidden, long long intermediate);
 
+// For bf16 training on a CPU: "" when `cpu` has native bf16; else a warning
+// with the measured ratio of a matmul of the model's shape ([rows, hidden] x
+// [hidden, intermediate]): "... a bf16 matmul of [2048, 768] x [768, 3072]
+// took 27.1x as long as fp32 here ...".
+std::string bf16_slowdown_warning(const CpuFeatures& cpu, long long rows, long long hidden, long long intermediate);
+
 }  // namespace shardtrain
