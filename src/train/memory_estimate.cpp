@@ -241,10 +241,12 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
       if (o.stage == 3) {
         e.gathered_bytes = static_cast<double>(stage3_peak_elements(units, o)) * ep;
       } else {
-        // Stage 2: a unit's gradients and the next one's still reducing, or
-        // the shard staged for the step.
-        const double grads = static_cast<double>(largest_padded) * (o.overlap_comm ? 2 : 1) * ep;
-        e.gathered_bytes = std::max(grads, static_cast<double>(shard) * ep);
+        // Stage 2: every unit's full gradients may be alive at once (a unit's
+        // are dropped only when its reduce-scatter completes, which on MPI can
+        // trail the backward), or the shard staged for the step.
+        int64_t all_units = 0;
+        for (const Unit& u : units) all_units += u.padded;
+        e.gathered_bytes = std::max(static_cast<double>(all_units), static_cast<double>(shard)) * ep;
       }
       const double chunk = static_cast<double>(largest_padded / group);
       e.comm_bytes = chunk * er * (o.overlap_comm ? 2 : 1) +

@@ -67,7 +67,8 @@ struct MemoryEstimate {
   double host_bytes = 0;  // offload: master, gradient copy and AdamW state of the shard
   // zero3 / fsdp / hybrid: the largest gathered unit, and the most gathered
   // parameters + unsharded gradients alive at once (prefetch included); zero2:
-  // unit gradients in flight and the step's shard buffer.
+  // every unit's full gradients (worst case: reductions trailing backward),
+  // or the step's shard buffer.
   int64_t largest_unit_numel = 0;
   std::string largest_unit;  // "embeddings", "encoder layer", "head"
   double gathered_bytes = 0;
