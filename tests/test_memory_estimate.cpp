@@ -122,7 +122,7 @@ TEST_CASE("estimated activations are within 10% of the measured ones, with and w
       const double measured = memory_estimate_measure_in_child(config, checkpointing, B, L);
       REQUIRE(measured > 0);
       const ActivationEstimate a = estimate_activations(config, B, L, 4, checkpointing);
-      MESSAGE(family + (checkpointing ? " checkpointed" : " plain") << ": estimated " << a.kept_bytes << " B, measured " << measured << " B");
+      MESSAGE(family << (checkpointing ? std::string(" checkpointed") : std::string(" plain")) << ": estimated " << a.kept_bytes << " B, measured " << measured << " B");
       CHECK(a.kept_bytes == doctest::Approx(measured).epsilon(kActivationTolerance));
     }
   }
@@ -260,5 +260,5 @@ TEST_CASE("CPU features: the list parses, and bf16 warns with a measured ratio o
   CHECK(r.bf16_s > 0);
   CHECK(r.fp32_s > 0);
   // The rows are cut so that a slow bf16 matmul stays well under a second.
-  CHECK(measure_bf16_matmul_ratio(100000, 768, 3072).rows <= 256);
+  CHECK(measure_bf16_matmul_ratio(100000, 768, 3072).rows <= 128);
 }
