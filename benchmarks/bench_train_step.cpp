@@ -83,6 +83,7 @@
 #include <vector>
 
 #include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/core/cpu_features.h"
 #if SHARDTRAIN_HAVE_NCCL
 #include "shardtrain/comm/nccl_communicator.h"
 #endif
@@ -283,6 +284,7 @@ int run(World& world, int argc, char** argv) {
                 static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.num_attention_heads),
                 static_cast<long long>(config.intermediate_size), static_cast<long long>(config.vocab_size),
                 static_cast<long long>(config.num_parameters()));
+    std::printf("# CPU features (cpuid): %s\n", current_cpu_features().describe().c_str());
     std::printf("# %d ranks x %d threads, batch %lld per rank (global %lld samples, %lld tokens), seq_len %lld, "
                 "dropout %.2f/%.2f, %s, %d warm-up + %d timed steps\n",
                 ranks, at::get_num_threads(), static_cast<long long>(batch_size), static_cast<long long>(global_samples),
@@ -483,6 +485,7 @@ int run(World& world, int argc, char** argv) {
          {{"name", strategy->name()},
           {"offload_optimizer", offload},
           {"mixed_precision", mixed_precision_name},
+          {"cpu_features", current_cpu_features().describe()},
           {"ddp_buckets", ddp ? static_cast<int64_t>(ddp->buckets().size()) : 0},
           {"reductions_per_step", buckets_per_step},
           {"reductions_during_backward_per_step", buckets_in_backward_per_step},

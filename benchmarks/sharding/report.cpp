@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/cpu_features.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/classifier.h"
 
@@ -28,6 +29,8 @@ void print_preamble(const Options& options, const EncoderConfig& config, int ran
               static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.num_attention_heads),
               static_cast<long long>(config.intermediate_size), static_cast<long long>(config.vocab_size),
               static_cast<long long>(config.num_parameters()), mixed ? "mixed precision bf16" : "fp32");
+  // bf16 rows depend on the CPU (docs/DESIGN.md, "Mixed precision on a CPU").
+  std::printf("# CPU features (cpuid): %s\n", current_cpu_features().describe().c_str());
   std::printf("# N = %d ranks x %d threads, batch %lld x seq_len %lld per rank, accumulation 1, %d warm-up + %d "
               "timed steps per strategy\n",
               ranks, at::get_num_threads(), static_cast<long long>(options.batch_size),

@@ -92,6 +92,7 @@ int run_cli(int argc, char** argv) {
   add_inspect_command(app, world);
   add_export_command(app, world);
   add_plot_command(app, world);
+  add_estimate_memory_command(app, world);
 
   int status = 0;
   try {

@@ -18,5 +18,6 @@ void add_train_command(CLI::App& root, World& world);
 void add_inspect_command(CLI::App& root, World& world);
 void add_export_command(CLI::App& root, World& world);
 void add_plot_command(CLI::App& root, World& world);
+void add_estimate_memory_command(CLI::App& root, World& world);
 
 }  // namespace shardtrain

@@ -7,13 +7,19 @@
 
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/cpu_features.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/memory.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/evaluate.h"
+#include "shardtrain/train/memory_estimate.h"
 #include "shardtrain/train/preflight.h"
+#if defined(SHARDTRAIN_TORCH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 #if defined(SHARDTRAIN_HAVE_NCCL) && defined(SHARDTRAIN_TORCH_CUDA)
 #include "shardtrain/comm/nccl_communicator.h"
 #endif
@@ -41,22 +47,6 @@ std::string model_config_path(const ModelConfig& m) {
   return from_folder ? (fs::path(m.path) / "config.json").string() : m.config;
 }
 
-// Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); without it
-// LibTorch's bf16 matmuls run converted, slower than fp32.
-bool cpu_has_native_bf16() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line);
-    std::string flag;
-    while (words >> flag)
-      if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
-    return false;
-  }
-  return false;
-}
-
 void set_precision(TrainJob& job, const TrainJobOptions& options) {
   const RunConfig& config = *job.config;
   job.precision = mixed_precision_for(config.train.mixed_precision, config.parallel);
@@ -70,10 +60,13 @@ void set_precision(TrainJob& job, const TrainJobOptions& options) {
            job.loss_scaler ? str_format("; loss scale %g (%s)", job.loss_scaler->scale(),
                                         job.loss_scaler->options().dynamic ? "dynamic" : "static").c_str()
                            : "");
-  if (config.run.device == Device::kCpu && job.precision.param_dtype == at::kBFloat16 && !cpu_has_native_bf16())
-    log_warn("train.mixed_precision = \"bf16\" on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in "
-             "/proc/cpuinfo): LibTorch runs bf16 matmuls through conversions, slower than fp32; use it to test a "
-             "bf16 setup, or \"no\" for speed on this machine");
+  // Rank 0 times one bf16 and one fp32 matmul of the model's MLP shape (under a second).
+  if (config.run.device == Device::kCpu && job.precision.param_dtype == at::kBFloat16 && job.topology.rank == 0) {
+    const EncoderConfig model = EncoderConfig::from_file(model_config_path(config.model));
+    const std::string warning = bf16_slowdown_warning(current_cpu_features(), config.train.batch_size * config.data.max_length,
+                                                      model.hidden_size, model.intermediate_size);
+    if (!warning.empty()) log_warn("%s", warning.c_str());
+  }
 }
 
 void set_device_and_communicator(TrainJob& job) {
@@ -150,18 +143,31 @@ Tables read_tables(TrainJob& job) {
   return t;
 }
 
-// Refuses, before the model is built, a model that cannot take the data and a
-// run that cannot fit in this node's memory (train/preflight.h). The memory
-// estimate is of host memory, so it applies to CPU runs.
+// Refuses, before the model is built, a model that cannot take the data
+// (train/preflight.h), and prints the job's memory estimate and refuses a job
+// that cannot fit in this node's available memory (CPU) or the GPU's free
+// memory (train/memory_estimate.h).
 void preflight(const TrainJob& job) {
   const RunConfig& config = *job.config;
   const std::string config_path = model_config_path(config.model);
   EncoderConfig model = EncoderConfig::from_file(config_path);
   model.set_num_labels(job.num_labels);
   check_model_for_data(model, config.data, config_path);
-  if (config.run.device != Device::kCpu) return;
-  const MemoryEstimate need = estimate_rank_memory(config, model, job.topology.world_size);
-  check_memory_fits(need, config, model, job.topology.local_size, available_memory());
+  const int world = job.topology.world_size;
+  if (job.topology.rank == 0) log_info("%s", describe_estimate(estimate_memory(config, model, world)).c_str());
+  if (config.run.device == Device::kCpu) {
+    if (const std::optional<AvailableMemory> available = available_memory())
+      check_estimate_fits(config, model, world, job.topology.local_size, static_cast<double>(available->bytes),
+                          "host memory available on this node (" + available->source + ")");
+    return;
+  }
+#if defined(SHARDTRAIN_TORCH_CUDA)
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaSetDevice(job.device.index()) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+    check_estimate_fits(config, model, world, 1, static_cast<double>(free_bytes),
+                        str_format("free memory on GPU %d (of %s)", static_cast<int>(job.device.index()),
+                                   format_bytes(static_cast<double>(total_bytes)).c_str()));
+#endif
 }
 
 void build_model(TrainJob& job, const Tables& tables) {

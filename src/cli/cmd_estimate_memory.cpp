@@ -1,0 +1,218 @@
+// `shardtrain estimate-memory`: the memory per rank of training a model with
+// each strategy, before queueing the job (cli/estimate_memory.h). Rank 0
+// prints; nothing is allocated but the config.
+#include "shardtrain/cli/estimate_memory.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/config_flags.h"
+#include "shardtrain/comm/world.h"
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/choices.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/model/encoder_config.h"
+#include "shardtrain/train/memory_estimate.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain {
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::string spaced = text;
+  for (char& c : spaced)
+    if (c == ',') c = ' ';
+  std::istringstream words(spaced);
+  std::vector<std::string> out;
+  for (std::string w; words >> w;) out.push_back(w);
+  return out;
+}
+
+std::vector<int> parse_world_sizes(const std::string& text) {
+  if (text.empty()) return {1, 2, 4, 8};
+  std::vector<int> out;
+  for (const std::string& w : split_list(text)) {
+    char* end = nullptr;
+    const long n = std::strtol(w.c_str(), &end, 10);
+    if (end == w.c_str() || *end != '\0' || n < 1 || n > (1 << 20))
+      throw Error("--world-size: '" + shorten(w) + "' is not a rank count (a list of integers >= 1, e.g. 1,2,4,8)");
+    out.push_back(static_cast<int>(n));
+  }
+  if (out.empty()) throw Error("--world-size: empty list (give rank counts, e.g. 1,2,4,8)");
+  return out;
+}
+
+std::vector<StrategyKind> parse_strategies(const std::string& text, const RunConfig& base) {
+  std::vector<StrategyKind> out;
+  for (const std::string& w : split_list(text)) {
+    if (w == "all") {
+      for (StrategyKind k : {StrategyKind::kDdp, StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kZero3,
+                             StrategyKind::kFsdp})
+        out.push_back(k);
+      if (base.parallel.ranks_per_node > 0) out.push_back(StrategyKind::kHybrid);
+      continue;
+    }
+    out.push_back(parse_choice<StrategyKind>(w, "--strategy"));
+  }
+  if (out.empty()) throw Error("--strategy: empty list (all, or some of ddp, zero1, zero2, zero3, fsdp, hybrid)");
+  return out;
+}
+
+// The config.json of --model (a folder or the file), or of the run config's model.
+std::string model_json_path(const std::string& model, const RunConfig& base, bool have_config) {
+  if (!model.empty()) {
+    std::error_code error;
+    const fs::path path = fs::is_directory(model, error) ? fs::path(model) / "config.json" : fs::path(model);
+    if (!fs::is_regular_file(path, error))
+      throw Error("--model: " + path.string() + " does not exist (a Hugging Face model folder or its config.json)");
+    return path.string();
+  }
+  if (!have_config) throw Error("--model is required without --config (a Hugging Face model folder or its config.json)");
+  const ModelConfig& m = base.model;
+  const bool from_folder = m.init == ModelInit::kPretrained || m.config.empty();
+  return from_folder ? (fs::path(m.path) / "config.json").string() : m.config;
+}
+
+std::string count_text(int64_t n) {
+  return n >= 1000000 ? str_format("%.1f M", static_cast<double>(n) / 1e6) : std::to_string(n);
+}
+
+std::string table_row(const MemoryEstimate& e, const std::optional<MemoryVerdict>& verdict) {
+  std::string row = str_format("%-7s %5d %11s %11s %11s %11s %11s %11s %11s %11s %11s", e.strategy.c_str(),
+                               e.shard_group, format_bytes(e.param_bytes).c_str(), format_bytes(e.grad_bytes).c_str(),
+                               format_bytes(e.optimizer_bytes).c_str(), format_bytes(e.host_bytes).c_str(),
+                               format_bytes(e.gathered_bytes).c_str(), format_bytes(e.comm_bytes).c_str(),
+                               format_bytes(e.activations_plain.peak_bytes).c_str(),
+                               format_bytes(e.activations_checkpointed.peak_bytes).c_str(),
+                               format_bytes(e.total_bytes()).c_str());
+  if (verdict) row += str_format("  %-26s %lld", verdict->text().c_str(), static_cast<long long>(verdict->largest_batch));
+  return row;
+}
+
+}  // namespace
+
+double parse_memory_size(const std::string& text, const std::string& flag) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double value = std::strtod(begin, &end);
+  std::string unit(end);
+  unit.erase(0, unit.find_first_not_of(' '));
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},          {"b", 1},          {"k", 1024.0},    {"kib", 1024.0},  {"kb", 1e3},
+      {"m", 1048576.0}, {"mib", 1048576.0}, {"mb", 1e6},     {"g", 1073741824.0}, {"gib", 1073741824.0},
+      {"gb", 1e9},      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12}};
+  if (end != begin && std::isfinite(value) && value > 0)
+    for (const auto& [name, scale] : kUnits)
+      if (unit == name) return value * scale;
+  throw Error(flag + ": '" + shorten(text) + "' is not a memory size (a positive number with an optional unit: 80GiB, "
+              "80GB, 512MiB, 1.5TiB; GB and MB are decimal, GiB and MiB binary)");
+}
+
+std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bool have_config,
+                                                const EstimateMemoryArgs& args) {
+  RunConfig base = base_config;
+  if (!have_config) base.run.device = Device::kCuda;
+  if (!args.device.empty()) base.run.device = parse_choice<Device>(args.device, "--device");
+  if (!args.mixed_precision.empty())
+    base.train.mixed_precision = parse_choice<Precision>(args.mixed_precision, "--mixed-precision");
+  if (!args.offload_optimizer.empty())
+    base.parallel.offload_optimizer = parse_choice<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
+  if (args.batch_size < 0) throw Error("--batch-size must be >= 1");
+  if (args.seq_len < 0) throw Error("--seq-len must be >= 1");
+  if (args.batch_size > 0) base.train.batch_size = args.batch_size;
+  if (args.seq_len > 0) base.data.max_length = args.seq_len;
+  if (args.gradient_checkpointing) base.model.gradient_checkpointing = true;
+  const std::optional<double> capacity =
+      args.device_memory.empty() ? std::nullopt : std::optional<double>(parse_memory_size(args.device_memory, "--device-memory"));
+  const std::vector<int> world_sizes = parse_world_sizes(args.world_sizes);
+  const std::vector<StrategyKind> strategies = parse_strategies(args.strategies, base);
+
+  const std::string json_path = model_json_path(args.model, base, have_config);
+  EncoderConfig model = EncoderConfig::from_file(json_path);
+  const int64_t num_labels = args.num_labels > 0 ? args.num_labels : base.model.num_labels > 0 ? base.model.num_labels : 2;
+  model.set_num_labels(num_labels);
+  if (base.data.max_length > model.max_sequence_length())
+    throw Error(str_format("--seq-len %lld exceeds the %lld positions of %s", static_cast<long long>(base.data.max_length),
+                           static_cast<long long>(model.max_sequence_length()), json_path.c_str()));
+
+  std::vector<std::string> lines;
+  if (!args.json) {
+    lines.push_back(str_format("# %s: %s, %s trainable parameters, %lld labels; mixed precision %s; batch %lld x %lld "
+                               "tokens per rank; device %s%s%s",
+                               json_path.c_str(), model.model_type.c_str(), count_text(model.num_parameters()).c_str(),
+                               static_cast<long long>(num_labels), choice_name(base.train.mixed_precision),
+                               static_cast<long long>(base.train.batch_size),
+                               static_cast<long long>(base.data.max_length), choice_name(base.run.device),
+                               base.parallel.offload_optimizer == OffloadDevice::kCpu ? "; optimizer offload" : "",
+                               capacity ? ("; capacity " + format_bytes(*capacity) + " per rank").c_str() : ""));
+    lines.push_back("# per rank; group = ranks holding one copy of the sharded state; activations during backward "
+                    "(plain / gradient checkpointing); total = states + gathered + comm + the configured activations");
+  }
+  for (const int n : world_sizes) {
+    if (!args.json) {
+      lines.push_back(str_format("## %d rank%s", n, n == 1 ? "" : "s"));
+      lines.push_back(str_format("%-7s %5s %11s %11s %11s %11s %11s %11s %11s %11s %11s%s", "strategy", "group",
+                                 "params", "grads", "optimizer", "host", "gathered", "comm", "act_plain", "act_ckpt",
+                                 "total", capacity ? "  verdict                    max_batch" : ""));
+    }
+    for (const StrategyKind kind : strategies) {
+      RunConfig run = base;
+      run.parallel.strategy = kind;
+      if (kind == StrategyKind::kHybrid && run.parallel.ranks_per_node <= 0)
+        run.parallel.ranks_per_node = std::max(1, n / 2);
+      try {
+        const MemoryEstimate e = estimate_memory(run, model, n);
+        const std::optional<MemoryVerdict> verdict =
+            capacity ? std::optional<MemoryVerdict>(judge_memory(run, model, n, *capacity)) : std::nullopt;
+        lines.push_back(args.json ? estimate_to_json(e, verdict) : table_row(e, verdict));
+      } catch (const Error& error) {
+        // A combination the strategies refuse (ddp with offload, hybrid's
+        // ranks per node): say why instead of a row.
+        if (strategies.size() == 1) throw;
+        if (!args.json) lines.push_back(str_format("%-7s  (%s)", choice_name(kind), error.what()));
+      }
+    }
+  }
+  return lines;
+}
+
+void add_estimate_memory_command(CLI::App& root, World& world) {
+  CLI::App* command = root.add_subcommand(
+      "estimate-memory", "Estimate the memory per rank of training a model, for each strategy and rank count");
+  auto flags = add_config_flags(*command);
+  auto args = std::make_shared<EstimateMemoryArgs>();
+  command->add_option("--model", args->model, "a Hugging Face model folder or its config.json (default: the run config's)");
+  command->add_option("--world-size", args->world_sizes, "rank counts, e.g. 1,2,4,8 (default 1,2,4,8)");
+  command->add_option("--strategy", args->strategies, "all, or a list of ddp, zero1, zero2, zero3, fsdp, hybrid");
+  command->add_option("--mixed-precision", args->mixed_precision, "no, bf16 or fp16 (default: the run config's, no)");
+  command->add_option("--offload-optimizer", args->offload_optimizer, "cpu or none (moves state only off a GPU)");
+  command->add_option("--device", args->device, "cpu or cuda (default: the run config's run.device; cuda without one)");
+  command->add_option("--batch-size", args->batch_size, "sequences per rank (default train.batch_size)");
+  command->add_option("--seq-len", args->seq_len, "tokens per sequence (default data.max_length)");
+  command->add_option("--num-labels", args->num_labels, "classifier labels (default model.num_labels, or 2)");
+  command->add_flag("--gradient-checkpointing", args->gradient_checkpointing, "model.gradient_checkpointing = true");
+  command->add_option("--device-memory", args->device_memory,
+                      "memory per rank (GPU, or host share on a CPU), e.g. 80GiB: adds a verdict and the largest batch");
+  command->add_flag("--json", args->json, "one JSON object per (strategy, world size)");
+  command->callback([flags, args, &world]() {
+    const bool have_config = !flags->file.empty();
+    const ConfigOverrides overrides = flags->overrides();
+    if (!have_config && !overrides.empty())
+      throw Error("--" + overrides.front().first + ": config keys need --config RUN.toml (or use this command's "
+                  "own flags: --batch-size, --seq-len, --mixed-precision, ...)");
+    const RunConfig base = have_config ? flags->load() : RunConfig();
+    const std::vector<std::string> lines = estimate_memory_report(base, have_config, *args);
+    if (world.rank() != 0) return;
+    for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  });
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,316 @@
+// The per-rank memory estimate (train/memory_estimate.h; docs/DESIGN.md,
+// "Memory estimate"): model states from the strategies' buffer rules,
+// activations from the layer shapes. Shapes: B batch, L sequence, T = B L
+// tokens, D hidden, E embedding width (ELECTRA), I intermediate, H heads.
+#include "shardtrain/train/memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+#include "shardtrain/model/parameter_plan.h"
+#include "shardtrain/parallel/make_strategy.h"
+#include "shardtrain/parallel/shard_policy.h"
+#include "shardtrain/parallel/topology.h"
+
+namespace shardtrain {
+namespace {
+
+// ---- activations ----
+
+// The dropout probabilities each encoder layer applies, per family (the same
+// rule the model's layer spec follows, docs/DESIGN.md "Model families").
+struct LayerDropouts {
+  double probs = 0, attention_out = 0, mlp_inner = 0, mlp_out = 0;
+};
+
+LayerDropouts layer_dropouts(const EncoderConfig& c) {
+  LayerDropouts d;
+  d.probs = c.attention_probs_dropout_prob;
+  switch (c.family) {
+    case ModelFamily::kDistilBert: d.mlp_out = c.hidden_dropout_prob; break;  // no dropout after out_lin
+    case ModelFamily::kModernBert:
+      d.attention_out = c.attention_probs_dropout_prob;
+      d.mlp_inner = c.hidden_dropout_prob;
+      break;
+    default: d.attention_out = d.mlp_out = c.hidden_dropout_prob; break;
+  }
+  return d;
+}
+
+// What autograd keeps of one encoder layer, in bytes (e = the parameters'
+// element size; LayerNorm saves an fp32 copy of its input in mixed precision,
+// and the attention kernel saves fp32 probabilities):
+//   post-norm (BERT, RoBERTa, ELECTRA, DistilBERT)
+//     layer input (saved by the QKV projection)              T D e
+//     q, k, v reshaped for the attention kernel               3 T D e
+//     softmax probabilities, and their dropout mask           B H L^2 (4 + e [p > 0])
+//     context (input of the output projection)                T D e
+//     dropout mask after the output projection [p > 0]        T D e
+//     LayerNorm input; its output (the MLP's input)           T D 4 + T D e
+//     MLP: activation input, activation output                2 T I e
+//     dropout mask after the MLP [p > 0]                      T D e
+//     LayerNorm input                                         T D 4
+//     the concatenated QKV weight and bias (3 parameters)     (3 D^2 + 3 D) e
+//   pre-norm with a gated MLP (ModernBERT: Wi [2I, D])
+//     LayerNorm input + output, twice (layer 0 has no attn_norm)
+//     q, k, v; probabilities (+ mask); context; output mask [p > 0]
+//     Wi's output [T, 2I] (input and gate share it), act(input), the product 4 T I e (+ T I e mask)
+// A dropout multiplies by a mask that needs no gradient, so autograd keeps
+// only the mask (x * mask saves mask). The layer's output is the next layer's
+// input and is counted there.
+double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, double L, double e) {
+  const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
+               H = static_cast<double>(c.num_attention_heads), T = B * L;
+  const LayerDropouts p = layer_dropouts(c);
+  const double TD = T * D;
+  const double probs = B * H * L * L * (4.0 + (p.probs > 0 ? e : 0.0));
+  const double attention_core = 3 * TD * e + probs + TD * e + (p.attention_out > 0 ? TD * e : 0.0);
+  if (c.family == ModelFamily::kModernBert) {
+    const double norms = (layer == 0 ? 0.0 : TD * 4 + TD * e) + TD * 4 + TD * e;
+    const double mlp = 4 * T * I * e + (p.mlp_inner > 0 ? T * I * e : 0.0);
+    return norms + attention_core + mlp;
+  }
+  const double qkv_weight = (3 * D * D + 3 * D) * e;
+  return TD * e + attention_core + (TD * 4 + TD * e) + 2 * T * I * e + (p.mlp_out > 0 ? TD * e : 0.0) + TD * 4 +
+         qkv_weight;
+}
+
+// The embeddings: the LayerNorm input (fp32), its dropout mask, and ELECTRA's
+// projection input (E wide); the output is layer 0's input.
+double embedding_activation_bytes(const EncoderConfig& c, double B, double L, double e) {
+  const double T = B * L, E = static_cast<double>(c.embedding_width());
+  const double p = c.family == ModelFamily::kModernBert ? c.embedding_dropout : c.hidden_dropout_prob;
+  double bytes = T * E * 4 + (p > 0 ? T * E * e : 0.0);
+  if (c.family == ModelFamily::kElectra && c.embedding_size != c.hidden_size) bytes += T * E * e;
+  return bytes;
+}
+
+// The head reads the first token (or all tokens, mean pooling) of the last
+// layer's output, which keeps that whole output alive; the pooled rows and
+// the head's own tensors are [B, D] (ModernBERT's final_norm over every token
+// for mean pooling).
+double head_activation_bytes(const EncoderConfig& c, double B, double L, double e) {
+  const double TD = B * L * static_cast<double>(c.hidden_size), BD = B * static_cast<double>(c.hidden_size);
+  const bool mean_norm = c.family == ModelFamily::kModernBert && c.classifier_pooling == "mean";
+  return TD * e + (mean_norm ? TD * (4 + e) : 0.0) + 6 * BD * e + B * static_cast<double>(c.num_labels) * 8;
+}
+
+// ---- model states ----
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+struct Unit {
+  int64_t numel = 0, padded = 0;
+  int64_t forward_unit = 0;  // parameter_plan's unit; -1 for stage 3's persistent unit
+};
+
+const char* unit_name(const EncoderConfig& c, int64_t unit) {
+  if (unit == 0) return "embeddings";
+  return unit <= c.num_hidden_layers ? "encoder layer" : "head";
+}
+
+int element_bytes(at::ScalarType t) { return t == at::kFloat ? 4 : 2; }
+
+// The sharded strategies' units (parallel/sharded.h): one per forward unit,
+// stage 3's small tensors in one persistent unit, each padded to the group.
+std::vector<Unit> shard_units(const std::vector<ParameterSpec>& plan, int64_t num_units, int group,
+                              int64_t persistence_threshold, int stage) {
+  std::vector<Unit> units(static_cast<size_t>(num_units));
+  for (size_t u = 0; u < units.size(); ++u) units[u].forward_unit = static_cast<int64_t>(u);
+  Unit persistent;
+  persistent.forward_unit = -1;
+  for (const ParameterSpec& p : plan) {
+    if (!p.trainable) continue;
+    const int64_t n = p.numel();
+    if (stage == 3 && n < persistence_threshold)
+      persistent.numel += n;
+    else
+      units[static_cast<size_t>(p.unit)].numel += n;
+  }
+  std::vector<Unit> out;
+  for (Unit& u : units)
+    if (u.numel > 0) out.push_back(u);
+  if (persistent.numel > 0) out.push_back(persistent);
+  for (Unit& u : out) u.padded = round_up(u.numel, group);
+  return out;
+}
+
+// The most gathered parameters + unsharded gradients alive at once in stage 3
+// (forward: a unit and its prefetched successors; backward: a unit's
+// parameters and gradients, its prefetched predecessors, the previous unit's
+// gradients still reducing, and the persistent unit's gradients for the whole
+// backward), in elements.
+int64_t stage3_peak_elements(const std::vector<Unit>& units, const ShardOptions& o) {
+  std::vector<int64_t> order;
+  int64_t persistent = 0;
+  for (const Unit& u : units) {
+    if (u.forward_unit < 0)
+      persistent = u.padded;
+    else
+      order.push_back(u.padded);
+  }
+  const int64_t n = static_cast<int64_t>(order.size());
+  auto prefetched = [&](int64_t at, int64_t budget, int step) {
+    int64_t elements = 0, bytes = 0;
+    for (int64_t p = at + step; budget > 0 && elements < budget && p >= 0 && p < n; p += step) {
+      elements += order[static_cast<size_t>(p)];
+      bytes += order[static_cast<size_t>(p)];
+    }
+    return bytes;
+  };
+  int64_t peak = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t here = order[static_cast<size_t>(p)];
+    const int64_t forward = here + prefetched(p, o.forward_prefetch_elements, +1);
+    const int64_t still_reducing = o.overlap_comm && p + 1 < n ? order[static_cast<size_t>(p + 1)] : 0;
+    const int64_t backward = 2 * here + prefetched(p, o.backward_prefetch_elements, -1) + still_reducing + persistent;
+    peak = std::max({peak, forward, backward});
+  }
+  return peak;
+}
+
+void estimate_states(const RunConfig& run, const EncoderConfig& model, int world_size, MemoryEstimate& e) {
+  const ParallelConfig& parallel = run.parallel;
+  const Topology topology = Topology::assume(0, world_size, run.parallel.ranks_per_node > 0
+                                                               ? static_cast<int>(run.parallel.ranks_per_node)
+                                                               : world_size,
+                                             parallel);
+  const bool offload_asked = parallel.offload_optimizer == OffloadDevice::kCpu;
+  if (topology.kind == StrategyKind::kDdp && offload_asked)
+    throw Error("parallel.offload_optimizer = \"cpu\" needs a sharded strategy (zero1, zero2, zero3, fsdp, hybrid); "
+                "ddp keeps the optimizer with the replicated model");
+  const MixedPrecision precision = mixed_precision_for(run.train.mixed_precision, parallel);
+  const double ep = element_bytes(precision.param_dtype), er = element_bytes(precision.reduce_dtype);
+  const bool mixed = precision.param_dtype != at::kFloat;
+  // A HostOptimizer exists only where there is something to copy: a GPU.
+  e.offload = offload_asked && !e.device_is_cpu;
+  e.shard_group = topology.shard_group_size;
+  const std::vector<ParameterSpec> plan = parameter_plan(model);
+  e.num_parameters = count_trainable(plan);
+  // The largest forward unit (what zero3 / fsdp gather at once).
+  std::vector<int64_t> unit_numel(static_cast<size_t>(model.num_hidden_layers + 2), 0);
+  for (const ParameterSpec& p : plan)
+    if (p.trainable) unit_numel[static_cast<size_t>(p.unit)] += p.numel();
+  const auto largest = std::max_element(unit_numel.begin(), unit_numel.end());
+  e.largest_unit_numel = *largest;
+  e.largest_unit = unit_name(model, largest - unit_numel.begin());
+
+  // The optimizer over a shard of `n` elements (parallel/shard_optimizer.h).
+  auto optimizer = [&](double n) {
+    e.optimizer_bytes = 8 * n + (mixed && !e.offload ? 4 * n : 0.0);
+    if (e.offload) e.host_bytes = 16 * n;  // master, gradient copy, exp_avg, exp_avg_sq
+  };
+  const int64_t psi = e.num_parameters;
+  switch (topology.kind) {
+    case StrategyKind::kDdp:
+    case StrategyKind::kZero1: {
+      const int64_t padded = round_up(psi, world_size);
+      e.param_bytes = static_cast<double>(padded) * ep;
+      e.grad_bytes = static_cast<double>(padded) * ep;
+      if (topology.kind == StrategyKind::kDdp) {
+        optimizer(static_cast<double>(padded));
+        break;
+      }
+      const double shard = static_cast<double>(padded / world_size);
+      optimizer(shard);
+      // Reduce-scatter outputs (every bucket's own part, at most the shard),
+      // or the post-step gather's copy of the shard and its staging.
+      const int64_t piece = parallel.zero.allgather_bucket_size > 0
+                                ? std::min<int64_t>(parallel.zero.allgather_bucket_size, padded / world_size)
+                                : 0;
+      e.comm_bytes = shard * ep + static_cast<double>(piece) * world_size * ep;
+      break;
+    }
+    default: {  // zero2, zero3, hybrid
+      const ShardOptions o = shard_options_for(parallel, topology);
+      const int group = topology.shard_group_size;
+      const std::vector<Unit> units = shard_units(plan, model.num_hidden_layers + 2, group, o.persistence_threshold,
+                                                  o.stage);
+      int64_t shard = 0, resident = 0, largest_padded = 0;
+      for (const Unit& u : units) {
+        shard += u.padded / group;
+        largest_padded = std::max(largest_padded, u.padded);
+        if (o.stage == 2 || u.forward_unit < 0) resident += u.padded;
+      }
+      // Stage 2 keeps every unit whole and stages the shard only inside step().
+      e.param_bytes = static_cast<double>((o.stage == 2 ? 0 : shard) + resident) * ep;
+      e.grad_bytes = static_cast<double>(shard) * er;
+      optimizer(static_cast<double>(shard));
+      if (o.stage == 3) {
+        e.gathered_bytes = static_cast<double>(stage3_peak_elements(units, o)) * ep;
+      } else {
+        // Stage 2: every unit's full gradients may be alive at once (a unit's
+        // are dropped only when its reduce-scatter completes, which on MPI can
+        // trail the backward), or the shard staged for the step.
+        int64_t all_units = 0;
+        for (const Unit& u : units) all_units += u.padded;
+        e.gathered_bytes = std::max(static_cast<double>(all_units), static_cast<double>(shard)) * ep;
+      }
+      const double chunk = static_cast<double>(largest_padded / group);
+      e.comm_bytes = chunk * er * (o.overlap_comm ? 2 : 1) +
+                     (precision.reduce_dtype != precision.param_dtype ? static_cast<double>(largest_padded) * er : 0.0);
+      break;
+    }
+  }
+  if (e.offload) {
+    // The device keeps its shard of the parameters and gradients; the rest is
+    // on the host, where HostOptimizer also keeps a gradient copy and master.
+    e.optimizer_bytes = 0;
+  }
+}
+
+}  // namespace
+
+ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batch_size, int64_t seq_len,
+                                        int element_bytes, bool checkpointing) {
+  const double B = static_cast<double>(batch_size), L = static_cast<double>(seq_len), e = element_bytes;
+  ActivationEstimate a;
+  a.embeddings_bytes = embedding_activation_bytes(model, B, L, e);
+  a.head_bytes = head_activation_bytes(model, B, L, e);
+  double all_layers = 0;
+  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
+    const double layer = layer_activation_bytes(model, i, B, L, e);
+    a.layer_bytes = std::max(a.layer_bytes, layer);
+    all_layers += layer;
+  }
+  const double TD = B * L * static_cast<double>(model.hidden_size);
+  // Checkpointed, each layer keeps only its input (docs/DESIGN.md, "Activation checkpointing").
+  a.layers_bytes = checkpointing ? static_cast<double>(model.num_hidden_layers) * TD * e : all_layers;
+  // ModernBERT's window mask [B, 1, L, L] for its local layers: an input of
+  // every checkpointed local layer, so kept until backward.
+  bool any_local = false;
+  for (int64_t i = 0; model.family == ModelFamily::kModernBert && i < model.num_hidden_layers; ++i)
+    any_local = any_local || !model.is_global_layer(i);
+  if (checkpointing && any_local) a.layers_bytes += B * L * L * e;
+  a.kept_bytes = a.embeddings_bytes + a.layers_bytes + a.head_bytes;
+  // Backward: the gradients flowing between layers and a layer's temporaries
+  // (about 4 T D, bench_activation_memory's peak over the kept figure), and a
+  // checkpointed layer's recomputed activations.
+  a.peak_bytes = a.kept_bytes + 4 * TD * 4 + (checkpointing ? a.layer_bytes : 0.0);
+  return a;
+}
+
+MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model_config, int world_size) {
+  if (world_size < 1) throw Error("the world size must be >= 1, got " + std::to_string(world_size));
+  EncoderConfig model = model_config;
+  if (run.model.hidden_dropout_prob) model.hidden_dropout_prob = *run.model.hidden_dropout_prob;
+  if (run.model.attention_probs_dropout_prob) model.attention_probs_dropout_prob = *run.model.attention_probs_dropout_prob;
+  MemoryEstimate e;
+  e.strategy = choice_name(run.parallel.strategy);
+  e.precision = choice_name(run.train.mixed_precision);
+  e.world_size = world_size;
+  e.device_is_cpu = run.run.device == Device::kCpu;
+  e.batch_size = run.train.batch_size;
+  e.seq_len = run.data.max_length;
+  e.checkpointing = run.model.gradient_checkpointing;
+  estimate_states(run, model, world_size, e);
+  const int bytes = element_bytes(mixed_precision_for(run.train.mixed_precision, run.parallel).param_dtype);
+  e.activations_plain = estimate_activations(model, e.batch_size, e.seq_len, bytes, false);
+  e.activations_checkpointed = estimate_activations(model, e.batch_size, e.seq_len, bytes, true);
+  e.activations = e.checkpointing ? e.activations_checkpointed : e.activations_plain;
+  return e;
+}
+
+}  // namespace shardtrain
