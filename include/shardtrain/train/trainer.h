@@ -73,7 +73,8 @@ struct TrainResult {
   int64_t steps = 0;               // optimizer steps done at the end
   int64_t skipped_steps = 0;       // of those, skipped for non-finite gradients (loss scaling)
   int64_t num_training_steps = 0;  // planned
-  bool finished = false;           // false when stopped by stop_after_step
+  bool finished = false;           // false when stopped by stop_after_step or SIGTERM
+  bool preempted = false;          // stopped at a step boundary for SIGTERM (train/preemption.h)
   bool stopped_early = false;      // by early stopping (finished too)
   std::string stop_reason;
   // Classification with eval data: the majority class's scores, to compare with.
