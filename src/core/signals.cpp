@@ -19,6 +19,7 @@ static_assert(std::atomic<int>::is_always_lock_free, "the SIGTERM handler needs 
 std::atomic<int> g_signals_seen{0};           // SIGTERMs since install / reset
 std::atomic<int64_t> g_first_signal_ns{0};    // CLOCK_MONOTONIC of the first one
 std::atomic<int64_t> g_grace_ms{0};           // 0 = not installed
+constexpr int64_t kSameRequestNs = 2000000000;  // 2 s
 
 int64_t monotonic_ns() {
   timespec now{};
@@ -34,8 +35,13 @@ void write_line(const char* text) {
 
 void on_sigterm(int) {
   // The time first, so that whoever sees the count sees the time too.
-  int64_t unset = 0;
-  g_first_signal_ns.compare_exchange_strong(unset, monotonic_ns());
+  const int64_t now = monotonic_ns();
+  int64_t first = 0;
+  g_first_signal_ns.compare_exchange_strong(first, now);  // first: the earlier time, or 0
+  // One request often arrives twice within moments (scancel signals srun and
+  // its tasks, and srun forwards its own): a repeat within
+  // kSameRequestNs is the same request, not a second one.
+  if (first != 0 && now - first < kSameRequestNs) return;
   if (g_signals_seen.fetch_add(1) > 0) {
     write_line("shardtrain: a second SIGTERM: exiting at once (the newest complete checkpoint is kept)\n");
     _exit(kPreemptedExitStatus);

@@ -7,6 +7,10 @@
 //   install_preemption_handler(config.checkpoint.preemption_grace_s);   // once, before training
 //   if (preemption_requested()) ...                                     // any thread, cheap
 //
+// A SIGTERM within 2 s of the first is the same request delivered twice
+// (under Slurm, scancel and preemption signal srun and every task, and srun
+// forwards its own); a later one is a second request and exits at once.
+//
 // The handler is async-signal-safe: it stores into lock-free atomics, reads
 // CLOCK_MONOTONIC, arms alarm(2) and, on a second SIGTERM, write(2)s one line
 // and _exit(2)s. The grace period is enforced by that alarm: when it rings,
