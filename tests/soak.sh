@@ -62,7 +62,7 @@ fail() {
 
 KINDS=(kill9_one kill9_all stop_one sigterm disk_full damage)
 STORE=$TMP/store
-mkdir -p "$STORE" "$TMP/ref" "$TMP/logs"
+mkdir -p "$STORE" "$TMP/logs"
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=160m tmpfs "$STORE" 2>/dev/null; then
   MOUNTED=$STORE
 else
@@ -96,7 +96,7 @@ TOML
 
 # launch NAME STORAGE NP STRATEGY MAX_STEPS LOG: one job in the background (its pid in JOB).
 launch() {
-  timeout -s KILL 300 "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/soak.toml" \
+  timeout -s KILL 900 "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/soak.toml" \
     --run.storage_path "$2" --run.name "$1" --run.collective_timeout_s "$TIMEOUT_S" \
     --checkpoint.preemption_grace_s "$((TIMEOUT_S + 5))" \
     --parallel.strategy "$4" --train.max_steps "$5" >"$6" 2>&1 &
@@ -258,9 +258,10 @@ for spec in "${RUNS[@]}"; do
   SIZE=()
   DAMAGED_BY_SOAK=()
   echo "== -np $NP $STRATEGY: $MAX_STEPS steps, $PER_RUN faults"
-  launch "ref_${NP}_$STRATEGY" "$TMP/ref" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/ref_${NP}_$STRATEGY.log"
+  # The reference on the same (fast) file system; it is done before the first fault.
+  launch "ref_${NP}_$STRATEGY" "$STORE/ref" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/ref_${NP}_$STRATEGY.log"
   wait $JOB || { fail "-np $NP $STRATEGY: the uninterrupted reference run failed" "$TMP/logs/ref_${NP}_$STRATEGY.log"; continue; }
-  REF=$(newest_checkpoint "$TMP/ref/ref_${NP}_$STRATEGY")
+  REF=$(newest_checkpoint "$STORE/ref/ref_${NP}_$STRATEGY")
   order=()
   for ((n = 1; n <= PER_RUN && TOTAL < NUM_FAULTS; n++)); do
     if [ ${#order[@]} -eq 0 ]; then  # the next block: every kind once, in a random order
@@ -360,7 +361,7 @@ for spec in "${RUNS[@]}"; do
   fi
   check_steps "$RUN" "$MAX_STEPS" "-np $NP $STRATEGY"
   ! ls "$RUN" | grep -q '\.tmp' || fail "-np $NP $STRATEGY: temporary files left after the final job: $(ls "$RUN" | grep '\.tmp')"
-  rm -rf "$RUN" "$TMP/ref/ref_${NP}_$STRATEGY"
+  rm -rf "$RUN" "$STORE/ref/ref_${NP}_$STRATEGY"
 done
 
 summary=""
