@@ -89,8 +89,8 @@ batch_size = 2
 eval_batch_size = 8
 log_every_steps = 1
 [checkpoint]
-every_steps = 5
-every_epochs = 1
+every_steps = 10
+every_epochs = 0
 num_to_keep = $KEEP
 TOML
 
