@@ -15,6 +15,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
+#include "shardtrain/core/signals.h"
 
 namespace shardtrain {
 namespace {
@@ -109,6 +110,8 @@ int run_cli(int argc, char** argv) {
         message += " (run with --help for usage)";
       status = report_failure(world, failure_comm, message, 2);
     }
+  } catch (const Preempted&) {
+    status = kPreemptedExitStatus;  // every rank agreed to stop (train/preemption.h): a clean exit
   } catch (const Error& e) {
     status = report_failure(world, failure_comm, e.what(), 2);
   } catch (const std::bad_alloc&) {

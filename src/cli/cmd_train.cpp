@@ -15,6 +15,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/signals.h"
 #include "shardtrain/train/run_lock.h"
 #include "shardtrain/train/trainer.h"
 
@@ -131,6 +132,8 @@ void add_train_command(CLI::App& root, World& world) {
     world.log_binding();
     log_info("shardtrain train on %d rank(s), %d thread(s) each; resolved config:\n%s", world.size(),
              world.num_threads(), options.config_toml.c_str());
+    // SIGTERM from here on: an emergency checkpoint at the next step boundary, then exit 143.
+    install_preemption_handler(config.checkpoint.preemption_grace_s);
     TrainResult result;
     try {
       result = train(config, world.comm(), options);
@@ -139,6 +142,14 @@ void add_train_command(CLI::App& root, World& world) {
       throw;
     }
     if (created_run_dir) remove_run_folder_left_empty(run_dir, lock);
+    if (result.preempted) {
+      if (world.rank() == 0)
+        log_info("stopped for SIGTERM at step %lld of %lld, exit status %d; the same command (a Slurm requeue) "
+                 "resumes from %s", static_cast<long long>(result.steps),
+                 static_cast<long long>(result.num_training_steps), kPreemptedExitStatus,
+                 result.last_checkpoint.empty() ? "the start (no checkpoint yet)" : result.last_checkpoint.c_str());
+      throw Preempted("stopped for SIGTERM");
+    }
     if (world.rank() != 0) return;
     if (!result.reports.empty()) print_final_metrics(result, config);
     if (result.nothing_to_do && created_run_dir)

@@ -507,6 +507,10 @@ void validate_checkpoint(const CheckpointConfig& k, const DataConfig& d) {
   non_negative("checkpoint.every_steps", k.every_steps);
   non_negative("checkpoint.every_epochs", k.every_epochs);
   non_negative("checkpoint.num_to_keep", k.num_to_keep);
+  require(k.preemption_grace_s >= 0 && k.preemption_grace_s <= 86400,
+          str_format("checkpoint.preemption_grace_s = %g: must be 0 (off) to 86400 s; set it below the time the "
+                     "scheduler leaves between SIGTERM and SIGKILL (Slurm: KillWait, GraceTime, --signal=TERM@N)",
+                     k.preemption_grace_s));
   if (k.score_attribute.empty()) return;
   const auto& names = known_metric_names();
   require(std::find(names.begin(), names.end(), k.score_attribute) != names.end(),

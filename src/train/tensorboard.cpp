@@ -205,12 +205,18 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
 
 void TensorBoardWriter::write_event(const std::string& data) {
   const std::string record = frame(data);
-  if (std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size())
-    throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+  if (std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size()) throw write_error(errno);
 }
 
 void TensorBoardWriter::flush() {
-  if (std::fflush(file_.get()) != 0) throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+  if (std::fflush(file_.get()) != 0) throw write_error(errno);
+}
+
+// The OS's reason with its symbolic name, as every run-folder write says it
+// (core/fs_util.h): "No space left on device (ENOSPC)".
+Error TensorBoardWriter::write_error(int errno_value) const {
+  return Error("cannot write '" + path_ + "': " + os_error_text(errno_value) +
+               (errno_value == ENOSPC ? "; free some space (or move run.storage_path) and run again" : ""));
 }
 
 TensorBoardTrim trim_tensorboard_events(const std::string& dir, int64_t max_step) {

@@ -12,11 +12,13 @@
 #include "shardtrain/comm/watchdog.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/signals.h"
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/train/curves.h"
 #include "shardtrain/train/early_stopping.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/job.h"
+#include "shardtrain/train/preemption.h"
 #include "shardtrain/train/progress.h"
 #include "shardtrain/train/run_folder.h"
 #include "shardtrain/train/tensorboard.h"
@@ -190,13 +192,47 @@ class Reporter {
     if (with_checkpoint) {
       const double start = MPI_Wtime();
       report.checkpoint = checkpoints_.save(job_.flat_layout, job_.strategy->checkpoint_parts(), state_at(at, metrics));
-      report.metrics["checkpoint_seconds"] = MPI_Wtime() - start;
+      report.metrics["checkpoint_seconds"] = saved(at, start);
     }
     report.metrics["time_total_s"] = meter_.elapsed_total();
     on_rank0(job_.comm, str_format("writing the report at step %lld", static_cast<long long>(at.step)),
              [&] { write(report); });
     result_.reports.push_back(report);
   }
+
+  // At a step boundary, on every rank: stop for a SIGTERM that any rank got,
+  // with one emergency checkpoint of this step if it fits in the grace period
+  // (train/preemption.h). Not a report: result.jsonl and TensorBoard get
+  // nothing, and the checkpoint keeps the loss since the last report.
+  bool stop_for_preemption(const Position& at) {
+    if (preemption_grace_s() <= 0) return false;  // no handler: SIGTERM kills as by default
+    const PreemptionDecision d = agree_on_preemption(job_.comm, at.step, longest_checkpoint_s_, at.step > saved_step_);
+    if (!d.stop) return false;
+    meter_.end_line();
+    log_info("SIGTERM %.1f s ago: stopping at step %lld of %lld%s", d.seconds_since_signal,
+             static_cast<long long>(at.step), static_cast<long long>(job_.plan.total_steps),
+             d.write_checkpoint ? " with an emergency checkpoint" : ("; no emergency checkpoint: " + d.reason).c_str());
+    if (d.write_checkpoint) {
+      const double start = MPI_Wtime();
+      TrainState state = state_at(at, Json::object());
+      state.loss_sum = at.loss_sum;
+      state.loss_count = at.loss_count;
+      const std::string path = checkpoints_.save(job_.flat_layout, job_.strategy->checkpoint_parts(), state);
+      log_info("emergency checkpoint of step %lld in %.2f s -> %s", static_cast<long long>(at.step),
+               saved(at, start), path.c_str());
+    }
+    result_.preempted = true;
+    return true;
+  }
+
+  // Records a checkpoint of this step just written; returns its seconds.
+  double saved(const Position& at, double start) {
+    const double seconds = MPI_Wtime() - start;
+    saved_step_ = at.step;
+    longest_checkpoint_s_ = std::max(longest_checkpoint_s_, seconds);
+    return seconds;
+  }
+  void resumed_at(int64_t step) { saved_step_ = step; }
 
  private:
   // The metrics are the same on every rank (gathered logits); rank 0's
@@ -296,6 +332,8 @@ class Reporter {
   const TrainOptions& options_;
   TrainResult& result_;
   EarlyStopping early_;
+  int64_t saved_step_ = 0;            // the step of the newest checkpoint (resumed from or written)
+  double longest_checkpoint_s_ = 0;   // this rank's longest checkpoint write in this job
 };
 
 void log_plan(const TrainJob& job, const RunFolder& folder) {
@@ -389,6 +427,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   ProgressMeter meter(config.train, job.plan.total_steps, job.plan.num_epochs, at.step, at.trained_before,
                       options.live_progress, folder, tensorboard.get(), invocation_start);
   Reporter reporter(job, checkpoints, folder, meter, tensorboard.get(), options, result);
+  reporter.resumed_at(at.step);
   if (at.early.stopped)
     log_info("%s: training stopped at step %lld (%s); nothing to do (to go on, run it again or --resume it "
              "with a larger train.early_stopping_patience, or 0)", resume_path.c_str(), static_cast<long long>(at.step),
@@ -398,7 +437,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
              resume_path.c_str(), static_cast<long long>(at.step), static_cast<long long>(job.plan.total_steps),
              static_cast<long long>(at.epoch), static_cast<long long>(job.plan.num_epochs));
 
-  bool stopped = false;  // by TrainOptions::stop_after_step
+  bool stopped = false;  // by TrainOptions::stop_after_step or SIGTERM
   while (!stopped && !at.early.stopped && at.step < job.plan.total_steps && at.epoch < job.plan.num_epochs) {
     if (at.resume_batches >= 0)
       job.sampler->load_state({at.epoch, at.resume_batches});
@@ -420,12 +459,15 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       const bool checkpoint_now = checkpoints.due(at.step, false, at.epoch, false);
       if (eval_now || checkpoint_now) reporter.report(at, checkpoint_now, eval_now, at.epoch);
       if (at.early.stopped) break;
+      stopped = reporter.stop_for_preemption(at);
+      if (stopped) break;
     }
     if (stopped || at.early.stopped) break;
     epoch_end = job.epoch_done();
     if (epoch_end) ++at.epoch;
     const bool last = at.step >= job.plan.total_steps || at.epoch >= job.plan.num_epochs;
     reporter.report(at, checkpoints.due(at.step, epoch_end, at.epoch, last), true, at.epoch, last);
+    if (!last && !at.early.stopped) stopped = reporter.stop_for_preemption(at);
   }
 
   result.steps = at.step;

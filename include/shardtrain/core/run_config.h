@@ -154,6 +154,7 @@ struct CheckpointConfig {
   int64_t num_to_keep = 0;       // 0 = keep all; the newest is always kept
   std::string score_attribute;   // e.g. eval_f1; empty = keep the newest
   ScoreOrder score_order = ScoreOrder::kMax;
+  double preemption_grace_s = 25.0;  // SIGTERM: an emergency checkpoint, exit within this; 0 = off
 };
 
 struct JobConfig {
@@ -319,6 +320,9 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("checkpoint.num_to_keep", c.checkpoint.num_to_keep, "checkpoints kept; 0 = all (newest always kept)");
   visit("checkpoint.score_attribute", c.checkpoint.score_attribute, "metric that ranks checkpoints");
   visit("checkpoint.score_order", c.checkpoint.score_order, "better score is higher or lower");
+  visit("checkpoint.preemption_grace_s", c.checkpoint.preemption_grace_s,
+        "on SIGTERM: one emergency checkpoint at the next step boundary if it fits, then exit 143, all within "
+        "this many seconds; 0 = SIGTERM ends the job at once");
 
   visit("run.storage_path", c.run.storage_path, "directory that holds run folders");
   visit("run.name", c.run.name, "run folder name (default: the config file's stem)");

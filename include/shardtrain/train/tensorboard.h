@@ -37,6 +37,8 @@
 
 namespace shardtrain {
 
+class Error;  // core/check.h
+
 // Seconds since the Unix epoch, as Python's time.time().
 double unix_time_now();
 
@@ -69,6 +71,7 @@ class TensorBoardWriter {
 
  private:
   void write_event(const std::string& data);
+  Error write_error(int errno_value) const;
 
   struct FileCloser {
     void operator()(std::FILE* f) const { std::fclose(f); }

@@ -78,7 +78,8 @@ struct TrainResult {
   int64_t steps = 0;               // optimizer steps done at the end
   int64_t skipped_steps = 0;       // of those, skipped for non-finite gradients (loss scaling)
   int64_t num_training_steps = 0;  // planned
-  bool finished = false;           // false when stopped by stop_after_step
+  bool finished = false;           // false when stopped by stop_after_step or SIGTERM
+  bool preempted = false;          // stopped at a step boundary for SIGTERM (train/preemption.h)
   bool stopped_early = false;      // by early stopping (finished too)
   bool nothing_to_do = false;      // resumed a finished or stopped run: the run folder was left as it was
   std::string stop_reason;

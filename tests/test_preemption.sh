@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# SIGTERM as Slurm's preemption sends it (docs/DESIGN.md, "Preemption"), against
+# the real `shardtrain train` at mpiexec -np 2 (a tiny model):
+#   - SIGTERM to every rank (what srun does; twice at once, as scancel under srun
+#     may deliver it: one request) mid-run, no checkpoint due: the job
+#     exits 143 after an emergency checkpoint of the step it stopped at, the
+#     last step in progress.csv; the same command again resumes from it and ends
+#     with /model and /optim bit-identical to an uninterrupted run;
+#   - SIGTERM to one rank only: both ranks stop at the same step, 143, one
+#     emergency checkpoint, and the relaunch ends bit-identical too;
+#   - a second SIGTERM 2.5 s after the first, while a rank is frozen inside the
+#     emergency checkpoint: exit 143 at once, the newest complete checkpoint
+#     unchanged (sha256), and the relaunch ends bit-identical;
+#   - the grace period running out (a rank frozen in the emergency checkpoint's
+#     write, checkpoint.preemption_grace_s 3): the job ends within a few seconds
+#     of it, well before run.collective_timeout_s, the previous checkpoint
+#     unchanged, and the relaunch ends bit-identical.
+# Usage: test_preemption.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
+# Needs bash, python3 and h5diff (hdf5-tools).
+set -u
+BIN=${1:?usage: test_preemption.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
+SRC=${2:?source dir}
+MPIEXEC=${3:?mpiexec}
+shift 3
+MPI_FLAGS=("$@")
+export OMP_NUM_THREADS=1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain_test_preemption.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+FAILURES=0
+fail() {
+  FAILURES=$((FAILURES + 1))
+  echo "FAIL: $1"
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then grep -v '^  \|^$\|^#' "$2" | tail -15 | cut -c1-300 | sed 's/^/    | /'; fi
+}
+pass() { echo "ok:   $1"; }
+
+head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
+head -n 41 "$SRC/data/glue/MRPC/dev.tsv" >"$TMP/dev.tsv"
+cat >"$TMP/tiny.toml" <<TOML
+[model]
+init = "random"
+config = "$SRC/tests/data/bert_h32.json"
+vocab = "$SRC/data/vocab/bert-base-cased-vocab.txt"
+[data]
+train_file = "$TMP/train.tsv"
+eval_file = "$TMP/dev.tsv"
+max_length = 64
+[train]
+num_epochs = 10
+max_steps = 60
+lr = 1e-3
+warmup_steps = 3
+batch_size = 2
+eval_batch_size = 8
+log_every_steps = 1
+[checkpoint]
+every_steps = 40
+every_epochs = 0
+[run]
+storage_path = "$TMP/runs"
+collective_timeout_s = 60
+TOML
+
+train() {  # train NAME [flags...]: in the background, pid in JOB, log $TMP/NAME.log (appended)
+  local name=$1
+  shift
+  timeout -s KILL 200 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name "$name" \
+    "$@" >>"$TMP/$name.log" 2>&1 &
+  JOB=$!
+}
+rank_pid() {
+  local pid
+  for pid in $(pgrep -f -- "--run.name $1( |$)" 2>/dev/null); do
+    [ -r "/proc/$pid/environ" ] || continue
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$pid" && return 0
+  done
+  return 1
+}
+wait_for() {  # wait_for FILE PATTERN SECONDS
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do
+    grep -q -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+newest() { ls "$1"/checkpoint_[0-9]*.h5 2>/dev/null | sort | tail -n 1; }
+ckpt_step() { "$BIN" inspect "$1" 2>/dev/null | sed -n 's/^progress: *step \([0-9]*\),.*/\1/p'; }
+last_csv_step() { tail -n 1 "$1/progress.csv" | cut -d, -f1; }
+same_state() { h5diff "$1" "$2" /model /model >"$3" 2>&1 && h5diff "$1" "$2" /optim /optim >>"$3" 2>&1; }
+
+train reference
+wait $JOB && REF=$(newest "$TMP/runs/reference") && [ "$(ckpt_step "$REF")" = 60 ] &&
+  pass "uninterrupted reference run" || fail "reference run" "$TMP/reference.log"
+
+# ---- SIGTERM to every rank, or to one, between checkpoints ---------------------------
+for target in every one; do
+  name=term_$target
+  train "$name"
+  wait_for "$TMP/$name.log" "^step 8/" 120 || fail "$name: never reached step 8" "$TMP/$name.log"
+  if [ $target = every ]; then  # twice at once, as scancel under srun may deliver it: one request
+    p0=$(rank_pid "$name" 0) p1=$(rank_pid "$name" 1)
+    kill -TERM "$p0" "$p1"
+    kill -TERM "$p0" "$p1"
+  else
+    kill -TERM "$(rank_pid "$name" 1)"
+  fi
+  wait $JOB
+  status=$?
+  D=$TMP/runs/$name
+  CKPT=$(newest "$D")
+  stop=$(sed -n 's/^SIGTERM .* stopping at step \([0-9]*\) of.*/\1/p' "$TMP/$name.log")
+  if [ $status -eq 143 ] && [ -n "$stop" ] && [ "$stop" -ge 8 ] && [ "$stop" -lt 40 ] &&
+    grep -q "^emergency checkpoint of step $stop in .* -> $D/checkpoint_000001.h5" "$TMP/$name.log" &&
+    [ "$CKPT" = "$D/checkpoint_000001.h5" ] && [ "$(ckpt_step "$CKPT")" = "$stop" ] &&
+    [ "$(last_csv_step "$D")" = "$stop" ] && ! ls "$D" | grep -q '\.tmp'; then
+    pass "SIGTERM to $target rank(s) at step $stop: exit 143, emergency checkpoint of step $stop (the last step in progress.csv)"
+  else
+    fail "SIGTERM to $target rank(s): status $status, stop step '$stop', newest '$CKPT' (step $(ckpt_step "$CKPT"))" \
+      "$TMP/$name.log"
+  fi
+  [ $target = one ] && ! grep -q "^SIGTERM .* ago: stopping at step $stop of 60 with an emergency checkpoint" \
+    "$TMP/$name.log" && fail "SIGTERM to one rank: no agreed stop line" "$TMP/$name.log"
+  train "$name"
+  if wait $JOB && grep -q "resumed from $D/checkpoint_000001.h5: step $stop," "$TMP/$name.log" &&
+    same_state "$REF" "$(newest "$D")" "$TMP/$name.diff"; then
+    pass "relaunch after SIGTERM to $target rank(s): resumed at step $stop, final state bit-identical to the reference"
+  else
+    fail "relaunch after SIGTERM to $target rank(s)" "$TMP/$name.log"
+  fi
+done
+
+# ---- a second SIGTERM, later than 2 s: exit at once, the newest checkpoint untouched -------
+# Rank 1 freezes inside checkpoint 3 (the emergency one, or the one due at step 15),
+# so the job is still running when the second SIGTERM comes.
+name=term_twice
+SHARDTRAIN_FAULT_STOP="checkpoint write*checkpoint_000003.h5*/model/@1" train "$name" --checkpoint.every_steps 5
+wait_for "$TMP/$name.log" "^step 12/" 120
+D=$TMP/runs/$name
+KEPT=$D/checkpoint_000002.h5
+SUM=$(sha256sum "$KEPT" 2>/dev/null | cut -d' ' -f1)
+p0=$(rank_pid "$name" 0) p1=$(rank_pid "$name" 1)
+kill -TERM "$p0" "$p1"
+wait_for "$TMP/$name.log" "fault injection (SHARDTRAIN_FAULT_STOP)" 60
+sleep 2.5
+kill -TERM "$p0"
+start=$SECONDS
+wait $JOB
+status=$? took=$((SECONDS - start))
+if [ $status -eq 143 ] && [ $took -le 5 ] && grep -q "a second SIGTERM: exiting at once" "$TMP/$name.log" &&
+  [ "$(newest "$D")" = "$KEPT" ] && [ "$(sha256sum "$KEPT" | cut -d' ' -f1)" = "$SUM" ]; then
+  pass "a second SIGTERM 2.5 s after the first: exit 143 $took s later, checkpoint 2 unchanged"
+else
+  fail "a second SIGTERM (status $status after $took s; files $(ls "$D" | tr '\n' ' '))" "$TMP/$name.log"
+fi
+train "$name" --checkpoint.every_steps 5
+wait $JOB && grep -q "resumed from $KEPT" "$TMP/$name.log" && same_state "$REF" "$(newest "$D")" "$TMP/$name.diff" &&
+  pass "relaunch after a second SIGTERM: resumed from checkpoint 2, bit-identical end" ||
+  fail "relaunch after a second SIGTERM" "$TMP/$name.log"
+
+# ---- the grace period runs out: a rank frozen inside the emergency checkpoint ---------------
+name=term_grace
+SHARDTRAIN_FAULT_STOP="checkpoint write*checkpoint_000002.h5*/model/@1" \
+  train "$name" --checkpoint.every_steps 5 --checkpoint.preemption_grace_s 3
+wait_for "$TMP/$name.log" "^step 7/" 120
+D=$TMP/runs/$name
+KEPT=$D/checkpoint_000001.h5
+SUM=$(sha256sum "$KEPT" 2>/dev/null | cut -d' ' -f1)
+kill -TERM "$(rank_pid "$name" 0)" "$(rank_pid "$name" 1)"
+start=$SECONDS
+wait $JOB
+status=$? took=$((SECONDS - start))
+if [ $status -ne 0 ] && [ $took -le 15 ] && grep -q "fault injection (SHARDTRAIN_FAULT_STOP)" "$TMP/$name.log" &&
+  grep -q "preemption_grace_s ran out after SIGTERM: exiting at once" "$TMP/$name.log" &&
+  [ "$(newest "$D")" = "$KEPT" ] && [ "$(sha256sum "$KEPT" | cut -d' ' -f1)" = "$SUM" ]; then
+  pass "grace period ran out inside the emergency checkpoint: ended after $took s (grace 3 s, timeout 60 s), checkpoint 1 unchanged"
+else
+  fail "grace period running out (status $status after $took s; files $(ls "$D" | tr '\n' ' '))" "$TMP/$name.log"
+fi
+train "$name" --checkpoint.every_steps 5
+wait $JOB && grep -q "resumed from $KEPT" "$TMP/$name.log" && same_state "$REF" "$(newest "$D")" "$TMP/$name.diff" &&
+  ! ls "$D" | grep -q '\.tmp' && pass "relaunch after the grace ran out: resumed from checkpoint 1, bit-identical end" ||
+  fail "relaunch after the grace ran out" "$TMP/$name.log"
+
+echo "test_preemption: $FAILURES failure(s)"
+[ "$FAILURES" -eq 0 ]
