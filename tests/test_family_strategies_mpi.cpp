@@ -7,7 +7,7 @@
 // unpadded, give DDP's parameters after 3 steps with accumulation and
 // clipping. Runs at -np 2 and -np 4.
 //
-// Tolerance as in test_sharding_mpi.cpp: 1e-6 after 3 steps at lr 1e-2, where
+// Tolerance as in test_sharding_mpi.cpp: 2e-6 after 3 steps at lr 1e-2, where
 // a wrong update moves a parameter by ~1e-2.
 #include <torch/torch.h>
 
@@ -36,7 +36,7 @@ using shardtrain_test::world_size;
 
 namespace {
 
-constexpr double kFamilyParamTolerance = 1e-6;
+constexpr double kFamilyParamTolerance = 2e-6;
 constexpr double kFamilyLr = 1e-2;
 constexpr double kFamilyMaxGradNorm = 0.1;
 constexpr int64_t kFamilyRowsPerRank = 3;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/hf_folder.h"
