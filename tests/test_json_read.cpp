@@ -92,9 +92,10 @@ TEST_CASE("config.json, tokenizer_config.json and a safetensors index use the sa
   std::ofstream(s.dir + "/config.json") << json_read_nested(100000);
   CHECK(contains(error_of([&] { EncoderConfig::from_file(s.dir + "/config.json"); }), "nested deeper than 64"));
 
+  std::ofstream(s.dir + "/vocab.txt") << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n";
   std::ofstream(s.dir + "/tokenizer_config.json") << R"({"do_lower_case": true, "do_lower_case": false})";
   CHECK(contains(error_of([&] { Tokenizer::from_model_dir(s.dir); }),
-                 "tokenizer_config.json': key \"do_lower_case\" appears twice"));
+                 "tokenizer_config.json' as JSON: key \"do_lower_case\" appears twice"));
 
   std::ofstream(s.dir + "/index.json") << R"({"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}})";
   CHECK(contains(error_of([&] { read_safetensors_index(s.dir + "/index.json"); }),

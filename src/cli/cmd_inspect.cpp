@@ -133,7 +133,9 @@ nlohmann::json summarize(const std::string& path) {
   } else {
     const Tokenizer tokenizer = checkpoint_tokenizer(state, path);
     std::vector<std::string> files;
-    for (const auto& item : nlohmann::json::parse(state.tokenizer_files).items()) files.push_back(item.key());
+    // Named: a range-for over parse(...).items() would iterate a destroyed temporary.
+    const nlohmann::json saved = nlohmann::json::parse(state.tokenizer_files);
+    for (const auto& item : saved.items()) files.push_back(item.key());
     out["tokenizer"] = {{"type", tokenizer.type()}, {"vocab_size", tokenizer.vocab_size()},
                         {"lowercase", tokenizer.options().lowercase}, {"files", files}};
   }
