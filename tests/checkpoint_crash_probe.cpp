@@ -7,16 +7,30 @@
 //   checkpoint_crash_probe verify DIR  (a new job, any size) checkpoint 1 is the
 //                                      latest, intact and bit-exact; checkpoint
 //                                      2 has no final name, only its .tmp file
-// Prints "checkpoint crash probe: OK" and exits 0 when verify passes.
+//   checkpoint_crash_probe full_at_close DIR   (DIR: a small file system of
+//                                      its own) writes every group of a
+//                                      checkpoint, then rank 0 fills DIR's file
+//                                      system up before commit(): the commit
+//                                      either completes (the metadata had its
+//                                      room; the checkpoint then reads back
+//                                      bit-exact) or fails on every rank alike
+//                                      with an Error naming ENOSPC and leaves
+//                                      no temporary file; it never hangs in
+//                                      parallel HDF5's metadata flush
+// Prints "checkpoint crash probe: OK" and exits 0 when verify or full_at_close passes.
 #include <ATen/ATen.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/train/checkpoint_manager.h"
@@ -47,6 +61,39 @@ int fail(const std::string& message) {
   return 1;
 }
 
+// A model-sized state: 160 tensors of 48 x 48 (enough metadata that parallel
+// HDF5 spreads its flush over the ranks).
+std::vector<FlatTensor> many_tensors_layout() {
+  std::vector<FlatTensor> layout;
+  for (int i = 0; i < 160; ++i) layout.push_back({"layer." + std::to_string(i) + ".weight", {48, 48}, 48 * 48 * i});
+  return layout;
+}
+
+// Takes every free byte of the file system of `dir` (a file "filler").
+void fill_up(const std::string& dir) {
+  const std::string path = dir + "/filler";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  struct statvfs info {};
+  if (statvfs(dir.c_str(), &info) == 0) {
+    const off_t free_bytes = static_cast<off_t>(info.f_bavail) * static_cast<off_t>(info.f_frsize);
+    if (free_bytes > 0) (void)fallocate(fd, 0, 0, free_bytes);
+  }
+  std::vector<char> block(4096, 1);
+  while (write(fd, block.data(), block.size()) > 0) {
+  }
+  close(fd);
+}
+
+bool has_temporary_file(const std::string& dir) {
+  bool found = false;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* entry = readdir(d)) found = found || std::strstr(entry->d_name, ".tmp-") != nullptr;
+    closedir(d);
+  }
+  return found;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +117,59 @@ int main(int argc, char** argv) {
     write_groups(second, rank, size, Groups::kOptimizer);  // the others block here until mpiexec kills them
     second.commit();
     return 3;  // reaching here means the crash did not happen
+  }
+
+  if (mode == "full_at_close") {
+    std::string error;
+    try {
+      CheckpointWriter writer(checkpoint_path(dir, 1), world.comm());
+      writer.set_attribute("step", 100);
+      const auto layout = many_tensors_layout();
+      const int64_t numel = layout_numel(layout);
+      const auto cuts = uneven_cuts(numel, size);
+      for (const char* group : {"model", "optim/exp_avg", "optim/exp_avg_sq"})
+        writer.write_group(group, part_slices(layout, flat_state(numel, 1.0), cuts, rank));
+      if (rank == 0) fill_up(dir);
+      MPI_Barrier(world.comm());
+      writer.commit();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    int failures = 0;
+    int failed = error.empty() ? 0 : 1, ranks_failed = 0;
+    MPI_Allreduce(&failed, &ranks_failed, 1, MPI_INT, MPI_SUM, world.comm());
+    if (ranks_failed != 0 && ranks_failed != size)
+      failures += fail("commit() failed on " + std::to_string(ranks_failed) + " of " + std::to_string(size) + " ranks");
+    if (failed && error.find("No space left on device (ENOSPC)") == std::string::npos)
+      failures += fail("rank " + std::to_string(rank) + ": commit() on a full disk gave '" + error +
+                       "', not an Error naming ENOSPC");
+    if (rank == 0) std::printf("rank 0: %s\n", failed ? error.c_str() : "the commit completed on the full disk");
+    MPI_Barrier(world.comm());
+    if (rank == 0) {
+      struct stat info {};
+      const bool final_name = stat(checkpoint_path(dir, 1).c_str(), &info) == 0;
+      if (failed && final_name) failures += fail("the commit failed, yet the checkpoint has its final name");
+      if (!failed && !final_name) failures += fail("the commit completed, yet the checkpoint has no final name");
+      if (has_temporary_file(dir)) failures += fail("a temporary file is left in " + dir);
+    }
+    if (ranks_failed == 0) {  // what was committed is complete and reads back exactly
+      std::remove((dir + "/filler").c_str());
+      MPI_Barrier(world.comm());
+      const auto layout = many_tensors_layout();
+      const int64_t numel = layout_numel(layout);
+      CheckpointReader reader(checkpoint_path(dir, 1), world.comm());
+      for (const char* group : {"model", "optim/exp_avg", "optim/exp_avg_sq"}) {
+        at::Tensor flat = at::full({numel}, -1.0f);
+        auto slices = slices_of_shard(layout, 0, flat);
+        reader.read(group, slices);
+        if (!at::equal(flat, flat_state(numel, 1.0)))
+          failures += fail(std::string("group ") + group + " of the committed checkpoint differs");
+      }
+    }
+    int all_failures = 0;
+    MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, world.comm());
+    if (all_failures == 0 && rank == 0) std::printf("checkpoint crash probe: OK\n");
+    return all_failures == 0 ? 0 : 1;
   }
 
   if (mode != "verify") return fail("unknown mode " + mode);

@@ -7,7 +7,9 @@
 #   kill9_one   kill -9 of one rank          kill9_all  kill -9 of every rank
 #   stop_one    SIGSTOP of one rank          sigterm    SIGTERM to every rank, or to one (preemption)
 #   disk_full   the run's file system filled while training: the next checkpoint write meets ENOSPC
-#   damage      kill -9 of every rank, then the newest checkpoint truncated or a bit flipped in it
+#   damage      kill -9 of every rank, then the newest checkpoint truncated or a bit flipped in it;
+#               when it was the run's only one, the relaunch must refuse to start over the
+#               run's records (status 2, nothing changed), and the one after passes --restart
 # It passes only if
 #   - the final /model and /optim are bit-identical (h5diff) to an uninterrupted run's;
 #   - every fault ended its job within run.collective_timeout_s + 10 s;
@@ -25,7 +27,9 @@
 # Usage: soak.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Environment: SOAK_FAULTS (faults in all, default 6), SOAK_SEED (default: from
 # the clock; printed), SOAK_RUNS ("NP:STRATEGY ...", default "2:ddp"),
-# SOAK_TIMEOUT_S (run.collective_timeout_s, default 5). The long version:
+# SOAK_TIMEOUT_S (run.collective_timeout_s, default 5), SOAK_KINDS (the kinds
+# to draw from, default all), SOAK_KEEP (a folder: the jobs' logs are copied
+# there at the end). The long version:
 #   SOAK_FAULTS=32 SOAK_RUNS="2:ddp 2:zero3 4:ddp 4:zero3" SOAK_TIMEOUT_S=10 tests/soak.sh ...
 # disk_full needs root (a small tmpfs); without it that kind is left out.
 set -u
@@ -51,6 +55,7 @@ MOUNTED=""
 cleanup() {
   local pid
   for pid in $(pgrep -f -- "--run.storage_path $TMP/" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+  if [ -n "${SOAK_KEEP:-}" ]; then cp -r "$TMP/logs" "$SOAK_KEEP/" && echo "soak: logs kept in $SOAK_KEEP/logs"; fi
   [ -n "$MOUNTED" ] && umount "$MOUNTED" 2>/dev/null
   rm -rf "$TMP"
 }
@@ -70,6 +75,12 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=160m tmpfs "$STORE" 2>/dev/null;
 else
   echo "soak: disk_full left out (a small tmpfs needs root; this is uid $(id -u))"
   KINDS=(kill9_one kill9_all stop_one sigterm damage)
+fi
+if [ -n "${SOAK_KINDS:-}" ]; then
+  for kind in $SOAK_KINDS; do
+    [[ " ${KINDS[*]} " == *" $kind "* ]] || { echo "soak: SOAK_KINDS: '$kind' is not one of ${KINDS[*]} here"; exit 2; }
+  done
+  KINDS=($SOAK_KINDS)
 fi
 
 head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
@@ -101,8 +112,28 @@ launch() {
   timeout -s KILL 900 "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/soak.toml" \
     --run.storage_path "$2" --run.name "$1" --run.collective_timeout_s "$TIMEOUT_S" \
     --checkpoint.preemption_grace_s "$((TIMEOUT_S + 5))" \
-    --parallel.strategy "$4" --train.max_steps "$5" >"$6" 2>&1 &
+    --parallel.strategy "$4" --train.max_steps "$5" "${EXTRA_FLAGS[@]}" >"$6" 2>&1 &
   JOB=$!
+}
+EXTRA_FLAGS=()
+# After the soak damaged the run's only checkpoint, a relaunch has nothing to
+# resume from and must refuse to start over the run's records, changing
+# nothing; the operator's answer is --restart (the damaged one set aside).
+# expect_refusal_then_restart NAME NP STRATEGY MAX_STEPS LOG: the refusal checked; EXTRA_FLAGS=(--restart)
+expect_refusal_then_restart() {
+  launch "$1" "$STORE" "$2" "$3" "$4" "$5"
+  wait $JOB
+  local status=$?
+  if [ $status -ne 2 ] || ! grep -q "holds the records of an earlier run" "$5" || ! grep -q "Nothing was changed" "$5"; then
+    fail "-np $2 $3: with its only checkpoint damaged, a relaunch did not refuse (status $status, want 2)" "$5"
+  else
+    echo "    the relaunch refused to start over the run's records (status 2); the next one passes --restart"
+  fi
+  audit_checkpoints "$RUN" "the refused relaunch"
+  for name in "${DAMAGED_BY_SOAK[@]}"; do
+    [ -f "$RUN/$name" ] || [ -f "$RUN/$name.damaged" ] || fail "the refused relaunch removed $name"
+  done
+  EXTRA_FLAGS=(--restart)
 }
 
 rank_pid() {  # rank_pid NAME RANK
@@ -187,7 +218,11 @@ with open(sys.argv[1], "r+b") as f:
 PY
     echo "    flipped a bit in $(basename "$f")"
   fi
+  local complete=0 g
+  for g in "$1"/checkpoint_[0-9]*.h5; do [ -f "$g" ] && complete=$((complete + 1)); done
+  [ "$complete" -eq 1 ] && ONLY_CHECKPOINT_DAMAGED=1
 }
+ONLY_CHECKPOINT_DAMAGED=0
 
 # No step twice: progress.csv (every step, in order), result.jsonl, TensorBoard (per tag).
 check_steps() {  # check_steps RUN_DIR MAX_STEPS WHAT
@@ -259,6 +294,8 @@ for spec in "${RUNS[@]}"; do
   SHA=()
   SIZE=()
   DAMAGED_BY_SOAK=()
+  ONLY_CHECKPOINT_DAMAGED=0
+  EXTRA_FLAGS=()
   echo "== -np $NP $STRATEGY: $MAX_STEPS steps, $PER_RUN faults"
   # The reference on the same (fast) file system; it is done before the first fault.
   launch "ref_${NP}_$STRATEGY" "$STORE/ref" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/ref_${NP}_$STRATEGY.log"
@@ -275,6 +312,11 @@ for spec in "${RUNS[@]}"; do
     kind=${order[0]}
     order=("${order[@]:1}")
     LOG=$TMP/logs/${NAME}_$n.log
+    EXTRA_FLAGS=()
+    if [ "$ONLY_CHECKPOINT_DAMAGED" = 1 ]; then
+      ONLY_CHECKPOINT_DAMAGED=0
+      expect_refusal_then_restart "$NAME" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/${NAME}_${n}_refused.log"
+    fi
     launch "$NAME" "$STORE" "$NP" "$STRATEGY" "$MAX_STEPS" "$LOG"
     # The moment: 2-9 training steps into this job, then up to half a second.
     wait_steps=$((2 + RANDOM % 8))
@@ -349,6 +391,11 @@ for spec in "${RUNS[@]}"; do
   done
   # The relaunch that finishes the run.
   LOG=$TMP/logs/${NAME}_final.log
+  EXTRA_FLAGS=()
+  if [ "$ONLY_CHECKPOINT_DAMAGED" = 1 ]; then
+    ONLY_CHECKPOINT_DAMAGED=0
+    expect_refusal_then_restart "$NAME" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/${NAME}_final_refused.log"
+  fi
   launch "$NAME" "$STORE" "$NP" "$STRATEGY" "$MAX_STEPS" "$LOG"
   wait $JOB
   status=$?

@@ -188,7 +188,7 @@ void require_free_space(const std::string& directory, uint64_t bytes, const std:
               "; free some space (or move run.storage_path) and run again");
 }
 
-void reserve_file_space(const std::string& path, uint64_t end, const std::string& what) {
+void reserve_file_space(const std::string& path, uint64_t end, const std::string& what, bool keep_size) {
   if (end == 0) return;
 #if defined(__linux__)
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -197,7 +197,7 @@ void reserve_file_space(const std::string& path, uint64_t end, const std::string
   // fallocate(2), not posix_fallocate(3): where the file system cannot
   // preallocate, glibc's fallback writes the whole range (the data is written
   // right after anyway), and an error is what this is for.
-  while (::fallocate(fd, 0, 0, static_cast<off_t>(end)) != 0) {
+  while (::fallocate(fd, keep_size ? FALLOC_FL_KEEP_SIZE : 0, 0, static_cast<off_t>(end)) != 0) {
     if (errno == EINTR) continue;
     error = errno;
     break;
@@ -214,6 +214,7 @@ void reserve_file_space(const std::string& path, uint64_t end, const std::string
 #else
   (void)path;
   (void)what;
+  (void)keep_size;
 #endif
 }
 

@@ -62,8 +62,10 @@ void require_free_space(const std::string& directory, uint64_t bytes, const std:
 // when the file system is full or a quota is reached:
 //   No space left on device (ENOSPC): reserving 1.2 GiB for <what> in <path> (310.0 MiB free ...)
 // Nothing happens on file systems that cannot preallocate (the writes will
-// report), or for end == 0.
-void reserve_file_space(const std::string& path, uint64_t end, const std::string& what);
+// report), or for end == 0. `keep_size`: the blocks are allocated past the end
+// of the file without changing its size (FALLOC_FL_KEEP_SIZE), for writes a
+// library will make there (HDF5's metadata at flush).
+void reserve_file_space(const std::string& path, uint64_t end, const std::string& what, bool keep_size = false);
 
 // The likely operating-system reason a write to `path` just failed, when a
 // library (MPI-IO) did not pass errno on: "No space left on device (ENOSPC)"
