@@ -58,6 +58,8 @@ EncoderConfig base_shape(int64_t layers, int64_t global_every) {
   c.layer_norm_eps = 1e-5;
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = c.embedding_dropout = c.classifier_dropout = 0;
   c.pad_token_id = 50283;
+  c.type_vocab_size = 0;
+  c.set_num_labels(2);
   c.validate("bench_sliding_window");
   return c;
 }
