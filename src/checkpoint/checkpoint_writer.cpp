@@ -347,7 +347,7 @@ void CheckpointWriter::commit() {
     // hangs (seen in the chaos soak); so the blocks of [0, EOA + 64 KiB) are
     // reserved first, where a full disk fails cleanly on every rank and a
     // disk with room for exactly that still commits (docs/DESIGN.md,
-    // "Checkpoints").
+    // "Errors and hangs").
     on_rank0(w.comm, w.phase("reserving room for the metadata"), [&] {
       haddr_t eoa = 0;
       if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) return;  // the flush will report
