@@ -19,6 +19,12 @@ function(shardtrain_enable_sanitizers)
   add_compile_options(${_flags})
   add_link_options(-fsanitize=${SHARDTRAIN_SANITIZE})
   add_compile_definitions(SHARDTRAIN_SANITIZED=1)
+  if(SHARDTRAIN_SANITIZE MATCHES "address")
+    # Plugins stay loaded, so that leak reports name their library
+    # (tests/sanitizers/keep_modules_loaded.c).
+    add_library(st_keep_modules_loaded OBJECT ${PROJECT_SOURCE_DIR}/tests/sanitizers/keep_modules_loaded.c)
+    link_libraries(st_keep_modules_loaded)
+  endif()
   message(STATUS "shardtrain: sanitizers ${SHARDTRAIN_SANITIZE}")
 endfunction()
 shardtrain_enable_sanitizers()

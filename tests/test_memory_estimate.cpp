@@ -113,6 +113,13 @@ double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkp
 }  // namespace
 
 TEST_CASE("estimated activations are within 10% of the measured ones, with and without checkpointing") {
+#if defined(SHARDTRAIN_SANITIZED)
+  // The measurement reads glibc malloc's mappings (mallopt above); a sanitizer
+  // replaces malloc, with redzones and a quarantine, so there is nothing to
+  // compare with. The ordinary build runs this case.
+  MESSAGE("skipped in the sanitizer build: the measurement needs glibc's malloc");
+  return;
+#endif
   const int64_t B = 16, L = 128;
   for (const std::string family : {"bert", "modernbert"}) {
     const EncoderConfig config = memory_estimate_model(family);
