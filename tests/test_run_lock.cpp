@@ -87,6 +87,12 @@ TEST_CASE("a second job on a run folder is refused, naming the holder's host and
     // No leftovers of the refused attempt.
     for (const auto& entry : std::filesystem::directory_iterator(dir))
       CHECK(entry.path().filename() == ".shardtrain.lock");
+    // A live holder on this machine whose heartbeat is late (a loaded node)
+    // still holds the folder: only another host's lock goes stale by its age.
+    set_mtime_ago(run_lock_path(dir), 60);
+    const LockProbeResult late = run_lock_probe("try " + dir);
+    CHECK(late.status == 2);
+    CHECK(lock_contains(late.output, "refused: run folder " + dir + " is in use by another job"));
   }
   // Released at the end of the holder's life: the next job takes it.
   CHECK_FALSE(std::filesystem::exists(run_lock_path(dir)));
@@ -187,7 +193,7 @@ TEST_CASE("of several jobs racing for a stale lock exactly one wins, and the hol
     threads.emplace_back([&, i] { results[i] = run_lock_probe("try " + dir + " 8"); });
   // Once a winner holds it, its heartbeat (every 0.2 s in the probe) moves the mtime.
   bool taken = false;
-  for (int i = 0; i < 400 && !taken; ++i) {
+  for (int i = 0; i < 2400 && !taken; ++i) {  // up to 60 s: a sanitizer build starts slowly
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
     std::ifstream in(run_lock_path(dir));
     const std::string now(std::istreambuf_iterator<char>(in), {});
