@@ -119,8 +119,12 @@ EXTRA_FLAGS=()
 # After the soak damaged the run's only checkpoint, a relaunch has nothing to
 # resume from and must refuse to start over the run's records, changing
 # nothing; the operator's answer is --restart (the damaged one set aside).
-# expect_refusal_then_restart NAME NP STRATEGY MAX_STEPS LOG: the refusal checked; EXTRA_FLAGS=(--restart)
-expect_refusal_then_restart() {
+# before_relaunch NAME NP STRATEGY MAX_STEPS LOG: EXTRA_FLAGS for the next job;
+# after the only checkpoint was damaged, first a relaunch that must refuse (its log LOG).
+before_relaunch() {
+  EXTRA_FLAGS=()
+  [ "$ONLY_CHECKPOINT_DAMAGED" = 1 ] || return 0
+  ONLY_CHECKPOINT_DAMAGED=0
   launch "$1" "$STORE" "$2" "$3" "$4" "$5"
   wait $JOB
   local status=$?
@@ -312,11 +316,7 @@ for spec in "${RUNS[@]}"; do
     kind=${order[0]}
     order=("${order[@]:1}")
     LOG=$TMP/logs/${NAME}_$n.log
-    EXTRA_FLAGS=()
-    if [ "$ONLY_CHECKPOINT_DAMAGED" = 1 ]; then
-      ONLY_CHECKPOINT_DAMAGED=0
-      expect_refusal_then_restart "$NAME" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/${NAME}_${n}_refused.log"
-    fi
+    before_relaunch "$NAME" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/${NAME}_${n}_refused.log"
     launch "$NAME" "$STORE" "$NP" "$STRATEGY" "$MAX_STEPS" "$LOG"
     # The moment: 2-9 training steps into this job, then up to half a second.
     wait_steps=$((2 + RANDOM % 8))
@@ -391,11 +391,7 @@ for spec in "${RUNS[@]}"; do
   done
   # The relaunch that finishes the run.
   LOG=$TMP/logs/${NAME}_final.log
-  EXTRA_FLAGS=()
-  if [ "$ONLY_CHECKPOINT_DAMAGED" = 1 ]; then
-    ONLY_CHECKPOINT_DAMAGED=0
-    expect_refusal_then_restart "$NAME" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/${NAME}_final_refused.log"
-  fi
+  before_relaunch "$NAME" "$NP" "$STRATEGY" "$MAX_STEPS" "$TMP/logs/${NAME}_final_refused.log"
   launch "$NAME" "$STORE" "$NP" "$STRATEGY" "$MAX_STEPS" "$LOG"
   wait $JOB
   status=$?

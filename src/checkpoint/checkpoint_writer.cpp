@@ -49,15 +49,9 @@ struct CheckpointWriter::Impl {
   // a close that cannot complete still names the cause when it times out.
   std::string failure;
 
-  // Runs one public method's body, remembering its error.
-  template <class Body>
-  void recording(Body&& body) {
-    try {
-      body();
-    } catch (const std::exception& e) {
-      if (failure.empty()) failure = e.what();
-      throw;
-    }
+  // Each public method's handler (a function-try-block) calls this.
+  void remember_failure(const std::exception& e) {
+    if (failure.empty()) failure = e.what();
   }
 
   std::string phase(const std::string& what) const { return "checkpoint write " + final_path + ": " + what; }
@@ -172,222 +166,228 @@ const std::string& CheckpointWriter::final_path() const { return impl_->final_pa
 const std::string& CheckpointWriter::temporary_path() const { return impl_->temporary_path; }
 MPI_Comm CheckpointWriter::comm() const { return impl_->comm; }
 
-void CheckpointWriter::write_group(const std::string& group, const std::vector<TensorSlice>& slices) {
-  impl_->recording([&] {
-    Impl& w = *impl_;
-    w.check_open("write_group");
-    detail::check_group_name(group);
-    const std::string where = w.final_path + ": /" + group;
+void CheckpointWriter::write_group(const std::string& group, const std::vector<TensorSlice>& slices) try {
+  Impl& w = *impl_;
+  w.check_open("write_group");
+  detail::check_group_name(group);
+  const std::string where = w.final_path + ": /" + group;
 
-    std::vector<detail::SliceRecord> mine;
-    std::vector<at::Tensor> host_data;  // CPU contiguous copies where needed
-    for (const auto& slice : slices) {
-      if (slice.name.empty() || slice.name.find('/') != std::string::npos)
-        throw Error(where + ": tensor name '" + slice.name + "' must be non-empty and contain no '/'");
-      if (!slice.data.defined()) throw Error(where + "/" + slice.name + ": slice has no data");
-      mine.push_back(detail::record_of(slice, w.rank, where));
-      host_data.push_back(slice.data.to(at::kCPU).contiguous().view({-1}));
-    }
-    // Validation happens on the gathered records, so every rank throws alike.
-    if (std::find(w.written_groups.begin(), w.written_groups.end(), group) != w.written_groups.end())
-      throw Error(where + ": group written twice in one checkpoint");
-    std::map<std::string, detail::TensorPlan> plans = detail::plan_group(
-        detail::exchange_records(mine, w.comm, w.phase("/" + group + ": exchanging the slices")), where,
-        /*require_exact_cover=*/true);
-    w.written_groups.push_back(group);
+  std::vector<detail::SliceRecord> mine;
+  std::vector<at::Tensor> host_data;  // CPU contiguous copies where needed
+  for (const auto& slice : slices) {
+    if (slice.name.empty() || slice.name.find('/') != std::string::npos)
+      throw Error(where + ": tensor name '" + slice.name + "' must be non-empty and contain no '/'");
+    if (!slice.data.defined()) throw Error(where + "/" + slice.name + ": slice has no data");
+    mine.push_back(detail::record_of(slice, w.rank, where));
+    host_data.push_back(slice.data.to(at::kCPU).contiguous().view({-1}));
+  }
+  // Validation happens on the gathered records, so every rank throws alike.
+  if (std::find(w.written_groups.begin(), w.written_groups.end(), group) != w.written_groups.end())
+    throw Error(where + ": group written twice in one checkpoint");
+  std::map<std::string, detail::TensorPlan> plans = detail::plan_group(
+      detail::exchange_records(mine, w.comm, w.phase("/" + group + ": exchanging the slices")), where,
+      /*require_exact_cover=*/true);
+  w.written_groups.push_back(group);
 
-    // A full disk is found before anything of the group is written. The margin
-    // covers HDF5's metadata (object headers, the group's B-tree).
-    uint64_t group_bytes = uint64_t{1} << 20;
-    for (const auto& [name, plan] : plans)
-      group_bytes += static_cast<uint64_t>(detail::numel_of(plan.shape)) *
-                         at::elementSize(detail::dtype_table()[static_cast<size_t>(plan.dtype)].scalar_type) + 4096;
-    on_rank0(w.comm, w.phase("/" + group + ": checking free space"), [&] {
-      require_free_space(file_directory(w.final_path), group_bytes, "checkpoint " + w.final_path + " (/" + group + ")");
-    });
+  // A full disk is found before anything of the group is written. The margin
+  // covers HDF5's metadata (object headers, the group's B-tree).
+  uint64_t group_bytes = uint64_t{1} << 20;
+  for (const auto& [name, plan] : plans)
+    group_bytes += static_cast<uint64_t>(detail::numel_of(plan.shape)) *
+                       at::elementSize(detail::dtype_table()[static_cast<size_t>(plan.dtype)].scalar_type) + 4096;
+  on_rank0(w.comm, w.phase("/" + group + ": checking free space"), [&] {
+    require_free_space(file_directory(w.final_path), group_bytes, "checkpoint " + w.final_path + " (/" + group + ")");
+  });
 
-    std::map<std::string, std::vector<size_t>> my_slices_by_name;
-    for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
+  std::map<std::string, std::vector<size_t>> my_slices_by_name;
+  for (size_t i = 0; i < slices.size(); ++i) my_slices_by_name[slices[i].name].push_back(i);
 
-    // Each rank hashes what it owns; the sum over ranks is the dataset's checksum.
-    std::vector<uint64_t> checksums;
-    for (const auto& [name, plan] : plans) {
-      uint64_t sum = 0;
-      for (size_t i : my_slices_by_name[name])
-        sum += detail::digest(host_data[i].data_ptr(), plan.dtype, slices[i].begin, host_data[i].numel()).checksum;
-      checksums.push_back(sum);
-    }
-    all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, w.comm,
-                        w.phase("/" + group + ": combining checksums"));
+  // Each rank hashes what it owns; the sum over ranks is the dataset's checksum.
+  std::vector<uint64_t> checksums;
+  for (const auto& [name, plan] : plans) {
+    uint64_t sum = 0;
+    for (size_t i : my_slices_by_name[name])
+      sum += detail::digest(host_data[i].data_ptr(), plan.dtype, slices[i].begin, host_data[i].numel()).checksum;
+    checksums.push_back(sum);
+  }
+  all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, w.comm,
+                      w.phase("/" + group + ": combining checksums"));
 
-    detail::PropertyList link_create(ST_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
-    ST_CHECK_HDF5(H5Pset_create_intermediate_group(link_create.get(), 1));
-    detail::Group group_id;
-    {
-      PhaseGuard guard(w.comm, w.phase("creating /" + group));
-      group_id = detail::Group(
-          ST_CHECK_HDF5(H5Gcreate2(w.file.get(), group.c_str(), link_create.get(), H5P_DEFAULT, H5P_DEFAULT)));
-    }
+  detail::PropertyList link_create(ST_CHECK_HDF5(H5Pcreate(H5P_LINK_CREATE)));
+  ST_CHECK_HDF5(H5Pset_create_intermediate_group(link_create.get(), 1));
+  detail::Group group_id;
+  {
+    PhaseGuard guard(w.comm, w.phase("creating /" + group));
+    group_id = detail::Group(
+        ST_CHECK_HDF5(H5Gcreate2(w.file.get(), group.c_str(), link_create.get(), H5P_DEFAULT, H5P_DEFAULT)));
+  }
 
-    detail::PropertyList dataset_create(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE)));
-    // Every element is written (exact cover is checked above): skip the fill pass.
-    ST_CHECK_HDF5(H5Pset_alloc_time(dataset_create.get(), H5D_ALLOC_TIME_EARLY));
-    ST_CHECK_HDF5(H5Pset_fill_time(dataset_create.get(), H5D_FILL_TIME_NEVER));
-    detail::PropertyList dxpl = detail::collective_transfer();
-    detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+  detail::PropertyList dataset_create(ST_CHECK_HDF5(H5Pcreate(H5P_DATASET_CREATE)));
+  // Every element is written (exact cover is checked above): skip the fill pass.
+  ST_CHECK_HDF5(H5Pset_alloc_time(dataset_create.get(), H5D_ALLOC_TIME_EARLY));
+  ST_CHECK_HDF5(H5Pset_fill_time(dataset_create.get(), H5D_FILL_TIME_NEVER));
+  detail::PropertyList dxpl = detail::collective_transfer();
+  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
 
-    // All datasets first (their space is allocated at creation), so rank 0 can
-    // reserve the group's bytes in the file before anything is written: a full
-    // disk or a quota then fails here, cleanly, instead of inside a collective
-    // MPI-IO write, after which parallel HDF5 may not be able to close the file.
-    std::vector<detail::Dataset> datasets;
-    uint64_t end_of_data = 0;
-    {
-      PhaseGuard guard(w.comm, w.phase("creating the datasets of /" + group));
-      size_t index = 0;
-      for (const auto& [name, plan] : plans) {
-        const uint64_t checksum = checksums[index++];
-        detail::Dataspace file_space = detail::make_file_space(plan.shape);
-        detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(),
-                                                         detail::dtype_table()[plan.dtype].file_type, file_space.get(),
-                                                         H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
-        w.write_attribute(dataset.get(), detail::kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(),
-                          &checksum);
-        const haddr_t offset = H5Dget_offset(dataset.get());
-        if (offset != HADDR_UNDEF)
-          end_of_data = std::max<uint64_t>(end_of_data, offset + H5Dget_storage_size(dataset.get()));
-        datasets.push_back(std::move(dataset));
-      }
-    }
-    on_rank0(w.comm, w.phase("/" + group + ": reserving its space"), [&] {
-      reserve_file_space(w.temporary_path, end_of_data, "checkpoint " + w.final_path + " (/" + group + ")");
-    });
-
+  // All datasets first (their space is allocated at creation), so rank 0 can
+  // reserve the group's bytes in the file before anything is written: a full
+  // disk or a quota then fails here, cleanly, instead of inside a collective
+  // MPI-IO write, after which parallel HDF5 may not be able to close the file.
+  std::vector<detail::Dataset> datasets;
+  uint64_t end_of_data = 0;
+  {
+    PhaseGuard guard(w.comm, w.phase("creating the datasets of /" + group));
     size_t index = 0;
     for (const auto& [name, plan] : plans) {
-      detail::Dataset& dataset = datasets[index++];
-      const std::string full = detail::join_group(group, name);
-      PhaseGuard guard(w.comm, w.phase(full));
-      if (detail::numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
-
-      std::vector<std::pair<int64_t, int64_t>> ranges;
-      std::vector<size_t> order = my_slices_by_name[name];
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slices[a].begin < slices[b].begin; });
-      at::Tensor buffer;
-      if (order.size() == 1) {
-        buffer = host_data[order[0]];
-      } else if (order.size() > 1) {
-        std::vector<at::Tensor> pieces;
-        for (size_t i : order) pieces.push_back(host_data[i]);
-        buffer = at::cat(pieces);
-      }
-      for (size_t i : order) ranges.emplace_back(slices[i].begin, host_data[i].numel());
-      std::string problem =
-          detail::transfer(/*writing=*/true, dataset.get(), plan.shape, plan.dtype, ranges,
-                           buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), w.temporary_path);
-      if (!problem.empty()) problem = w.write_failure(full, problem);
-      throw_if_any_failed(problem, w.comm, w.phase(full + ": agreeing on the write"));
+      const uint64_t checksum = checksums[index++];
+      detail::Dataspace file_space = detail::make_file_space(plan.shape);
+      detail::Dataset dataset(ST_CHECK_HDF5(H5Dcreate2(group_id.get(), name.c_str(),
+                                                       detail::dtype_table()[plan.dtype].file_type, file_space.get(),
+                                                       H5P_DEFAULT, dataset_create.get(), H5P_DEFAULT)));
+      w.write_attribute(dataset.get(), detail::kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, scalar.get(),
+                        &checksum);
+      const haddr_t offset = H5Dget_offset(dataset.get());
+      if (offset != HADDR_UNDEF)
+        end_of_data = std::max<uint64_t>(end_of_data, offset + H5Dget_storage_size(dataset.get()));
+      datasets.push_back(std::move(dataset));
     }
-    for (detail::Dataset& dataset : datasets) dataset.close_or_abort();
-    group_id.close_or_abort();
+  }
+  on_rank0(w.comm, w.phase("/" + group + ": reserving its space"), [&] {
+    reserve_file_space(w.temporary_path, end_of_data, "checkpoint " + w.final_path + " (/" + group + ")");
   });
-}
 
-void CheckpointWriter::set_attribute(const std::string& key, int64_t value) {
-  impl_->recording([&] {
-    impl_->set_scalar_attribute(key, value, H5T_STD_I64LE, H5T_NATIVE_INT64);
-  });
-}
+  size_t index = 0;
+  for (const auto& [name, plan] : plans) {
+    detail::Dataset& dataset = datasets[index++];
+    const std::string full = detail::join_group(group, name);
+    PhaseGuard guard(w.comm, w.phase(full));
+    if (detail::numel_of(plan.shape) == 0) continue;  // nothing to write, on every rank alike
 
-void CheckpointWriter::set_attribute(const std::string& key, double value) {
-  impl_->recording([&] {
-    impl_->set_scalar_attribute(key, value, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE);
-  });
-}
-
-void CheckpointWriter::set_attribute(const std::string& key, const std::string& value) {
-  impl_->recording([&] {
-    Impl& w = *impl_;
-    w.check_open("set_attribute");
-    std::string text = broadcast_string(value, w.comm, w.phase("attribute " + key));
-    if (text.find('\0') != std::string::npos)
-      throw Error(w.final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
-    PhaseGuard guard(w.comm, w.phase("attribute " + key));
-    // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
-    detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
-    ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
-    ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
-    detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-    const char* pointer = text.c_str();
-    w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
-  });
-}
-
-void CheckpointWriter::set_attribute(const std::string& key, const std::vector<uint8_t>& bytes) {
-  impl_->recording([&] {
-    Impl& w = *impl_;
-    w.check_open("set_attribute");
-    std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm, w.phase("attribute " + key));
-    PhaseGuard guard(w.comm, w.phase("attribute " + key));
-    hsize_t length = text.size();
-    detail::Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
-    w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
-  });
-}
-
-void CheckpointWriter::commit() {
-  impl_->recording([&] {
-    Impl& w = *impl_;
-    w.check_open("commit");
-    // The metadata (object headers, the groups' links and heaps, attributes)
-    // is written at the flush below, collectively, at addresses HDF5 has
-    // already allocated below its end of allocation (EOA), some of them past
-    // the data reserved so far. ENOSPC inside that flush on one rank leaves
-    // the ranks disagreeing on what is still to write, and parallel HDF5
-    // hangs (seen in the chaos soak); so the blocks of [0, EOA + 64 KiB) are
-    // reserved first, where a full disk fails cleanly on every rank and a
-    // disk with room for exactly that still commits (docs/DESIGN.md,
-    // "Errors and hangs").
-    on_rank0(w.comm, w.phase("reserving room for the metadata"), [&] {
-      haddr_t eoa = 0;
-      if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) return;  // the flush will report
-      reserve_file_space(w.temporary_path, static_cast<uint64_t>(eoa) + (uint64_t{64} << 10),
-                         "checkpoint " + w.final_path + " (its data and the metadata written at close)",
-                         /*keep_size=*/true);
-    });
-    std::string problem;
-    {
-      // Metadata is written here, collectively: a full disk may show only now.
-      PhaseGuard guard(w.comm, w.phase("flushing and closing " + w.temporary_path));
-      errno = 0;
-      if (H5Fflush(w.file.get(), H5F_SCOPE_GLOBAL) < 0)
-        problem = w.write_failure("", detail::io_failure_reason(errno, w.temporary_path));
-      errno = 0;
-      if (w.file.close() < 0 && problem.empty())
-        problem = w.write_failure("", detail::io_failure_reason(errno, w.temporary_path));
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    std::vector<size_t> order = my_slices_by_name[name];
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slices[a].begin < slices[b].begin; });
+    at::Tensor buffer;
+    if (order.size() == 1) {
+      buffer = host_data[order[0]];
+    } else if (order.size() > 1) {
+      std::vector<at::Tensor> pieces;
+      for (size_t i : order) pieces.push_back(host_data[i]);
+      buffer = at::cat(pieces);
     }
-    throw_if_any_failed(problem, w.comm, w.phase("agreeing on the flush"));
-    barrier(w.comm, w.phase("every rank closed the file"));
-    on_rank0(w.comm, w.phase("renaming it to its final name"), [&] {
-      // Data must be on disk before the name says "complete".
-      const int fd = open(w.temporary_path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || fsync(fd) != 0) {
-        const int error = errno;
-        if (fd >= 0) ::close(fd);
-        throw Error("cannot write checkpoint " + w.temporary_path + " (fsync): " + os_error_text(error));
-      }
-      ::close(fd);
-      refuse_if_fatal_in_progress("renaming " + w.temporary_path + " to " + w.final_path);
-      if (std::rename(w.temporary_path.c_str(), w.final_path.c_str()) != 0)
-        throw Error("cannot rename " + w.temporary_path + " to " + w.final_path + ": " + os_error_text(errno));
-      const int directory = open(file_directory(w.final_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (directory >= 0) {
-        fsync(directory);
-        ::close(directory);
-      }
-    });
-    w.committed = true;
+    for (size_t i : order) ranges.emplace_back(slices[i].begin, host_data[i].numel());
+    std::string problem =
+        detail::transfer(/*writing=*/true, dataset.get(), plan.shape, plan.dtype, ranges,
+                         buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), w.temporary_path);
+    if (!problem.empty()) problem = w.write_failure(full, problem);
+    throw_if_any_failed(problem, w.comm, w.phase(full + ": agreeing on the write"));
+  }
+  for (detail::Dataset& dataset : datasets) dataset.close_or_abort();
+  group_id.close_or_abort();
+} catch (const std::exception& e) {
+  impl_->remember_failure(e);
+  throw;
+}
+
+void CheckpointWriter::set_attribute(const std::string& key, int64_t value) try {
+  impl_->set_scalar_attribute(key, value, H5T_STD_I64LE, H5T_NATIVE_INT64);
+} catch (const std::exception& e) {
+  impl_->remember_failure(e);
+  throw;
+}
+
+void CheckpointWriter::set_attribute(const std::string& key, double value) try {
+  impl_->set_scalar_attribute(key, value, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE);
+} catch (const std::exception& e) {
+  impl_->remember_failure(e);
+  throw;
+}
+
+void CheckpointWriter::set_attribute(const std::string& key, const std::string& value) try {
+  Impl& w = *impl_;
+  w.check_open("set_attribute");
+  std::string text = broadcast_string(value, w.comm, w.phase("attribute " + key));
+  if (text.find('\0') != std::string::npos)
+    throw Error(w.final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
+  PhaseGuard guard(w.comm, w.phase("attribute " + key));
+  // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
+  detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
+  ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
+  ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+  const char* pointer = text.c_str();
+  w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
+} catch (const std::exception& e) {
+  impl_->remember_failure(e);
+  throw;
+}
+
+void CheckpointWriter::set_attribute(const std::string& key, const std::vector<uint8_t>& bytes) try {
+  Impl& w = *impl_;
+  w.check_open("set_attribute");
+  std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm, w.phase("attribute " + key));
+  PhaseGuard guard(w.comm, w.phase("attribute " + key));
+  hsize_t length = text.size();
+  detail::Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
+  w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
+} catch (const std::exception& e) {
+  impl_->remember_failure(e);
+  throw;
+}
+
+void CheckpointWriter::commit() try {
+  Impl& w = *impl_;
+  w.check_open("commit");
+  // The metadata (object headers, the groups' links and heaps, attributes)
+  // is written at the flush below, collectively, at addresses HDF5 has
+  // already allocated below its end of allocation (EOA), some of them past
+  // the data reserved so far. ENOSPC inside that flush on one rank leaves
+  // the ranks disagreeing on what is still to write, and parallel HDF5
+  // hangs (seen in the chaos soak); so the blocks of [0, EOA + 64 KiB) are
+  // reserved first, where a full disk fails cleanly on every rank and a
+  // disk with room for exactly that still commits (docs/DESIGN.md,
+  // "Errors and hangs").
+  on_rank0(w.comm, w.phase("reserving room for the metadata"), [&] {
+    haddr_t eoa = 0;
+    if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) return;  // the flush will report
+    reserve_file_space(w.temporary_path, static_cast<uint64_t>(eoa) + (uint64_t{64} << 10),
+                       "checkpoint " + w.final_path + " (its data and the metadata written at close)",
+                       /*keep_size=*/true);
   });
+  std::string problem;
+  {
+    // Metadata is written here, collectively: a full disk may show only now.
+    PhaseGuard guard(w.comm, w.phase("flushing and closing " + w.temporary_path));
+    errno = 0;
+    if (H5Fflush(w.file.get(), H5F_SCOPE_GLOBAL) < 0)
+      problem = w.write_failure("", detail::io_failure_reason(errno, w.temporary_path));
+    errno = 0;
+    if (w.file.close() < 0 && problem.empty())
+      problem = w.write_failure("", detail::io_failure_reason(errno, w.temporary_path));
+  }
+  throw_if_any_failed(problem, w.comm, w.phase("agreeing on the flush"));
+  barrier(w.comm, w.phase("every rank closed the file"));
+  on_rank0(w.comm, w.phase("renaming it to its final name"), [&] {
+    // Data must be on disk before the name says "complete".
+    const int fd = open(w.temporary_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      throw Error("cannot write checkpoint " + w.temporary_path + " (fsync): " + os_error_text(error));
+    }
+    ::close(fd);
+    refuse_if_fatal_in_progress("renaming " + w.temporary_path + " to " + w.final_path);
+    if (std::rename(w.temporary_path.c_str(), w.final_path.c_str()) != 0)
+      throw Error("cannot rename " + w.temporary_path + " to " + w.final_path + ": " + os_error_text(errno));
+    const int directory = open(file_directory(w.final_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory >= 0) {
+      fsync(directory);
+      ::close(directory);
+    }
+  });
+  w.committed = true;
+} catch (const std::exception& e) {
+  impl_->remember_failure(e);
+  throw;
 }
 
 }  // namespace shardtrain
