@@ -21,7 +21,8 @@
 // the same child; the two children run one after the other.
 //
 //   bench_activation_memory [--batch-size 32] [--seq-len 128] [--threads T] [--reps 3] [--json FILE]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,9 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/classifier.h"
+#include "bench_util.h"
+
+namespace bench_activation_memory {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 
@@ -186,3 +190,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_activation_memory
+
+SHARDTRAIN_BENCH_REGISTER(bench_activation_memory)

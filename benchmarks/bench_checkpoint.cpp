@@ -39,6 +39,9 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/world.h"
+#include "bench_util.h"
+
+namespace bench_checkpoint {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 
@@ -251,3 +254,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_checkpoint
+
+SHARDTRAIN_BENCH_REGISTER(bench_checkpoint)

@@ -38,7 +38,10 @@
 #include "shardtrain/core/log.h"
 #if SHARDTRAIN_HAVE_NCCL
 #include "shardtrain/comm/nccl_communicator.h"
+#include "bench_util.h"
 #endif
+
+namespace bench_collectives {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 
@@ -319,3 +322,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 }
+
+}  // namespace bench_collectives
+
+SHARDTRAIN_BENCH_REGISTER(bench_collectives)

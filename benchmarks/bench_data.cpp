@@ -27,6 +27,9 @@
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
+#include "bench_util.h"
+
+namespace bench_data {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 
@@ -178,3 +181,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_data
+
+SHARDTRAIN_BENCH_REGISTER(bench_data)

@@ -27,7 +27,9 @@
 // runs, then --reps timed runs of each way, alternating; min/median/max ms.
 //
 //   bench_model_parts [--threads T] [--reps 7] [--json FILE]
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -44,6 +46,8 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/dropout.h"
+
+namespace bench_model_parts {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 using shardtrain_bench::Clock;
@@ -245,3 +249,7 @@ int run(World& world, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_model_parts", argc, argv, run); }
+
+}  // namespace bench_model_parts
+
+SHARDTRAIN_BENCH_REGISTER(bench_model_parts)

@@ -27,6 +27,9 @@
 #include <vector>
 
 #include "shardtrain/optim/adamw.h"
+#include "bench_util.h"
+
+namespace bench_optim {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 
@@ -143,3 +146,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_optim
+
+SHARDTRAIN_BENCH_REGISTER(bench_optim)

@@ -47,6 +47,8 @@
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/classifier.h"
 
+namespace bench_sharding {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
+
 using namespace shardtrain;
 using namespace shardtrain_bench::sharding;
 
@@ -159,3 +161,7 @@ int run(World& world, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_sharding", argc, argv, run); }
+
+}  // namespace bench_sharding
+
+SHARDTRAIN_BENCH_REGISTER(bench_sharding)

@@ -26,6 +26,9 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/timer.h"
 #include "shardtrain/data/tokenizer.h"
+#include "bench_util.h"
+
+namespace bench_tokenizer {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 namespace {
 
@@ -175,3 +178,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace bench_tokenizer
+
+SHARDTRAIN_BENCH_REGISTER(bench_tokenizer)

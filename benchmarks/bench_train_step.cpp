@@ -68,7 +68,8 @@
 // sums it per op). The profiler adds a few microseconds per op to that step.
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/cuda.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -97,6 +98,8 @@
 #include "shardtrain/data/collator.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
+
+namespace bench_train_step {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 
@@ -238,7 +241,7 @@ int run(World& world, int argc, char** argv) {
   if (device.is_cuda()) model->to(device);
   model->train();
   // Dropout draws from the global generator: seeded per rank, so runs repeat and ranks draw different masks.
-  torch::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
+  at::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   if (device.is_cuda()) torch::cuda::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   AdamWOptions adamw;
   ParallelConfig parallel;
@@ -505,3 +508,7 @@ int run(World& world, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_train_step", argc, argv, run); }
+
+}  // namespace bench_train_step
+
+SHARDTRAIN_BENCH_REGISTER(bench_train_step)

@@ -1,12 +1,24 @@
 // Helpers the benchmarks share: wall-clock timing, min / median / max of
-// repeated measurements, the slowest rank's value, and main().
+// repeated measurements, the slowest rank's value, main()'s body, and the
+// registry of the multi-call binary.
+//
+// Every benchmarks/bench_<name>.cpp is one benchmark, and all of them are one
+// executable, build/benchmarks/shardtrain_bench, compiled as a unity build
+// (benchmarks/CMakeLists.txt): LibTorch's headers are parsed once per batch of
+// files, not once per benchmark. build/benchmarks/bench_<name> is a symbolic
+// link to it, and the name it was started by picks the benchmark
+// (`shardtrain_bench bench_<name> ARGS` works too). So each file keeps its code
+// in `namespace bench_<name>`, with its entry point `int main(int argc, char**
+// argv)` there, and ends with SHARDTRAIN_BENCH_REGISTER(bench_<name>).
 #pragma once
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "shardtrain/comm/world.h"
@@ -54,4 +66,19 @@ int bench_main(const char* name, int argc, char** argv, Run run) {
   }
 }
 
+// The benchmarks of the multi-call binary, by name (benchmarks/bench_main.cpp).
+using BenchEntry = int (*)(int argc, char** argv);
+inline std::map<std::string, BenchEntry>& registry() {
+  static std::map<std::string, BenchEntry> benchmarks;
+  return benchmarks;
+}
+inline bool register_bench(const char* name, BenchEntry entry) {
+  registry()[name] = entry;
+  return true;
+}
+
 }  // namespace shardtrain_bench
+
+// At the end of benchmarks/bench_<name>.cpp, outside its namespace.
+#define SHARDTRAIN_BENCH_REGISTER(name) \
+  static const bool name##_registered = ::shardtrain_bench::register_bench(#name, &name::main);

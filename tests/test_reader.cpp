@@ -12,7 +12,7 @@ using namespace shardtrain;
 
 namespace {
 
-const std::string kFixtures = SHARDTRAIN_SOURCE_DIR "/tests/data/readers/";
+const std::string kReaderFixtures = SHARDTRAIN_SOURCE_DIR "/tests/data/readers/";
 const std::string kMrpc = SHARDTRAIN_SOURCE_DIR "/data/glue/MRPC/";
 
 ReaderOptions mrpc_options() {
@@ -77,7 +77,7 @@ TEST_CASE("MRPC train/dev/test read with quoting off") {
 }
 
 TEST_CASE("UTF-8 BOM and CRLF; columns by name and by index") {
-  RawTable by_name = read_table(kFixtures + "bom_crlf.tsv", mrpc_options());
+  RawTable by_name = read_table(kReaderFixtures + "bom_crlf.tsv", mrpc_options());
   REQUIRE(by_name.size() == 2);
   CHECK(by_name.text_a[0] == "He said \"hi.");
   CHECK(by_name.text_b[0] == "She said \"bye\"");  // no trailing \r
@@ -87,16 +87,16 @@ TEST_CASE("UTF-8 BOM and CRLF; columns by name and by index") {
   by_index.text_a = "3";
   by_index.text_b = "4";
   by_index.label = "0";  // the BOM is not part of the first header name either way
-  RawTable indexed = read_table(kFixtures + "bom_crlf.tsv", by_index);
+  RawTable indexed = read_table(kReaderFixtures + "bom_crlf.tsv", by_index);
   CHECK(indexed.text_a == by_name.text_a);
   CHECK(indexed.text_b == by_name.text_b);
   CHECK(indexed.labels.class_ids == by_name.labels.class_ids);
 
   by_index.text_a = "5";
-  CHECK(error_of([&] { read_table(kFixtures + "bom_crlf.tsv", by_index); })
+  CHECK(error_of([&] { read_table(kReaderFixtures + "bom_crlf.tsv", by_index); })
             .find("data.text_a = 5 is out of range (the header has 5 columns)") != std::string::npos);
-  CHECK(error_of([&] { read_table(kFixtures + "missing.tsv", by_index); }) ==
-        kFixtures + "missing.tsv: cannot open data file");
+  CHECK(error_of([&] { read_table(kReaderFixtures + "missing.tsv", by_index); }) ==
+        kReaderFixtures + "missing.tsv: cannot open data file");
 }
 
 TEST_CASE("format from extension or explicit") {
@@ -125,7 +125,7 @@ TEST_CASE("CSV RFC 4180 quoting and string labels") {
   ReaderOptions options;
   options.text_a = "sentence";
   options.label = "label";
-  RawTable t = read_table(kFixtures + "quoting.csv", options);
+  RawTable t = read_table(kReaderFixtures + "quoting.csv", options);
   REQUIRE(t.size() == 4);
   CHECK(t.text_a[0] == "Hello, world");
   CHECK(t.text_a[1] == "She said \"yes\"");
@@ -191,7 +191,7 @@ TEST_CASE("JSON Lines: keys, numeric and string labels, blank lines") {
   options.text_a = "premise";
   options.text_b = "hypothesis";
   options.label = "label";
-  RawTable t = read_table(kFixtures + "pairs.jsonl", options);
+  RawTable t = read_table(kReaderFixtures + "pairs.jsonl", options);
   REQUIRE(t.size() == 3);
   CHECK(t.text_a == std::vector<std::string>{"A man.", "Rain.", "Sun."});
   CHECK(t.text_b == std::vector<std::string>{"A person.", "Wet.", "Dry."});
@@ -213,7 +213,7 @@ TEST_CASE("bad rows: error names file and line; skip counts") {
   tsv.text_a = "sentence1";
   tsv.text_b = "sentence2";
   tsv.label = "label";
-  const std::string bad_tsv = kFixtures + "bad_columns.tsv";
+  const std::string bad_tsv = kReaderFixtures + "bad_columns.tsv";
   CHECK(error_of([&] { read_table(bad_tsv, tsv); }) == bad_tsv + ":3: expected 3 columns, found 2");
   tsv.on_bad_row = BadRowPolicy::kSkip;
   RawTable skipped = read_table(bad_tsv, tsv);
@@ -246,7 +246,7 @@ TEST_CASE("bad rows: error names file and line; skip counts") {
   ReaderOptions json;
   json.text_a = "text";
   json.label = "label";
-  const std::string bad_json = kFixtures + "bad.jsonl";
+  const std::string bad_json = kReaderFixtures + "bad.jsonl";
   CHECK(error_of([&] { read_table(bad_json, json); }).find(bad_json + ":2: malformed JSON") == 0);
   CHECK(error_of([&] { read_table_from_string("{\"label\": 0}\n", "m.jsonl", json); }) ==
         "m.jsonl:1: missing field 'text'");

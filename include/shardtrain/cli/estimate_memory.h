@@ -1,7 +1,7 @@
 // `shardtrain estimate-memory`: the memory per rank of training a model, for
 // a table of strategies and rank counts (train/memory_estimate.h).
 //
-//   shardtrain estimate-memory --model bert-base-cased/ --world-size 1,4,8 --mixed-precision bf16 \
+//   shardtrain estimate-memory --model bert-base-cased/ --world-size 1,4,8 --mixed-precision bf16
 //                              --device-memory 80GiB [--json]
 //
 // The pure part, for tests: the command's flags, checked with errors that
