@@ -1,17 +1,18 @@
 // shardtrain's side of benchmarks/side_by_side.sh (that script runs the whole
 // comparison; read it first). Three subcommands:
 //
-//   bench_side_by_side init --model quickstart|bert-base|CONFIG --seed 42 --out DIR
+//   bench_side_by_side init --model quickstart|bert-base|modernbert-base|CONFIG --seed 42 --out DIR
 //       A randomly initialised model (HF _init_weights, model/bert.h) written
 //       as a HF folder (config.json + model.safetensors): both sides start
-//       from these weights.
+//       from these weights. modernbert-base is configs/models/modernbert_base.json
+//       (ModernBERT-base's shape: 22 layers, hidden 768, window 128).
 //   bench_side_by_side batches --data TSV --batch-size B --world W --seed 42 --steps N --out FILE
 //       The first N global batches DistributedSampler (data/sampler.h) hands
 //       out for that seed, batch and world size (epoch 0), and every row's
 //       label, as JSON: {"world_size", "batch_size", "batches": [[rows]...],
 //       "labels": [...]}. Rank r of W trains on positions r, r+W, ... of each.
 //   mpirun -np W bench_side_by_side train --model-dir DIR --data TSV --vocab VOCAB
-//       --batch-size B --seed 42 --batches FILE [--layout packed|padded]
+//       --batch-size B --seed 42 --batches FILE [--layout packed|padded] [--max-length 128]
 //       [--first-batch 0] [--warmup 1] [--steps 3] [--dropout P] [--lr 2e-5] [--eval-data TSV]
 //       [--eval-batch-size 32] [--profile TRACE.json] [--turnstile DIR]
 //       Trains the model of DIR with DDP (parallel/ddp.h, default buckets)
@@ -20,8 +21,9 @@
 //       at 1 + AdamW with HF's no-decay groups, weight decay 0.01) on the
 //       sampler's global batches from --first-batch on, first checking they
 //       are the FILE's; tokenizes the
-//       TSV as `shardtrain train` does (bert-base-cased vocabulary, max length
-//       128). --layout packed is model.unpadded = true (forward_batch packs the
+//       TSV as `shardtrain train` does (VOCAB: a vocab.txt, a tokenizer.json or
+//       a model folder, as model.vocab; --max-length tokens, pairs truncated
+//       longest first). --layout packed is model.unpadded = true (forward_batch packs the
 //       collated batch: what `shardtrain train` runs by default), padded is
 //       model.unpadded = false (collate + forward). With
 //       --eval-data it also times one sharded eval pass (EvalPlan, no grad) in
@@ -38,7 +40,8 @@
 // It is `shardtrain train`'s step without the run folder, checkpoints and
 // reports, so that the turnstile can time step by step.
 #include <torch/csrc/autograd/profiler_legacy.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -65,6 +68,8 @@
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
 
+namespace bench_side_by_side {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
+
 using namespace shardtrain;
 using shardtrain_bench::Clock;
 using shardtrain_bench::seconds_since;
@@ -76,6 +81,8 @@ const Clock::time_point kProcessStart = Clock::now();
 EncoderConfig resolve_model(const std::string& model) {
   if (model == "quickstart") return EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json");
   if (model == "bert-base") return bert_base_cased_config();
+  if (model == "modernbert-base")
+    return EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/modernbert_base.json");
   return EncoderConfig::from_file(model);
 }
 
@@ -106,6 +113,7 @@ void write_json(const nlohmann::json& doc, const std::string& path) {
 struct TrainArgs {
   std::string model_dir, data, vocab, batches, layout = "packed", eval_data, profile, turnstile;
   int64_t batch_size = 16, seed = 42, eval_batch_size = 32;
+  int max_length = 128;
   int first_batch = 0, warmup = 1, steps = 3;
   double dropout = -1, lr = 2e-5;
 };
@@ -136,8 +144,8 @@ int run_train(World& world, const TrainArgs& a) {
   model.set_unpadded(packed);
   at::manual_seed(static_cast<uint64_t>(1000 + rank));  // dropout masks
 
-  const Tokenizer tokenizer = Tokenizer::from_vocab_file(a.vocab, TokenizerOptions{});
-  const TokenizedDataset data = build_dataset(read_mrpc(a.data), make_encoder(tokenizer, 128), world.comm());
+  const Tokenizer tokenizer = Tokenizer::from_path(a.vocab, TokenizerOptions{});
+  const TokenizedDataset data = build_dataset(read_mrpc(a.data), make_encoder(tokenizer, a.max_length), world.comm());
   DistributedSampler sampler(sampler_options(data.size(), a.batch_size, W, rank, a.seed));
   std::ifstream plan_file(a.batches);
   if (!plan_file) throw Error("--batches: cannot read " + a.batches);
@@ -158,7 +166,8 @@ int run_train(World& world, const TrainArgs& a) {
   strategy->broadcast_parameters(0);
 
   std::optional<TokenizedDataset> eval;
-  if (!a.eval_data.empty()) eval = build_dataset(read_mrpc(a.eval_data), make_encoder(tokenizer, 128), world.comm());
+  if (!a.eval_data.empty())
+    eval = build_dataset(read_mrpc(a.eval_data), make_encoder(tokenizer, a.max_length), world.comm());
 
   std::vector<double> losses, step_s, real_tokens;
   double first_step_s = -1;
@@ -223,7 +232,7 @@ int run(World& world, int argc, char** argv) {
   std::string model_name = "quickstart", out;
   int64_t init_seed = 42;
   CLI::App* init = app.add_subcommand("init", "write a randomly initialised model as a HF folder");
-  init->add_option("--model", model_name, "quickstart, bert-base or a HF config.json");
+  init->add_option("--model", model_name, "quickstart, bert-base, modernbert-base or a HF config.json");
   init->add_option("--seed", init_seed, "init seed");
   init->add_option("--out", out, "folder")->required();
 
@@ -242,7 +251,8 @@ int run(World& world, int argc, char** argv) {
   CLI::App* train = app.add_subcommand("train", "train on those batches with the library's model and DDP");
   train->add_option("--model-dir", t.model_dir, "HF folder from `init`")->required();
   train->add_option("--data", t.data, "training TSV")->required();
-  train->add_option("--vocab", t.vocab, "vocab.txt")->required();
+  train->add_option("--vocab", t.vocab, "vocab.txt, tokenizer.json or a model folder")->required();
+  train->add_option("--max-length", t.max_length, "tokens per example")->check(CLI::PositiveNumber);
   train->add_option("--batches", t.batches, "JSON from `batches` (checked against the sampler)")->required();
   train->add_option("--batch-size", t.batch_size, "per rank")->check(CLI::PositiveNumber);
   train->add_option("--seed", t.seed, "sampler seed");
@@ -287,3 +297,7 @@ int run(World& world, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) { return shardtrain_bench::bench_main("bench_side_by_side", argc, argv, run); }
+
+}  // namespace bench_side_by_side
+
+SHARDTRAIN_BENCH_REGISTER(bench_side_by_side)

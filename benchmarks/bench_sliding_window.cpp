@@ -4,25 +4,35 @@
 // training step's forward + backward (docs/DESIGN.md, "Model families").
 //
 // Three models of the same layer shape, in the same process, timed
-// alternately:
-//   one     1 layer (global): embeddings + one global layer + head
-//   global  2 layers, both global
-//   local   2 layers, the second local (banded blocks)
+// alternately, each a 2-layer encoder (ModernBERT's layer 0 is always global):
+//   global  both layers global
+//   local   the second layer local (banded blocks)
 //   masked  as local, with the window applied as a mask over every key
 //           (HF's eager way: set_banded_attention(false))
-// A layer's cost is the model's minus `one`'s: global layer = global - one,
-// local layer = local - one, masked local layer = masked - one. A banded
-// local layer grows linearly with L, a global one quadratically.
+// Each layer is timed where it runs, by unit hooks (model/unit_model.h): its
+// forward from before_forward to after_forward, its backward from the moment
+// the gradient of its output is ready to the moment the gradient of its
+// input is (a gradient hook on the previous unit's output; CPU autograd runs
+// the nodes in the calling thread, in reverse order of creation). "global
+// layer" is layer 1 of the global model; "local" and "masked" are layer 1 of
+// theirs. Above --max-full only the local model runs, and its layer 0 (global,
+// without the attention norm that layer 0 does not have) gives the global
+// figure. A banded local layer grows linearly with L, a global one
+// quadratically.
 //
 //   bench_sliding_window [--lengths 512,2048,8192] [--reps 3] [--threads N]
 //                        [--max-full 8192] [--json FILE]
-// --max-full: the longest L at which the models with full L x L attention
-// (global, masked) run (at 8192 a global layer's scores are 3.2 GB each).
-#include <torch/torch.h>
+// --max-full: the longest L at which the global and masked models run (at 8192
+// a global layer's scores are 3.2 GB per tensor; the local model's layer 0 is
+// one such layer).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -35,6 +45,9 @@
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/unit_model.h"
+
+namespace bench_sliding_window {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
 using namespace shardtrain;
 using shardtrain_bench::Clock;
@@ -75,11 +88,41 @@ Batch one_sequence(int64_t length) {
   return b;
 }
 
-double step_seconds(SequenceClassifier& model, const Batch& batch) {
+// Per-layer forward and backward seconds of one step, recorded through the
+// unit hooks (unit u = layer u - 1; unit 0 the embeddings).
+class LayerTimer : public UnitHooks {
+ public:
+  explicit LayerTimer(int64_t units) : start_(units), forward_(units), grad_ready_(units) {}
+  void before_forward(int64_t unit) override { start_[unit] = Clock::now(); }
+  at::Tensor after_forward(int64_t unit, at::Tensor output) override {
+    forward_[unit] = seconds_since(start_[unit]);
+    if (output.requires_grad())
+      output.register_hook([this, unit](const at::Tensor& grad) {
+        grad_ready_[unit] = Clock::now();
+        return grad;
+      });
+    return output;
+  }
+  double layer_forward(int64_t layer) const { return forward_[layer + 1]; }
+  // The gradient of layer l's input is the gradient of unit l's output.
+  double layer_backward(int64_t layer) const {
+    return std::chrono::duration<double>(grad_ready_[layer] - grad_ready_[layer + 1]).count();
+  }
+
+ private:
+  std::vector<Clock::time_point> start_;
+  std::vector<double> forward_;
+  std::vector<Clock::time_point> grad_ready_;
+};
+
+// One training step (forward + loss + backward): the forward + backward seconds of layer 0 and layer 1.
+std::array<double, 2> layer_seconds(SequenceClassifier& model, const Batch& batch) {
+  LayerTimer timer(model.num_units());
+  model.set_unit_hooks(&timer);
   model.zero_grad();
-  const auto start = Clock::now();
   model.loss(model.forward_batch(batch), batch.labels).backward();
-  return seconds_since(start);
+  model.set_unit_hooks(nullptr);
+  return {timer.layer_forward(0) + timer.layer_backward(0), timer.layer_forward(1) + timer.layer_backward(1)};
 }
 
 std::string cpu_flags() {
@@ -113,7 +156,6 @@ int main(int argc, char** argv) {
     std::printf("bench_sliding_window: %d threads; CPU features: %s\n", at::get_num_threads(), cpu_flags().c_str());
 
     std::map<std::string, std::unique_ptr<SequenceClassifier>> models;
-    models["one"] = std::make_unique<SequenceClassifier>(base_shape(1, 1));
     models["global"] = std::make_unique<SequenceClassifier>(base_shape(2, 1));
     models["local"] = std::make_unique<SequenceClassifier>(base_shape(2, 2));
     models["masked"] = std::make_unique<SequenceClassifier>(base_shape(2, 2));
@@ -124,31 +166,41 @@ int main(int argc, char** argv) {
       model->set_unpadded(true);
     }
     nlohmann::json rows = nlohmann::json::array();
-    std::printf("%7s %12s %12s %12s %14s %12s %12s\n", "L", "one ms", "global ms", "local ms", "masked ms",
+    std::printf("# ms per layer, forward + backward, median of %d; global from %s\n", reps,
+                "layer 1 of the global model, or layer 0 of the local one above --max-full");
+    std::printf("%7s %12s %12s %14s %14s %12s %12s\n", "L", "global ms", "local ms", "masked ms", "global from",
                 "global/local", "masked/local");
     for (int64_t L : lengths) {
       const Batch batch = one_sequence(L);
-      std::vector<std::string> names = {"one", "local"};
-      if (L <= max_full) names.insert(names.end(), {"global", "masked"});
+      const bool full = L <= max_full;
+      std::vector<std::string> names = {"local"};
+      if (full) names.insert(names.end(), {"global", "masked"});
       std::map<std::string, std::vector<double>> times;
       for (int r = -1; r < reps; ++r)  // r = -1: warm-up
         for (const std::string& name : names) {
-          const double t = step_seconds(*models[name], batch);
-          if (r >= 0) times[name].push_back(t);
+          const std::array<double, 2> t = layer_seconds(*models[name], batch);
+          if (r < 0) continue;
+          times[name].push_back(t[1]);
+          if (name == "local") times["local_layer0"].push_back(t[0]);
         }
       std::map<std::string, double> median;
       for (auto& [name, t] : times) median[name] = shardtrain_bench::summarize(t).median * 1e3;
-      const double one = median["one"], local = median["local"] - one;
-      const double global = median.count("global") ? median["global"] - one : 0;
-      const double masked = median.count("masked") ? median["masked"] - one : 0;
-      std::printf("%7lld %12.1f %12.1f %12.1f %14.1f %12.2f %12.2f   (per-layer ms: global %.1f, local %.1f, masked %.1f)\n",
-                  static_cast<long long>(L), one, median.count("global") ? median["global"] : 0.0, median["local"],
-                  median.count("masked") ? median["masked"] : 0.0, global > 0 ? global / local : 0.0,
-                  masked > 0 ? masked / local : 0.0, global, local, masked);
-      rows.push_back({{"length", L}, {"one_ms", one}, {"global_layer_ms", global}, {"local_layer_ms", local},
-                      {"masked_local_layer_ms", masked}, {"cpu", cpu_flags()}, {"threads", at::get_num_threads()}});
+      const double local = median["local"];
+      const double global = full ? median["global"] : median["local_layer0"];
+      const double masked = full ? median["masked"] : 0;
+      const char* global_from = full ? "global model" : "local model L0";
+      std::printf("%7lld %12.1f %12.1f %14.1f %14s %12.2f %12.2f\n", static_cast<long long>(L), global, local, masked,
+                  global_from, global / local, masked > 0 ? masked / local : 0.0);
+      rows.push_back({{"length", L}, {"global_layer_ms", global}, {"local_layer_ms", local},
+                      {"masked_local_layer_ms", full ? nlohmann::json(masked) : nlohmann::json(nullptr)},
+                      {"local_model_layer0_ms", median["local_layer0"]}, {"global_from", global_from},
+                      {"cpu", cpu_flags()}, {"threads", at::get_num_threads()}});
     }
     if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";
     return 0;
   });
 }
+
+}  // namespace bench_sliding_window
+
+SHARDTRAIN_BENCH_REGISTER(bench_sliding_window)

@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Side by side, in one run: PyTorch eager (an HF-equivalent
-# BertForSequenceClassification + AdamW in plain torch,
-# benchmarks/side_by_side_reference.py; Debian python3-torch) against shardtrain
+# BertForSequenceClassification or ModernBertForSequenceClassification + AdamW
+# in plain torch, benchmarks/side_by_side_reference.py; Debian python3-torch) against shardtrain
 # (benchmarks/bench_side_by_side.cpp: the library's model + DDP in the
 # Trainer's step sequence) on the SAME MRPC batches from the SAME initial
 # weights, for each model and launch layout:
 #
-#   models   bert-base (bert-base-cased's shape, random init) and quickstart
-#            (configs/models/bert_tiny.json)
+#   models   bert-base (bert-base-cased's shape, random init), quickstart
+#            (configs/models/bert_tiny.json): MRPC pairs at max length 128,
+#            global batch 16, bert-base-cased vocab.txt, timed with dropout 0.1;
+#            modernbert-base (configs/models/modernbert_base.json: 22 layers,
+#            hidden 768, every third layer global, the others a 128-token
+#            window): MRPC at 128, global batch 16, the ModernBERT
+#            tokenizer.json, dropout 0 (the released configs' value);
+#            modernbert-base-1024: the same model on 1024-token documents (64
+#            rows, each 26 consecutive MRPC pairs joined, truncated to 1024;
+#            global batch 2, layout 2x1 only, no eval pass), where the local
+#            layers' window matters: HF eager computes the full 1024 x 1024
+#            scores and masks them, shardtrain's kernel only the band
 #   layouts  1x2 = 1 rank x 2 threads (global batch 16), 2x1 = 2 ranks x 1
 #            thread (8 per rank, the same global batches); both unbound
 #            (scripts/mpirun.sh), PyTorch's 2 ranks over gloo DDP
@@ -38,7 +48,8 @@
 #    per-step ratios, the time from process start to the end of the first
 #    step (from the check run, which has the machine to itself), the eval pass.
 #
-#   bash benchmarks/side_by_side.sh                     # everything (~9 min on an idle 2-core box)
+#   bash benchmarks/side_by_side.sh                     # bert-base and quickstart (~9 min on an idle 2-core box)
+#   MODELS="modernbert-base modernbert-base-1024" bash benchmarks/side_by_side.sh
 #   MODELS=quickstart STEPS=4 bash benchmarks/side_by_side.sh
 #   env: MODELS LAYOUTS SIDES WARMUP STEPS CHECK_STEPS OUT
 # Results: $OUT/results.jsonl (every run), $OUT/summary.json, the table on stdout.
@@ -46,6 +57,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 MODELS=${MODELS:-"bert-base quickstart"}
+LAYOUTS_SET=${LAYOUTS:+1}
 LAYOUTS=${LAYOUTS:-"1x2 2x1"}
 SIDES=${SIDES:-"pytorch packed padded"}
 WARMUP=${WARMUP:-1}
@@ -71,34 +83,67 @@ LOG=$OUT/stderr.log
 : >"$RESULTS"
 : >"$LOG"
 trap 'echo "side_by_side: failed; the runs'"'"' stderr is in $LOG" >&2' ERR
-TRAIN=data/glue/MRPC/train.tsv
-DEV=data/glue/MRPC/dev.tsv
-VOCAB=data/vocab/bert-base-cased-vocab.txt
-for split in train dev; do
-  src=$TRAIN
-  [[ $split == dev ]] && src=$DEV
-  build/shardtrain tokenize --vocab "$VOCAB" --data "$src" --text-a "#1 String" --text-b "#2 String" \
-    --max-length 128 --output "$OUT/${split}_ids.jsonl" 2>/dev/null
-done
+MRPC_TRAIN=data/glue/MRPC/train.tsv
+MRPC_DEV=data/glue/MRPC/dev.tsv
+
+# model_settings MODEL: the model's init name, data, tokenizer, length, batch, dropout, layouts.
+model_settings() {
+  INIT=$1 TRAIN=$MRPC_TRAIN DEV=$MRPC_DEV VOCAB=data/vocab/bert-base-cased-vocab.txt MAXLEN=128 GLOBAL=16
+  TIMING_DROPOUT=0.1 MODEL_LAYOUTS=$LAYOUTS
+  case $1 in
+    bert-base | quickstart) ;;
+    modernbert-base) VOCAB=data/vocab/modernbert TIMING_DROPOUT=0 ;;
+    modernbert-base-1024)
+      INIT=modernbert-base VOCAB=data/vocab/modernbert TIMING_DROPOUT=0 MAXLEN=1024 GLOBAL=2 DEV=""
+      TRAIN=$OUT/long_train.tsv
+      [[ -n $LAYOUTS_SET ]] || MODEL_LAYOUTS=2x1
+      # 64 documents: row i joins the sentences of MRPC rows i .. i+25 (label: row i's).
+      "$PY" - "$MRPC_TRAIN" "$TRAIN" <<'PYEOF'
+import sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1], encoding="utf-8")]
+header, rows = rows[0], rows[1:]
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    out.write("\t".join(header) + "\n")
+    for i in range(64):
+        group = [rows[(i + k) % len(rows)] for k in range(26)]
+        out.write("\t".join([group[0][0], group[0][1], group[0][2], " ".join(r[3] for r in group),
+                             " ".join(r[4] for r in group)]) + "\n")
+PYEOF
+      ;;
+    *) echo "side_by_side: unknown model $1 (bert-base, quickstart, modernbert-base, modernbert-base-1024)" >&2; exit 2 ;;
+  esac
+  for split in train dev; do
+    local src=$TRAIN
+    [[ $split == dev ]] && src=$DEV
+    [[ -n $src ]] || continue
+    build/shardtrain tokenize --vocab "$VOCAB" --data "$src" --text-a "#1 String" --text-b "#2 String" \
+      --max-length "$MAXLEN" --output "$OUT/${1}_${split}_ids.jsonl" 2>/dev/null
+  done
+  IDS=$OUT/${1}_train_ids.jsonl DEV_IDS=""
+  [[ -n $DEV ]] && DEV_IDS=$OUT/${1}_dev_ids.jsonl
+  return 0
+}
 echo "side_by_side: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # run_side SIDE MODEL_DIR RANKS THREADS BATCHES DROPOUT WARMUP STEPS [TURNSTILE_DIR] -> one JSON line (rank 0)
 # With a turnstile folder: one step per turn, and a last turn for an eval pass.
 run_side() {
   local side=$1 model_dir=$2 ranks=$3 threads=$4 batches=$5 dropout=$6 warmup=$7 steps=$8 turns=${9:-}
-  local batch=$((16 / ranks))
+  local batch=$((GLOBAL / ranks))
   if [[ $side == pytorch ]]; then
     local eval_args=()
-    [[ -n $turns ]] && eval_args=(--eval-ids "$OUT/dev_ids.jsonl" --turnstile "$turns")
+    [[ -n $turns ]] && eval_args=(--turnstile "$turns")
+    [[ -n $turns && -n $DEV_IDS ]] && eval_args+=(--eval-ids "$DEV_IDS")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$PY" benchmarks/side_by_side_reference.py \
-      --model-dir "$model_dir" --ids "$OUT/train_ids.jsonl" --batches "$batches" --threads "$threads" \
+      --model-dir "$model_dir" --ids "$IDS" --batches "$batches" --threads "$threads" \
       --dropout "$dropout" --warmup "$warmup" --steps "$steps" --port $((20000 + RANDOM % 20000)) "${eval_args[@]}" \
       2> >(sed "s/^/[$side] /" >>"$LOG")
   else
     local eval_args=()
-    [[ -n $turns ]] && eval_args=(--eval-data "$DEV" --turnstile "$turns")
+    [[ -n $turns ]] && eval_args=(--turnstile "$turns")
+    [[ -n $turns && -n $DEV ]] && eval_args+=(--eval-data "$DEV")
     bash scripts/mpirun.sh -np "$ranks" -x OMP_NUM_THREADS="$threads" "$BENCH" train --model-dir "$model_dir" \
-      --data "$TRAIN" --vocab "$VOCAB" --batches "$batches" --batch-size "$batch" --layout "$side" \
+      --data "$TRAIN" --vocab "$VOCAB" --max-length "$MAXLEN" --batches "$batches" --batch-size "$batch" --layout "$side" \
       --dropout "$dropout" --warmup "$warmup" --steps "$steps" "${eval_args[@]}" 2> >(sed "s/^/[$side] /" >>"$LOG")
   fi
 }
@@ -112,15 +157,20 @@ d["side_name"] = "pytorch" if d["side"] == "pytorch" else d["layout"]
 print(json.dumps(d))' "$@"
 }
 
+initialised=""
 for model in $MODELS; do
-  model_dir=$OUT/model_$model
-  "$BENCH" init --model "$model" --seed 42 --out "$model_dir" 2>/dev/null
-  for layout in $LAYOUTS; do
+  model_settings "$model"
+  model_dir=$OUT/model_$INIT
+  if [[ " $initialised " != *" $INIT "* ]]; then  # once per run: modernbert-base's two rows share their weights
+    "$BENCH" init --model "$INIT" --seed 42 --out "$model_dir" 2>/dev/null
+    initialised+=" $INIT"
+  fi
+  for layout in $MODEL_LAYOUTS; do
     ranks=${layout%x*}
     threads=${layout#*x}
-    batches=$OUT/batches_${ranks}.json
+    batches=$OUT/batches_${model}_${ranks}.json
     needed=$((CHECK_STEPS > WARMUP + STEPS ? CHECK_STEPS : WARMUP + STEPS))
-    "$BENCH" batches --data "$TRAIN" --batch-size $((16 / ranks)) --world "$ranks" --seed 42 --steps "$needed" \
+    "$BENCH" batches --data "$TRAIN" --batch-size $((GLOBAL / ranks)) --world "$ranks" --seed 42 --steps "$needed" \
       --out "$batches" 2>/dev/null
 
     # ---- 3. check: equal math before timing ----
@@ -147,12 +197,14 @@ PYEOF
     for side in $SIDES; do
       mkdir -p "$turns/$side"
       for ((r = 0; r < ranks; ++r)); do mkfifo "$turns/$side/go.$r" "$turns/$side/done.$r"; done
-      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" 0.1 "$WARMUP" "$STEPS" "$turns/$side" \
+      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" "$TIMING_DROPOUT" "$WARMUP" "$STEPS" "$turns/$side" \
         >"$turns/$side.json" &
       pids+=($!)
     done
     order=($SIDES)
-    for ((turn = 0; turn < WARMUP + STEPS + 1; ++turn)); do  # the last turn: the eval pass
+    turns_total=$((WARMUP + STEPS))
+    [[ -n $DEV ]] && turns_total=$((turns_total + 1))  # the last turn: the eval pass
+    for ((turn = 0; turn < turns_total; ++turn)); do
       for side in "${order[@]}"; do
         # A side that died leaves its FIFO unopened: give up after 30 minutes instead of hanging.
         for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "echo go >'$turns/$side/go.$r'"; done
@@ -188,13 +240,13 @@ for key in sorted({(r["model"], r["layout_name"]) for r in runs if r["phase"] ==
             row["per_step_ratios"] = [a / b for a, b in zip(ref_seconds, seconds)]
         rows.append(row)
 json.dump(rows, open(sys.argv[2], "w"), indent=2)
-print(f"{'model':10} {'layout':6} {'side':8} {'samples/s':>10} {'real tok/s':>11} {'x pytorch':>10} "
+print(f"{'model':20} {'layout':6} {'side':8} {'samples/s':>10} {'real tok/s':>11} {'x pytorch':>10} "
       f"{'per-step x':>12} {'first step s':>13} {'eval pass s':>12}")
 for r in rows:
     ratio = f"{r['ratio_to_pytorch']:.2f}" if "ratio_to_pytorch" in r else "-"
     spread = (f"{min(r['per_step_ratios']):.2f}-{max(r['per_step_ratios']):.2f}" if "per_step_ratios" in r else "-")
     ev = f"{r['eval_pass_s']:.2f}" if r["eval_pass_s"] is not None else "-"
-    print(f"{r['model']:10} {r['layout']:6} {r['side']:8} {r['samples_per_s']:10.2f} {r['real_tokens_per_s']:11.0f} "
+    print(f"{r['model']:20} {r['layout']:6} {r['side']:8} {r['samples_per_s']:10.2f} {r['real_tokens_per_s']:11.0f} "
           f"{ratio:>10} {spread:>12} {r['time_to_first_step_s']:13.2f} {ev:>12}")
 PYEOF
 echo "side_by_side: load average at the end $(cut -d' ' -f1-3 /proc/loadavg); every run: $RESULTS"

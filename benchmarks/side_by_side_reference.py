@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The PyTorch eager side of benchmarks/side_by_side.sh: Hugging Face's
-BertForSequenceClassification math in plain torch (there is no `transformers`
-package here), trained the way HF Trainer / Accelerate train it, on the global
-batches bench_side_by_side printed and the token ids `shardtrain tokenize`
-printed.
+BertForSequenceClassification and ModernBertForSequenceClassification math in
+plain torch (there is no `transformers` package here; config.json's
+model_type picks one), trained the way HF Trainer / Accelerate train it, on the
+global batches bench_side_by_side printed and the token ids `shardtrain
+tokenize` printed.
 
   HF math, module by module (transformers' modeling_bert.py, eager attention):
     embeddings  word + token_type + position, LayerNorm, dropout
@@ -13,6 +14,18 @@ printed.
     FFN         dense, GELU (erf), dense
     pooler      tanh(dense(hidden[:, 0])); classifier on dropout(pooled)
     loss        cross-entropy (mean)
+  ModernBERT (transformers' modeling_modernbert.py, eager attention, padded:
+  eager does not unpad):
+    embeddings  tok_embeddings, norm (LayerNorm, bias if norm_bias), dropout
+    layer       attn_norm (identity in layer 0), Wqkv, RoPE (global_rope_theta
+                on every global_attn_every_n_layers-th layer, else
+                local_rope_theta), q k^T * Dh^-0.5 + mask (global layers: the
+                padding mask; local ones: also |i - j| > local_attention / 2
+                masked, the full L x L scores computed), softmax, dropout,
+                x v, Wo, dropout, residual; mlp_norm, Wi, act(input) * gate,
+                dropout, Wo, residual
+    head        final_norm, cls or masked-mean pooling, head (dense, act,
+                norm), dropout, classifier
   Training step (HF Trainer): forward, loss.backward() (DDP all-reduces buckets
   when world > 1), clip_grad_norm_(max_grad_norm), AdamW.step() with HF's
   parameter groups (no weight decay on biases and LayerNorm weights),
@@ -164,6 +177,160 @@ class BertForSequenceClassification(nn.Module):
         return self.classifier(self.dropout(self.bert.pooler(hidden)))
 
 
+class ModernNorm(nn.Module):  # nn.LayerNorm with an optional bias (torch 1.13's has no bias=False)
+    def __init__(self, c):
+        super().__init__()
+        D = c["hidden_size"]
+        self.eps = c["norm_eps"]
+        self.weight = nn.Parameter(torch.ones(D))
+        self.bias = nn.Parameter(torch.zeros(D)) if c["norm_bias"] else None
+
+    def forward(self, x):
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "tanh": torch.tanh}
+
+
+class ModernEmbeddings(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(c["vocab_size"], c["hidden_size"], padding_idx=c["pad_token_id"])
+        self.norm = ModernNorm(c)
+        self.drop = nn.Dropout(c["embedding_dropout"])
+
+    def forward(self, input_ids):
+        return self.drop(self.norm(self.tok_embeddings(input_ids)))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class ModernAttention(nn.Module):
+    def __init__(self, c, index):
+        super().__init__()
+        D = c["hidden_size"]
+        self.num_heads = c["num_attention_heads"]
+        self.head_dim = D // self.num_heads
+        self.is_global = index % c["global_attn_every_n_layers"] == 0
+        theta = c["global_rope_theta"] if self.is_global else c["local_rope_theta"]
+        self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)),
+                             persistent=False)
+        self.Wqkv = nn.Linear(D, 3 * D, bias=c["attention_bias"])
+        self.Wo = nn.Linear(D, D, bias=c["attention_bias"])
+        self.drop = c["attention_dropout"]
+        self.out_drop = nn.Dropout(c["attention_dropout"]) if c["attention_dropout"] > 0 else nn.Identity()
+
+    def forward(self, hidden, global_mask, sliding_mask):
+        B, L, D = hidden.shape
+        qkv = self.Wqkv(hidden).view(B, L, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.transpose(3, 1).unbind(dim=2)  # [B, H, L, Dh]
+        freqs = torch.arange(L, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        scores = scores + (global_mask if self.is_global else sliding_mask)
+        probs = F.dropout(F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), p=self.drop,
+                          training=self.training)
+        context = torch.matmul(probs, v).transpose(1, 2).contiguous().view(B, L, D)
+        return self.out_drop(self.Wo(context))
+
+
+class ModernMLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        D, I = c["hidden_size"], c["intermediate_size"]
+        self.Wi = nn.Linear(D, 2 * I, bias=c["mlp_bias"])
+        self.act = ACTIVATIONS[c["hidden_activation"]]
+        self.drop = nn.Dropout(c["mlp_dropout"])
+        self.Wo = nn.Linear(I, D, bias=c["mlp_bias"])
+
+    def forward(self, x):
+        inp, gate = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(self.act(inp) * gate))
+
+
+class ModernLayer(nn.Module):
+    def __init__(self, c, index):
+        super().__init__()
+        self.attn_norm = ModernNorm(c) if index > 0 else nn.Identity()
+        self.attn = ModernAttention(c, index)
+        self.mlp_norm = ModernNorm(c)
+        self.mlp = ModernMLP(c)
+
+    def forward(self, hidden, global_mask, sliding_mask):
+        hidden = hidden + self.attn(self.attn_norm(hidden), global_mask, sliding_mask)
+        return hidden + self.mlp(self.mlp_norm(hidden))
+
+
+class ModernModel(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embeddings = ModernEmbeddings(c)
+        self.layers = nn.ModuleList([ModernLayer(c, i) for i in range(c["num_hidden_layers"])])
+        self.final_norm = ModernNorm(c)
+
+
+class ModernHead(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dense = nn.Linear(c["hidden_size"], c["hidden_size"], bias=c["classifier_bias"])
+        self.act = ACTIVATIONS[c["classifier_activation"]]
+        self.norm = ModernNorm(c)
+
+    def forward(self, x):
+        return self.norm(self.act(self.dense(x)))
+
+
+class ModernBertForSequenceClassification(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = ModernModel(c)
+        self.head = ModernHead(c)
+        self.drop = nn.Dropout(c["classifier_dropout"])
+        self.classifier = nn.Linear(c["hidden_size"], c.get("num_labels") or len(c["id2label"]))
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        c = self.config
+        hidden = self.model.embeddings(input_ids)
+        dtype, L = hidden.dtype, input_ids.shape[1]
+        global_mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        rows = torch.arange(L)
+        window = (rows[None, :] - rows[:, None]).abs() <= c["local_attention"] // 2
+        sliding_mask = global_mask.masked_fill(~window[None, None], torch.finfo(dtype).min)
+        for layer in self.model.layers:
+            hidden = layer(hidden, global_mask, sliding_mask)
+        hidden = self.model.final_norm(hidden)
+        if c["classifier_pooling"] == "cls":
+            pooled = hidden[:, 0]
+        else:
+            m = attention_mask[..., None].to(dtype)
+            pooled = (hidden * m).sum(dim=1) / m.sum(dim=1)
+        return self.classifier(self.drop(self.head(pooled)))
+
+
+def build_model(config, dropout):
+    """The model config.json's model_type names; dropout (if not None) replaces every dropout probability."""
+    if config.get("model_type") == "modernbert":
+        if dropout is not None:
+            for key in ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout"):
+                config[key] = dropout
+        return ModernBertForSequenceClassification(config)
+    if dropout is not None:
+        config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = dropout
+        config["classifier_dropout"] = None
+    return BertForSequenceClassification(config)
+
+
+def no_weight_decay(name):
+    """HF Trainer's groups: no decay for biases and LayerNorm weights (ModernBERT's norms are LayerNorms)."""
+    return name.endswith(".bias") or "LayerNorm.weight" in name or name.endswith("norm.weight")
+
+
 # ---- weights, data -----------------------------------------------------------
 
 def read_safetensors(path):
@@ -186,10 +353,10 @@ def read_safetensors(path):
     return tensors
 
 
-def collate(rows, labels):
-    """DataCollatorWithPadding: pad to the longest row with 0, attention mask 1 for real tokens."""
+def collate(rows, labels, pad_id):
+    """DataCollatorWithPadding: pad to the longest row with pad_id, attention mask 1 for real tokens."""
     L = max(len(r["input_ids"]) for r in rows)
-    ids = torch.zeros(len(rows), L, dtype=torch.long)
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
     types = torch.zeros(len(rows), L, dtype=torch.long)
     mask = torch.zeros(len(rows), L, dtype=torch.long)
     for b, r in enumerate(rows):
@@ -226,17 +393,15 @@ def main():
                                              world_size=world)
 
     config = json.load(open(os.path.join(args.model_dir, "config.json")))
-    if args.dropout is not None:
-        config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = args.dropout
-        config["classifier_dropout"] = None
-    model = BertForSequenceClassification(config)
+    model = build_model(config, args.dropout)
+    pad_id = config.get("pad_token_id", 0)
     weights = read_safetensors(os.path.join(args.model_dir, "model.safetensors"))
     missing, unexpected = model.load_state_dict(weights, strict=False)
     assert not missing and not unexpected, (missing, unexpected)
     model.train()
     torch.manual_seed(1000 + rank)  # dropout masks
-    decay = [p for n, p in model.named_parameters() if not (n.endswith(".bias") or "LayerNorm.weight" in n)]
-    no_decay = [p for n, p in model.named_parameters() if n.endswith(".bias") or "LayerNorm.weight" in n]
+    decay = [p for n, p in model.named_parameters() if not no_weight_decay(n)]
+    no_decay = [p for n, p in model.named_parameters() if no_weight_decay(n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
     trained = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
@@ -263,7 +428,7 @@ def main():
     for k in range(total_steps):
         global_batch = plan["batches"][args.first_batch + k]
         mine = global_batch[rank::world]
-        ids, types, mask, labels = collate([rows[i] for i in mine], [plan["labels"][i] for i in mine])
+        ids, types, mask, labels = collate([rows[i] for i in mine], [plan["labels"][i] for i in mine], pad_id)
         wait_turn()
         profiling = args.profile and rank == 0 and k + 1 == total_steps
         if profiling:
@@ -303,7 +468,7 @@ def main():
                 block = list(range(begin, min(begin + G, len(eval_rows))))
                 per = (len(block) + world - 1) // world
                 mine = block[rank * per:(rank + 1) * per] or block[:1]
-                ids, types, mask, _ = collate([eval_rows[i] for i in mine], [0] * len(mine))
+                ids, types, mask, _ = collate([eval_rows[i] for i in mine], [0] * len(mine), pad_id)
                 model(ids, types, mask)
         if world > 1:
             torch.distributed.barrier()
