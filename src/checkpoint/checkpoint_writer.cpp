@@ -36,6 +36,34 @@ std::string file_directory(const std::string& path) {
   return path.substr(0, slash);
 }
 
+// Reserved beyond HDF5's end of allocation, for the metadata it allocates
+// while it flushes (docs/DESIGN.md, "Errors and hangs").
+constexpr uint64_t kMetadataHeadroom = uint64_t{64} << 10;
+// Below this much free space no checkpoint is started (the disk is full; the
+// same bound as core/fs_util.h's explain_write_failure).
+constexpr uint64_t kMinimumFreeBytes = uint64_t{1} << 20;
+
+// The names of the root's links or attributes (identical on every rank: the
+// metadata is replicated), for deleting them.
+std::vector<std::string> root_names(hid_t file, bool attributes) {
+  std::vector<std::string> names;
+  if (attributes)
+    H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+                [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+                  static_cast<std::vector<std::string>*>(out)->push_back(name);
+                  return 0;
+                },
+                &names);
+  else
+    H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+               [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+                 static_cast<std::vector<std::string>*>(out)->push_back(name);
+                 return 0;
+               },
+               &names);
+  return names;
+}
+
 }  // namespace
 
 struct CheckpointWriter::Impl {
@@ -45,6 +73,8 @@ struct CheckpointWriter::Impl {
   detail::File file;
   bool committed = false;
   std::vector<std::string> written_groups;
+  // Rank 0: the end of the blocks reserved so far ([0, reserved_end) is on disk).
+  uint64_t reserved_end = 0;
   // Why the file is being abandoned (the first error a method threw), so that
   // a close that cannot complete still names the cause when it times out.
   std::string failure;
@@ -95,6 +125,13 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
     const std::string directory = file_directory(final_path);
     if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
       throw Error("checkpoint directory " + directory + " does not exist (writing " + final_path + ")");
+    // A disk already full is refused before the file exists: closing an
+    // HDF5 file needs a few blocks for its superblock and root group, and on
+    // a disk with none the collective close could not complete.
+    const std::optional<uint64_t> available = free_bytes(directory);
+    if (available && *available < kMinimumFreeBytes)
+      throw Error("cannot write checkpoint " + final_path + ": " + explain_write_failure(final_path) +
+                  "; free some space (or move run.storage_path) and run again");
     const char* slurm = std::getenv("SLURM_JOB_ID");
     return slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
   });
@@ -141,9 +178,25 @@ CheckpointWriter::~CheckpointWriter() {
   // the disk full, so it goes away; final_path is untouched.
   Impl& w = *impl_;
   if (w.file.valid()) {
-    // The data blocks are freed first (the file is deleted below anyway), so
-    // that the flush inside the close finds room on a full disk.
-    if (w.rank == 0 && ::truncate(w.temporary_path.c_str(), 0) != 0) {
+    // Parallel HDF5 writes the metadata cache at the close, collectively, at
+    // addresses below its end of allocation (EOA). When the reserved blocks
+    // cover [0, EOA + 64 KiB) it needs no new block and is left alone: freeing
+    // them would let another writer on a full disk take them, and the flush
+    // would then meet ENOSPC on one rank and hang (seen in the chaos soak).
+    // Otherwise (a reservation failed) the blocks are freed first (the file is
+    // deleted below anyway), so that the flush finds room.
+    // What was written goes first, collectively (every rank deletes the same
+    // names): deleted objects' metadata is dropped from the cache instead of
+    // written, so the close writes little more than the superblock and the
+    // root group, at the start of the file.
+    for (const std::string& name : root_names(w.file.get(), /*attributes=*/false))
+      H5Ldelete(w.file.get(), name.c_str(), H5P_DEFAULT);
+    for (const std::string& name : root_names(w.file.get(), /*attributes=*/true))
+      H5Adelete(w.file.get(), name.c_str());
+    haddr_t eoa = 0;
+    if (w.rank == 0 && (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF ||
+                        static_cast<uint64_t>(eoa) + kMetadataHeadroom > w.reserved_end) &&
+        ::truncate(w.temporary_path.c_str(), 0) != 0) {
       // Nothing to free: the close below meets what the disk allows.
     }
     try {
@@ -252,8 +305,15 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
       datasets.push_back(std::move(dataset));
     }
   }
+  // With the metadata allocated so far (the datasets' headers, the group's
+  // links, the root attributes written before) and headroom: at commit the
+  // metadata flush then writes into blocks already on disk.
   on_rank0(w.comm, w.phase("/" + group + ": reserving its space"), [&] {
-    reserve_file_space(w.temporary_path, end_of_data, "checkpoint " + w.final_path + " (/" + group + ")");
+    haddr_t eoa = 0;
+    if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) eoa = 0;
+    const uint64_t end = std::max<uint64_t>(end_of_data, static_cast<uint64_t>(eoa)) + kMetadataHeadroom;
+    reserve_file_space(w.temporary_path, end, "checkpoint " + w.final_path + " (/" + group + ")");
+    w.reserved_end = std::max(w.reserved_end, end);
   });
 
   size_t index = 0;
@@ -349,9 +409,11 @@ void CheckpointWriter::commit() try {
   on_rank0(w.comm, w.phase("reserving room for the metadata"), [&] {
     haddr_t eoa = 0;
     if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) return;  // the flush will report
-    reserve_file_space(w.temporary_path, static_cast<uint64_t>(eoa) + (uint64_t{64} << 10),
+    const uint64_t end = static_cast<uint64_t>(eoa) + kMetadataHeadroom;
+    reserve_file_space(w.temporary_path, end,
                        "checkpoint " + w.final_path + " (its data and the metadata written at close)",
                        /*keep_size=*/true);
+    w.reserved_end = std::max(w.reserved_end, end);
   });
   std::string problem;
   {

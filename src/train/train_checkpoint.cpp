@@ -15,10 +15,14 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
 void write_train_checkpoint(const std::string& final_path, const std::vector<FlatTensor>& layout,
                             const std::vector<FlatPart>& parts, const TrainState& state, MPI_Comm comm) {
   CheckpointWriter writer(final_path, comm);
-  write_flat_state(writer, layout, parts);
+  // The attributes first (the config, the tokenizer's files: up to a few MB of
+  // metadata), so that their file space lies inside the blocks the groups
+  // reserve from offset 0, and the flush at commit needs no new block on a
+  // full disk (checkpoint/checkpoint_writer.h).
   const TrainAttributes attributes = train_state_attributes(state);
   for (const TrainAttributeField& field : train_state_fields())
     std::visit([&](const auto& value) { writer.set_attribute(field.name, value); }, attributes.at(field.name));
+  write_flat_state(writer, layout, parts);
   writer.commit();
 }
 
