@@ -43,6 +43,13 @@ constexpr uint64_t kMetadataHeadroom = uint64_t{64} << 10;
 // same bound as core/fs_util.h's explain_write_failure).
 constexpr uint64_t kMinimumFreeBytes = uint64_t{1} << 20;
 
+// HDF5's end of allocation (EOA) of an open file; nothing when it cannot say.
+std::optional<uint64_t> end_of_allocation(hid_t file) {
+  haddr_t eoa = 0;
+  if (H5Fget_eoa(file, &eoa) < 0 || eoa == HADDR_UNDEF) return std::nullopt;
+  return static_cast<uint64_t>(eoa);
+}
+
 // The names of the root's links or attributes (identical on every rank: the
 // metadata is replicated), for deleting them.
 std::vector<std::string> root_names(hid_t file, bool attributes) {
@@ -178,13 +185,6 @@ CheckpointWriter::~CheckpointWriter() {
   // the disk full, so it goes away; final_path is untouched.
   Impl& w = *impl_;
   if (w.file.valid()) {
-    // Parallel HDF5 writes the metadata cache at the close, collectively, at
-    // addresses below its end of allocation (EOA). When the reserved blocks
-    // cover [0, EOA + 64 KiB) it needs no new block and is left alone: freeing
-    // them would let another writer on a full disk take them, and the flush
-    // would then meet ENOSPC on one rank and hang (seen in the chaos soak).
-    // Otherwise (a reservation failed) the blocks are freed first (the file is
-    // deleted below anyway), so that the flush finds room.
     // What was written goes first, collectively (every rank deletes the same
     // names): deleted objects' metadata is dropped from the cache instead of
     // written, so the close writes little more than the superblock and the
@@ -193,9 +193,15 @@ CheckpointWriter::~CheckpointWriter() {
       H5Ldelete(w.file.get(), name.c_str(), H5P_DEFAULT);
     for (const std::string& name : root_names(w.file.get(), /*attributes=*/true))
       H5Adelete(w.file.get(), name.c_str());
-    haddr_t eoa = 0;
-    if (w.rank == 0 && (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF ||
-                        static_cast<uint64_t>(eoa) + kMetadataHeadroom > w.reserved_end) &&
+    // Parallel HDF5 writes the rest of its metadata cache at the close,
+    // collectively, below its EOA. When the reserved blocks cover [0, EOA +
+    // 64 KiB) it needs no new block and they are kept: freeing them would let
+    // another writer on a full disk take them, and the flush would then meet
+    // ENOSPC on one rank and hang (seen in the chaos soak). Otherwise (a
+    // reservation failed) the blocks are freed first (the file is deleted
+    // below anyway), so that the flush finds room.
+    const std::optional<uint64_t> eoa = w.rank == 0 ? end_of_allocation(w.file.get()) : std::nullopt;
+    if (w.rank == 0 && (!eoa || *eoa + kMetadataHeadroom > w.reserved_end) &&
         ::truncate(w.temporary_path.c_str(), 0) != 0) {
       // Nothing to free: the close below meets what the disk allows.
     }
@@ -309,9 +315,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   // links, the root attributes written before) and headroom: at commit the
   // metadata flush then writes into blocks already on disk.
   on_rank0(w.comm, w.phase("/" + group + ": reserving its space"), [&] {
-    haddr_t eoa = 0;
-    if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) eoa = 0;
-    const uint64_t end = std::max<uint64_t>(end_of_data, static_cast<uint64_t>(eoa)) + kMetadataHeadroom;
+    const uint64_t end = std::max(end_of_data, end_of_allocation(w.file.get()).value_or(0)) + kMetadataHeadroom;
     reserve_file_space(w.temporary_path, end, "checkpoint " + w.final_path + " (/" + group + ")");
     w.reserved_end = std::max(w.reserved_end, end);
   });
@@ -407,9 +411,9 @@ void CheckpointWriter::commit() try {
   // disk with room for exactly that still commits (docs/DESIGN.md,
   // "Errors and hangs").
   on_rank0(w.comm, w.phase("reserving room for the metadata"), [&] {
-    haddr_t eoa = 0;
-    if (H5Fget_eoa(w.file.get(), &eoa) < 0 || eoa == HADDR_UNDEF) return;  // the flush will report
-    const uint64_t end = static_cast<uint64_t>(eoa) + kMetadataHeadroom;
+    const std::optional<uint64_t> eoa = end_of_allocation(w.file.get());
+    if (!eoa) return;  // the flush will report
+    const uint64_t end = *eoa + kMetadataHeadroom;
     reserve_file_space(w.temporary_path, end,
                        "checkpoint " + w.final_path + " (its data and the metadata written at close)",
                        /*keep_size=*/true);

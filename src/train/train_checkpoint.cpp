@@ -18,7 +18,7 @@ void write_train_checkpoint(const std::string& final_path, const std::vector<Fla
   // The attributes first (the config, the tokenizer's files: up to a few MB of
   // metadata), so that their file space lies inside the blocks the groups
   // reserve from offset 0, and the flush at commit needs no new block on a
-  // full disk (checkpoint/checkpoint_writer.h).
+  // full disk (docs/DESIGN.md, "Errors and hangs").
   const TrainAttributes attributes = train_state_attributes(state);
   for (const TrainAttributeField& field : train_state_fields())
     std::visit([&](const auto& value) { writer.set_attribute(field.name, value); }, attributes.at(field.name));
