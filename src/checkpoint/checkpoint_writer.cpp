@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "checkpoint/checkpoint_format.h"
