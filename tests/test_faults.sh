@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fault injection against the real `shardtrain train` (configs/quickstart.toml,
-# small overrides, mpiexec -np 2, run.collective_timeout_s 10):
+# small overrides, mpiexec -np 2, run.collective_timeout_s 5):
 #   - a rank stopped (SIGSTOP) inside an eval gather and inside a checkpoint
 #     write: the job ends within the timeout plus a few seconds, with a message
 #     naming the phase and the stopped rank (SHARDTRAIN_FAULT_STOP stops the
@@ -19,14 +19,14 @@
 #     sets it aside as .damaged and falls back to the previous one, ending as
 #     the reference, with a new checkpoint number.
 # Usage: test_faults.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
-# Needs bash, python3 and hdf5-tools (h5dump, h5diff). Takes about 2 minutes.
+# Needs bash, python3 and hdf5-tools (h5dump, h5diff). Takes about 1.5 minutes.
 set -u
 BIN=${1:?usage: test_faults.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
 SRC=${2:?source dir}
 MPIEXEC=${3:?mpiexec}
 shift 3
 MPI_FLAGS=("$@")
-TIMEOUT_S=10
+TIMEOUT_S=5  # as the soak: the stopped-rank cases wait this long five times
 SLACK_S=15  # start of the abort, reading the boards (about 2 s), MPI_Abort tearing the job down
 export OMP_NUM_THREADS=1
 cd "$SRC" || exit 1

@@ -339,6 +339,14 @@ TEST_CASE("loss scaling: an overflow on one rank skips the step everywhere, back
 }
 
 TEST_CASE("bf16 training follows fp32 training on the quickstart model for 50 steps") {
+  // The same 16 rows a step at any rank count, so the curves do not depend on
+  // it: run at -np 2 only. bf16 matmuls on a CPU without bf16 instructions are
+  // emulated (about 28 s here), and the -np 4 run would only repeat them; the
+  // bf16 collectives at -np 4 are the first test case's.
+  if (world_size() != 2) {
+    MESSAGE("runs at -np 2 only (its result does not depend on the rank count)");
+    return;
+  }
   const std::string dir = shardtrain_test::make_shared_temp_dir("bf16_quickstart");
   RunConfig config = shardtrain_test::tiny_run_config(dir);
   config.model.config = std::string(SHARDTRAIN_SOURCE_DIR) + "/configs/models/bert_tiny.json";
