@@ -28,6 +28,13 @@ namespace {
 // HF WordpieceTokenizer.max_input_chars_per_word.
 constexpr std::size_t kMaxCharsPerWord = 100;
 
+}  // namespace
+
+// Named, not anonymous: Tokenizer::Vocab (a member of an exported class) holds
+// StringIdMaps, and GCC warns (-Wsubobject-linkage) when such a member's type
+// has internal linkage in a file that is not the main one, as in a unity batch.
+namespace wordpiece_detail {
+
 inline uint64_t hash_bytes(const char* data, std::size_t length) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ (length * 0xFF51AFD7ED558CCDull);
   while (length >= 8) {
@@ -112,6 +119,10 @@ class StringIdMap {
   std::size_t max_key_bytes_ = 0;
 };
 
+}  // namespace wordpiece_detail
+
+namespace {
+
 // What an ASCII byte does in the normalizer + pre-tokenizer.
 enum class AsciiClass : uint8_t { kDrop, kSpace, kPunctuation, kWord };
 
@@ -151,8 +162,8 @@ Scratch& scratch() {
 struct Tokenizer::Vocab {
   std::string path;
   std::vector<std::string> tokens;
-  StringIdMap whole;         // every token
-  StringIdMap continuation;  // "##piece" tokens, keyed by "piece"
+  wordpiece_detail::StringIdMap whole;         // every token
+  wordpiece_detail::StringIdMap continuation;  // "##piece" tokens, keyed by "piece"
   int32_t unk_id = -1, cls_id = -1, sep_id = -1, pad_id = -1, mask_id = -1;
   // Tokens cut out of the raw text before normalisation, longest first.
   std::vector<std::pair<std::string, int32_t>> specials;
@@ -379,7 +390,7 @@ class WordPiecer {
     const std::size_t first_piece = out_.size();
     std::size_t start = 0;
     while (start < size) {
-      const StringIdMap& map = start == 0 ? vocab_.whole : vocab_.continuation;
+      const wordpiece_detail::StringIdMap& map = start == 0 ? vocab_.whole : vocab_.continuation;
       std::size_t end = std::min(size, start + map.max_key_bytes());
       while (end < size && end > start && is_continuation_byte(word[end])) --end;
       int32_t id = -1;
