@@ -48,11 +48,17 @@
 #    the side's: the same batches, the same tokens) and the range of the
 #    per-step ratios, the time from process start to the end of the first
 #    step (from the check run, which has the machine to itself), the eval pass.
+#    TIMING=sequential (modernbert-base-1024's default) starts one side at a
+#    time instead and gives it all its steps before the next side starts: only
+#    one side's memory at a time, but drift on the machine is not shared alike.
 #
 #   bash benchmarks/side_by_side.sh                     # bert-base and quickstart (~9 min on an idle 2-core box)
 #   MODELS="modernbert-base modernbert-base-1024" bash benchmarks/side_by_side.sh
 #   MODELS=quickstart STEPS=4 bash benchmarks/side_by_side.sh
 #   env: MODELS LAYOUTS SIDES WARMUP STEPS CHECK_STEPS OUT
+#        TIMING=alternate|sequential (default alternate; modernbert-base-1024:
+#        sequential, each side alone with the machine, one after another,
+#        because three sides at once run out of memory in 24 GB)
 # Results: $OUT/results.jsonl (every run), $OUT/summary.json, the table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,7 +96,7 @@ MRPC_DEV=data/glue/MRPC/dev.tsv
 # model_settings MODEL: the model's init name, data, tokenizer, length, batch, dropout, layouts.
 model_settings() {
   INIT=$1 TRAIN=$MRPC_TRAIN DEV=$MRPC_DEV VOCAB=data/vocab/bert-base-cased-vocab.txt MAXLEN=128 GLOBAL=16
-  TIMING_DROPOUT=0.1 MODEL_LAYOUTS=$LAYOUTS
+  TIMING_DROPOUT=0.1 MODEL_LAYOUTS=$LAYOUTS MODEL_TIMING=${TIMING:-alternate}
   case $1 in
     bert-base | quickstart) ;;
     modernbert-base)  # 1x2 only: 2 ranks x 3 sides of a 150M-parameter model do not fit in 24 GB at once
@@ -98,6 +104,7 @@ model_settings() {
       [[ -n $LAYOUTS_SET ]] || MODEL_LAYOUTS=1x2 ;;
     modernbert-base-1024)
       INIT=modernbert-base VOCAB=data/vocab/modernbert TIMING_DROPOUT=0 MAXLEN=1024 GLOBAL=2 DEV=""
+      MODEL_TIMING=${TIMING:-sequential}  # three sides' 1024-token activations at once do not fit in 24 GB
       TRAIN=$OUT/long_train.tsv
       [[ -n $LAYOUTS_SET ]] || MODEL_LAYOUTS=1x2
       # 64 documents: row i joins the sentences of MRPC rows i .. i+25 (label: row i's).
@@ -193,29 +200,37 @@ for r in runs:
         sys.exit(f"side_by_side: {r['side_name']} does not compute what PyTorch computes (see above); not timing it")
 PYEOF
 
-    # ---- 4. timing, the sides alternating step by step ----
+    # ---- 4. timing: the sides alternating step by step, or one after another ----
+    # turns SIDE...: starts the sides (each waits at its turnstile), gives them
+    # their turns alternating step by step, and waits for them.
+    turns() {
+      local pids=() side r turn order=("$@")
+      for side in "$@"; do
+        mkdir -p "$turns/$side"
+        for ((r = 0; r < ranks; ++r)); do mkfifo "$turns/$side/go.$r" "$turns/$side/done.$r"; done
+        run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" "$TIMING_DROPOUT" "$WARMUP" "$STEPS" "$turns/$side" \
+          >"$turns/$side.json" &
+        pids+=($!)
+      done
+      local turns_total=$((WARMUP + STEPS))
+      [[ -n $DEV ]] && turns_total=$((turns_total + 1))  # the last turn: the eval pass
+      for ((turn = 0; turn < turns_total; ++turn)); do
+        for side in "${order[@]}"; do
+          # A side that died leaves its FIFO unopened: give up after 30 minutes instead of hanging.
+          for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "echo go >'$turns/$side/go.$r'"; done
+          for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "read -r _ <'$turns/$side/done.$r'"; done
+        done
+        order=($(printf '%s\n' "${order[@]}" | tac))
+      done
+      for pid in "${pids[@]}"; do wait "$pid"; done
+    }
     turns=$OUT/turns_${model}_${layout}
     rm -rf "$turns"
-    pids=()
-    for side in $SIDES; do
-      mkdir -p "$turns/$side"
-      for ((r = 0; r < ranks; ++r)); do mkfifo "$turns/$side/go.$r" "$turns/$side/done.$r"; done
-      run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" "$TIMING_DROPOUT" "$WARMUP" "$STEPS" "$turns/$side" \
-        >"$turns/$side.json" &
-      pids+=($!)
-    done
-    order=($SIDES)
-    turns_total=$((WARMUP + STEPS))
-    [[ -n $DEV ]] && turns_total=$((turns_total + 1))  # the last turn: the eval pass
-    for ((turn = 0; turn < turns_total; ++turn)); do
-      for side in "${order[@]}"; do
-        # A side that died leaves its FIFO unopened: give up after 30 minutes instead of hanging.
-        for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "echo go >'$turns/$side/go.$r'"; done
-        for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "read -r _ <'$turns/$side/done.$r'"; done
-      done
-      order=($(printf '%s\n' "${order[@]}" | tac))
-    done
-    for pid in "${pids[@]}"; do wait "$pid"; done
+    if [[ $MODEL_TIMING == alternate ]]; then
+      turns $SIDES
+    else
+      for side in $SIDES; do turns "$side"; done
+    fi
     for side in $SIDES; do tag "$model" "$layout" time <"$turns/$side.json" >>"$RESULTS"; done
   done
 done
