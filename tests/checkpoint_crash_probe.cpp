@@ -17,7 +17,16 @@
 //                                      with an Error naming ENOSPC and leaves
 //                                      no temporary file; it never hangs in
 //                                      parallel HDF5's metadata flush
-// Prints "checkpoint crash probe: OK" and exits 0 when verify or full_at_close passes.
+//   checkpoint_crash_probe full_mid_write DIR  (DIR: a small file system)
+//                                      writes checkpoint 1 with room, then
+//                                      fills the disk up at each point of
+//                                      checkpoint 2's write in turn (before
+//                                      /model, /optim/exp_avg, /optim/exp_avg_sq):
+//                                      every rank gets an Error naming ENOSPC,
+//                                      within the test's time limit (a hang
+//                                      fails it), no temporary file is left,
+//                                      and checkpoint 1 reads back exactly
+// Prints "checkpoint crash probe: OK" and exits 0 when its mode passes.
 #include <ATen/ATen.h>
 
 #include <dirent.h>
@@ -97,6 +106,7 @@ bool has_temporary_file(const std::string& dir) {
 
 int main(int argc, char** argv) {
   World world(&argc, &argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out before a hang's SIGKILL
   if (argc < 3) return fail("usage: checkpoint_crash_probe crash|verify DIR");
   const std::string mode = argv[1], dir = argv[2];
   const int rank = world.rank(), size = world.size();
@@ -163,6 +173,69 @@ int main(int argc, char** argv) {
         reader.read(group, slices);
         if (!at::equal(flat, flat_state(numel, 1.0)))
           failures += fail(std::string("group ") + group + " of the committed checkpoint differs");
+      }
+    }
+    int all_failures = 0;
+    MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, world.comm());
+    if (all_failures == 0 && rank == 0) std::printf("checkpoint crash probe: OK\n");
+    return all_failures == 0 ? 0 : 1;
+  }
+
+  if (mode == "full_mid_write") {
+    // Checkpoint 1 is written with room; then the disk fills up at each point
+    // of checkpoint 2's write in turn: after the constructor (the train state's
+    // attributes), after /model, after /optim/exp_avg.
+    const auto layout = many_tensors_layout();
+    const int64_t numel = layout_numel(layout);
+    const auto cuts = uneven_cuts(numel, size);
+    const char* groups[] = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
+    {
+      CheckpointWriter first(checkpoint_path(dir, 1), world.comm());
+      first.set_attribute("step", 100);
+      for (const char* group : groups) first.write_group(group, part_slices(layout, flat_state(numel, 1.0), cuts, rank));
+      first.commit();
+    }
+    int failures = 0;
+    for (int fill_at = 0; fill_at < 3; ++fill_at) {
+      std::string error;
+      try {
+        CheckpointWriter writer(checkpoint_path(dir, 2), world.comm());
+        writer.set_attribute("step", 200);
+        for (int g = 0; g < 3; ++g) {
+          if (g == fill_at && rank == 0) fill_up(dir);
+          MPI_Barrier(world.comm());
+          writer.write_group(groups[g], part_slices(layout, flat_state(numel, 2.0), cuts, rank));
+        }
+        writer.commit();
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      const std::string where = "disk filled before group " + std::string(groups[fill_at]);
+      int failed = error.empty() ? 0 : 1, ranks_failed = 0;
+      MPI_Allreduce(&failed, &ranks_failed, 1, MPI_INT, MPI_SUM, world.comm());
+      if (ranks_failed != size)
+        failures += fail(where + ": the write failed on " + std::to_string(ranks_failed) + " of " +
+                         std::to_string(size) + " ranks, not on all");
+      if (failed && error.find("No space left on device (ENOSPC)") == std::string::npos)
+        failures += fail(where + ": rank " + std::to_string(rank) + " got '" + error + "', not an Error naming ENOSPC");
+      if (rank == 0) std::printf("%s: rank 0: %s\n", where.c_str(), failed ? error.c_str() : "no error");
+      if (rank == 0) {
+        struct stat info {};
+        if (stat(checkpoint_path(dir, 2).c_str(), &info) == 0)
+          failures += fail(where + ": checkpoint 2 has its final name");
+        if (has_temporary_file(dir)) failures += fail(where + ": a temporary file is left in " + dir);
+        std::remove((dir + "/filler").c_str());
+      }
+      MPI_Barrier(world.comm());
+      // The complete checkpoint beside it is untouched.
+      CheckpointReader reader(checkpoint_path(dir, 1), world.comm());
+      if (reader.int_attribute("step") != 100) failures += fail(where + ": checkpoint 1 has the wrong step");
+      for (const char* group : groups) {
+        at::Tensor flat = at::full({numel}, -1.0f);
+        auto slices = slices_of_shard(layout, 0, flat);
+        reader.read(group, slices);
+        if (!at::equal(flat, flat_state(numel, 1.0)))
+          failures += fail(where + ": group " + group + " of checkpoint 1 differs");
       }
     }
     int all_failures = 0;

@@ -46,11 +46,18 @@ constexpr uint64_t kMetadataHeadroom = uint64_t{64} << 10;
 // same bound as core/fs_util.h's explain_write_failure).
 constexpr uint64_t kMinimumFreeBytes = uint64_t{1} << 20;
 
-// HDF5's end of allocation (EOA) of an open file; nothing when it cannot say.
+// An upper bound of HDF5's end of allocation (EOA) of an open file: its
+// H5Fget_filesize, max(EOA, EOF). H5Fget_eoa itself refuses the MPI-IO
+// driver (it wants a SWMR-compatible one), and that driver forgets its EOF at
+// every raw data write, so this answers only until the file's first dataset
+// write; nothing after (write_group then bounds the EOA by its data's end).
 std::optional<uint64_t> end_of_allocation(hid_t file) {
-  haddr_t eoa = 0;
-  if (H5Fget_eoa(file, &eoa) < 0 || eoa == HADDR_UNDEF) return std::nullopt;
-  return static_cast<uint64_t>(eoa);
+  hsize_t size = 0;
+  if (H5Fget_filesize(file, &size) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(size);
 }
 
 // The names of the root's links or attributes (identical on every rank: the
@@ -95,6 +102,23 @@ struct CheckpointWriter::Impl {
   }
 
   std::string phase(const std::string& what) const { return "checkpoint write " + final_path + ": " + what; }
+  // Rank 0 reserves the blocks of [0, EOA + 64 KiB) once the metadata HDF5
+  // has allocated (the root group, attributes, object headers) reaches past
+  // what is reserved. Parallel HDF5 writes that metadata at the close,
+  // collectively, at those addresses: a block missing there when the disk has
+  // filled up meets ENOSPC on one rank only, and the close hangs. Reserved
+  // first, a full disk fails here, cleanly on every rank, and an abandoned
+  // file still closes (docs/DESIGN.md, "Errors and hangs").
+  void reserve_metadata_room(const std::string& what) {
+    on_rank0(comm, phase("reserving room for the metadata of " + what), [&] {
+      const std::optional<uint64_t> eoa = end_of_allocation(file.get());
+      if (!eoa || *eoa + kMetadataHeadroom <= reserved_end) return;  // no EOA: the flush will report
+      const uint64_t end = *eoa + kMetadataHeadroom;
+      reserve_file_space(temporary_path, end, "checkpoint " + final_path + " (" + what + ")", /*keep_size=*/true);
+      reserved_end = end;
+    });
+  }
+  void abandon();
   // `location`: the file (root attributes) or a dataset. A collective metadata
   // operation: every rank passes the same value.
   void write_attribute(hid_t location, const std::string& key, hid_t file_type, hid_t memory_type, hid_t space,
@@ -109,9 +133,12 @@ struct CheckpointWriter::Impl {
   void set_scalar_attribute(const std::string& key, T value, hid_t file_type, hid_t memory_type) {
     check_open("set_attribute");
     value = broadcast_value(value, comm, phase("attribute " + key));
-    PhaseGuard guard(comm, phase("attribute " + key));
-    detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-    write_attribute(file.get(), key, file_type, memory_type, scalar.get(), &value);
+    {
+      PhaseGuard guard(comm, phase("attribute " + key));
+      detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+      write_attribute(file.get(), key, file_type, memory_type, scalar.get(), &value);
+    }
+    reserve_metadata_room("attribute " + key);
   }
   void check_open(const char* method) const {
     if (!file.valid())
@@ -176,18 +203,30 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
     throw;
   }
 
-  set_attribute(detail::kFormatAttribute, detail::kFormatVersion);
-  set_attribute(detail::kWorldSizeAttribute, static_cast<int64_t>(w.size));
-  set_attribute(detail::kChecksumAlgorithmAttribute, detail::kChecksumAlgorithm);
+  try {
+    set_attribute(detail::kFormatAttribute, detail::kFormatVersion);
+    set_attribute(detail::kWorldSizeAttribute, static_cast<int64_t>(w.size));
+    set_attribute(detail::kChecksumAlgorithmAttribute, detail::kChecksumAlgorithm);
+  } catch (const std::exception&) {
+    w.abandon();  // no destructor runs for a constructor that throws
+    throw;
+  }
 }
 
 CheckpointWriter::~CheckpointWriter() {
   if (!impl_ || impl_->committed) return;
-  // Not committed (an exception, a full disk, or the caller gave up): the
-  // partial file must never be mistaken for a checkpoint and must not keep
-  // the disk full, so it goes away; final_path is untouched.
-  Impl& w = *impl_;
+  impl_->abandon();
+}
+
+// Not committed (an exception, a full disk, or the caller gave up): the
+// partial file must never be mistaken for a checkpoint and must not keep the
+// disk full, so it goes away; final_path is untouched.
+void CheckpointWriter::Impl::abandon() {
+  Impl& w = *this;
   if (w.file.valid()) {
+    // The EOA bound before the deletes below (which only shrink what the
+    // close writes).
+    const std::optional<uint64_t> eoa = w.rank == 0 ? end_of_allocation(w.file.get()) : std::nullopt;
     // What was written goes first, collectively (every rank deletes the same
     // names): deleted objects' metadata is dropped from the cache instead of
     // written, so the close writes little more than the superblock and the
@@ -197,14 +236,15 @@ CheckpointWriter::~CheckpointWriter() {
     for (const std::string& name : root_names(w.file.get(), /*attributes=*/true))
       H5Adelete(w.file.get(), name.c_str());
     // Parallel HDF5 writes the rest of its metadata cache at the close,
-    // collectively, below its EOA. When the reserved blocks cover [0, EOA +
-    // 64 KiB) it needs no new block and they are kept: freeing them would let
-    // another writer on a full disk take them, and the flush would then meet
-    // ENOSPC on one rank and hang (seen in the chaos soak). Otherwise (a
-    // reservation failed) the blocks are freed first (the file is deleted
-    // below anyway), so that the flush finds room.
-    const std::optional<uint64_t> eoa = w.rank == 0 ? end_of_allocation(w.file.get()) : std::nullopt;
-    if (w.rank == 0 && (!eoa || *eoa + kMetadataHeadroom > w.reserved_end) &&
+    // collectively, below its EOA. The reserved blocks cover it (the
+    // constructor's and each attribute's [0, EOA + 64 KiB), each group's data
+    // end + 64 KiB): they are kept, since freeing them would let another
+    // writer on a full disk take them, and the flush would then meet ENOSPC
+    // on one rank and hang (seen in the chaos soak and in
+    // checkpoint_full_disk_mid_write). Only when nothing was reserved, or
+    // the EOA is known to reach past the reservation, are the blocks freed
+    // first (the file is deleted below anyway), so that the flush finds room.
+    if (w.rank == 0 && (w.reserved_end == 0 || (eoa && *eoa + kMetadataHeadroom > w.reserved_end)) &&
         ::truncate(w.temporary_path.c_str(), 0) != 0) {
       // Nothing to free: the close below meets what the disk allows.
     }
@@ -375,14 +415,17 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::string& 
   std::string text = broadcast_string(value, w.comm, w.phase("attribute " + key));
   if (text.find('\0') != std::string::npos)
     throw Error(w.final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
-  PhaseGuard guard(w.comm, w.phase("attribute " + key));
-  // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
-  detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
-  ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
-  ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
-  detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-  const char* pointer = text.c_str();
-  w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
+  {
+    PhaseGuard guard(w.comm, w.phase("attribute " + key));
+    // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
+    detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
+    ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
+    ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+    detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+    const char* pointer = text.c_str();
+    w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
+  }
+  w.reserve_metadata_room("attribute " + key);
 } catch (const std::exception& e) {
   impl_->remember_failure(e);
   throw;
@@ -392,10 +435,13 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::vector<u
   Impl& w = *impl_;
   w.check_open("set_attribute");
   std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm, w.phase("attribute " + key));
-  PhaseGuard guard(w.comm, w.phase("attribute " + key));
-  hsize_t length = text.size();
-  detail::Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
-  w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
+  {
+    PhaseGuard guard(w.comm, w.phase("attribute " + key));
+    hsize_t length = text.size();
+    detail::Dataspace space(ST_CHECK_HDF5(H5Screate_simple(1, &length, nullptr)));
+    w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
+  }
+  w.reserve_metadata_room("attribute " + key);
 } catch (const std::exception& e) {
   impl_->remember_failure(e);
   throw;
@@ -406,22 +452,13 @@ void CheckpointWriter::commit() try {
   w.check_open("commit");
   // The metadata (object headers, the groups' links and heaps, attributes)
   // is written at the flush below, collectively, at addresses HDF5 has
-  // already allocated below its end of allocation (EOA), some of them past
-  // the data reserved so far. ENOSPC inside that flush on one rank leaves
-  // the ranks disagreeing on what is still to write, and parallel HDF5
-  // hangs (seen in the chaos soak); so the blocks of [0, EOA + 64 KiB) are
-  // reserved first, where a full disk fails cleanly on every rank and a
-  // disk with room for exactly that still commits (docs/DESIGN.md,
-  // "Errors and hangs").
-  on_rank0(w.comm, w.phase("reserving room for the metadata"), [&] {
-    const std::optional<uint64_t> eoa = end_of_allocation(w.file.get());
-    if (!eoa) return;  // the flush will report
-    const uint64_t end = *eoa + kMetadataHeadroom;
-    reserve_file_space(w.temporary_path, end,
-                       "checkpoint " + w.final_path + " (its data and the metadata written at close)",
-                       /*keep_size=*/true);
-    w.reserved_end = std::max(w.reserved_end, end);
-  });
+  // already allocated below its end of allocation (EOA). ENOSPC inside that
+  // flush on one rank leaves the ranks disagreeing on what is still to write,
+  // and parallel HDF5 hangs (seen in the chaos soak); so [0, EOA + 64 KiB) is
+  // reserved first where the EOA is known (a file without data), and each
+  // group reserved its data's end + 64 KiB, so that a full disk fails cleanly
+  // on every rank before the flush (docs/DESIGN.md, "Errors and hangs").
+  w.reserve_metadata_room("its data and the metadata written at close");
   std::string problem;
   {
     // Metadata is written here, collectively: a full disk may show only now.
