@@ -123,7 +123,9 @@ TEST_CASE("the lock of a killed job whose process is still a zombie is taken ove
   pid_t child = -1;
   REQUIRE(posix_spawn(&child, probe.c_str(), nullptr, nullptr, argv, environ) == 0);
   bool zombie = false;
-  for (int i = 0; i < 400 && !zombie; ++i) {
+  // Up to 2 minutes: under ASan a LibTorch-linked process takes several
+  // seconds of CPU only to start (10 s here was too short on a loaded machine).
+  for (int i = 0; i < 4800 && !zombie; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
     siginfo_t info {};
     zombie = waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == child;
