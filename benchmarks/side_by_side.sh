@@ -167,6 +167,33 @@ d["side_name"] = "pytorch" if d["side"] == "pytorch" else d["layout"]
 print(json.dumps(d))' "$@"
 }
 
+# time_sides DIR SIDE...: starts the sides (each waits at its turnstile under
+# DIR), gives them their turns alternating step by step, and waits for them.
+# Reads the current model's and layout's settings (ranks, threads, batches, model_dir).
+time_sides() {
+  local dir=$1
+  shift
+  local pids=() pid side r turn order=("$@")
+  for side in "$@"; do
+    mkdir -p "$dir/$side"
+    for ((r = 0; r < ranks; ++r)); do mkfifo "$dir/$side/go.$r" "$dir/$side/done.$r"; done
+    run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" "$TIMING_DROPOUT" "$WARMUP" "$STEPS" "$dir/$side" \
+      >"$dir/$side.json" &
+    pids+=($!)
+  done
+  local turns_total=$((WARMUP + STEPS))
+  [[ -n $DEV ]] && turns_total=$((turns_total + 1))  # the last turn: the eval pass
+  for ((turn = 0; turn < turns_total; ++turn)); do
+    for side in "${order[@]}"; do
+      # A side that died leaves its FIFO unopened: give up after 30 minutes instead of hanging.
+      for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "echo go >'$dir/$side/go.$r'"; done
+      for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "read -r _ <'$dir/$side/done.$r'"; done
+    done
+    order=($(printf '%s\n' "${order[@]}" | tac))
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+}
+
 initialised=""
 for model in $MODELS; do
   model_settings "$model"
@@ -201,35 +228,12 @@ for r in runs:
 PYEOF
 
     # ---- 4. timing: the sides alternating step by step, or one after another ----
-    # turns SIDE...: starts the sides (each waits at its turnstile), gives them
-    # their turns alternating step by step, and waits for them.
-    turns() {
-      local pids=() side r turn order=("$@")
-      for side in "$@"; do
-        mkdir -p "$turns/$side"
-        for ((r = 0; r < ranks; ++r)); do mkfifo "$turns/$side/go.$r" "$turns/$side/done.$r"; done
-        run_side "$side" "$model_dir" "$ranks" "$threads" "$batches" "$TIMING_DROPOUT" "$WARMUP" "$STEPS" "$turns/$side" \
-          >"$turns/$side.json" &
-        pids+=($!)
-      done
-      local turns_total=$((WARMUP + STEPS))
-      [[ -n $DEV ]] && turns_total=$((turns_total + 1))  # the last turn: the eval pass
-      for ((turn = 0; turn < turns_total; ++turn)); do
-        for side in "${order[@]}"; do
-          # A side that died leaves its FIFO unopened: give up after 30 minutes instead of hanging.
-          for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "echo go >'$turns/$side/go.$r'"; done
-          for ((r = 0; r < ranks; ++r)); do timeout 1800 bash -c "read -r _ <'$turns/$side/done.$r'"; done
-        done
-        order=($(printf '%s\n' "${order[@]}" | tac))
-      done
-      for pid in "${pids[@]}"; do wait "$pid"; done
-    }
     turns=$OUT/turns_${model}_${layout}
     rm -rf "$turns"
     if [[ $MODEL_TIMING == alternate ]]; then
-      turns $SIDES
+      time_sides "$turns" $SIDES
     else
-      for side in $SIDES; do turns "$side"; done
+      for side in $SIDES; do time_sides "$turns" "$side"; done
     fi
     for side in $SIDES; do tag "$model" "$layout" time <"$turns/$side.json" >>"$RESULTS"; done
   done
