@@ -3,30 +3,35 @@
 // window 128: 64 keys each side), one sequence of L tokens, unpadded, one
 // training step's forward + backward (docs/DESIGN.md, "Model families").
 //
-// Three models of the same layer shape, in the same process, timed
+// Four models of the same layer shape, in the same process, timed
 // alternately, each a 2-layer encoder (ModernBERT's layer 0 is always global):
-//   global  both layers global
-//   local   the second layer local (banded blocks)
-//   masked  as local, with the window applied as a mask over every key
-//           (HF's eager way: set_banded_attention(false))
+//   global   both layers global (the CPU kernel blocks its attention by
+//            itself above 2^24 scores: at 2048 and 8192, not at 512)
+//   blocked  as global, its attention always in blocks of query rows that
+//            backward recomputes (set_attention_block_threshold(0)): what
+//            blocking costs where the whole score matrix would fit
+//   local    the second layer local (banded blocks)
+//   masked   as local, with the window applied as a mask over every key
+//            (HF's eager way: set_banded_attention(false))
 // Each layer is timed where it runs, by unit hooks (model/unit_model.h): its
 // forward from before_forward to after_forward, its backward from the moment
 // the gradient of its output is ready to the moment the gradient of its
 // input is (a gradient hook on the previous unit's output; CPU autograd runs
-// the nodes in the calling thread, in reverse order of creation). "global
-// layer" is layer 1 of the global model; "local" and "masked" are layer 1 of
-// theirs. Above --max-full only the local model runs, and its layer 0 (global,
-// without the attention norm that layer 0 does not have) gives the global
-// figure. A banded local layer grows linearly with L, a global one
-// quadratically.
+// the nodes in the calling thread, in reverse order of creation). Each
+// figure is layer 1 of its model. Above --max-full only the local model runs,
+// and its layer 0 (global, without the attention norm that layer 0 does not
+// have) gives the global figure. A banded local layer grows linearly with L,
+// a global one quadratically.
 //
 //   bench_sliding_window [--lengths 512,2048,8192] [--reps 3] [--threads N]
 //                        [--max-full 8192] [--json FILE]
-// --max-full: the longest L at which the global and masked models run (at 8192
-// a global layer's scores are 3.2 GB per tensor; the local model's layer 0 is
-// one such layer).
+// --max-full: the longest L at which the global, blocked and masked models run
+// (at 8192 a global layer's attention is 12 x 8192 x 8192 scores, 3.2 GB per
+// fp32 tensor, computed in blocks: about 2 GB of RSS for the step).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -160,6 +165,8 @@ int main(int argc, char** argv) {
     models["local"] = std::make_unique<SequenceClassifier>(base_shape(2, 2));
     models["masked"] = std::make_unique<SequenceClassifier>(base_shape(2, 2));
     models["masked"]->set_banded_attention(false);
+    models["blocked"] = std::make_unique<SequenceClassifier>(base_shape(2, 1));
+    models["blocked"]->set_attention_block_threshold(0);
     for (auto& [name, model] : models) {
       model->init_weights(7);
       model->train();
@@ -168,13 +175,13 @@ int main(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::array();
     std::printf("# ms per layer, forward + backward, median of %d; global from %s\n", reps,
                 "layer 1 of the global model, or layer 0 of the local one above --max-full");
-    std::printf("%7s %12s %12s %14s %14s %12s %12s\n", "L", "global ms", "local ms", "masked ms", "global from",
-                "global/local", "masked/local");
+    std::printf("%7s %12s %12s %12s %14s %14s %12s %12s %14s\n", "L", "global ms", "blocked ms", "local ms",
+                "masked ms", "global from", "global/local", "masked/local", "blocked/global");
     for (int64_t L : lengths) {
       const Batch batch = one_sequence(L);
       const bool full = L <= max_full;
       std::vector<std::string> names = {"local"};
-      if (full) names.insert(names.end(), {"global", "masked"});
+      if (full) names.insert(names.end(), {"global", "blocked", "masked"});
       std::map<std::string, std::vector<double>> times;
       for (int r = -1; r < reps; ++r)  // r = -1: warm-up
         for (const std::string& name : names) {
@@ -188,10 +195,17 @@ int main(int argc, char** argv) {
       const double local = median["local"];
       const double global = full ? median["global"] : median["local_layer0"];
       const double masked = full ? median["masked"] : 0;
+      const double blocked = full ? median["blocked"] : 0;
       const char* global_from = full ? "global model" : "local model L0";
-      std::printf("%7lld %12.1f %12.1f %14.1f %14s %12.2f %12.2f\n", static_cast<long long>(L), global, local, masked,
-                  global_from, global / local, masked > 0 ? masked / local : 0.0);
-      rows.push_back({{"length", L}, {"global_layer_ms", global}, {"local_layer_ms", local},
+      std::printf("%7lld %12.1f %12.1f %12.1f %14.1f %14s %12.2f %12.2f %14.2f\n", static_cast<long long>(L), global,
+                  blocked, local, masked, global_from, global / local, masked > 0 ? masked / local : 0.0,
+                  blocked > 0 ? blocked / global : 0.0);
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      const double peak_rss_gb = static_cast<double>(usage.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss: KiB
+      std::printf("        peak RSS of the process so far: %.2f GiB\n", peak_rss_gb);
+      rows.push_back({{"length", L}, {"peak_rss_gib_so_far", peak_rss_gb}, {"global_layer_ms", global}, {"local_layer_ms", local},
+                      {"blocked_global_layer_ms", full ? nlohmann::json(blocked) : nlohmann::json(nullptr)},
                       {"masked_local_layer_ms", full ? nlohmann::json(masked) : nlohmann::json(nullptr)},
                       {"local_model_layer0_ms", median["local_layer0"]}, {"global_from", global_from},
                       {"cpu", cpu_flags()}, {"threads", at::get_num_threads()}});

@@ -62,6 +62,7 @@
 //       [--strategy ddp|zero1|zero2|zero3|fsdp|hybrid] [--offload-optimizer]
 //       [--device cpu|cuda] [--batch-size 16] [--seq-len 128] [--steps 10]
 //       [--warmup 2] [--peak-size 2048] [--seed 42] [--json FILE] [--profile TRACE.json]
+//       [--attention-block-threshold N]
 //
 // --profile writes one more step after the timed ones as a Chrome trace (torch's legacy
 // autograd profiler, every ATen op with its time; benchmarks/profile_summary.py
@@ -190,6 +191,9 @@ int run(World& world, int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the weights and the synthetic batches");
   app.add_option("--json", json_path, "write the results here (rank 0)");
   std::string profile_path;
+  int64_t block_threshold = -1;
+  app.add_option("--attention-block-threshold", block_threshold,
+                 "score elements above which attention runs in blocks of query rows (0: always; default: the model's)");
   app.add_option("--profile", profile_path, "after the timed steps, profile one more: a Chrome trace (rank 0)");
   try {
     app.parse(argc, argv);
@@ -240,6 +244,7 @@ int run(World& world, int argc, char** argv) {
   model->init_weights(static_cast<uint64_t>(seed));
   if (device.is_cuda()) model->to(device);
   model->train();
+  model->set_attention_block_threshold(block_threshold);
   // Dropout draws from the global generator: seeded per rank, so runs repeat and ranks draw different masks.
   at::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   if (device.is_cuda()) torch::cuda::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));

@@ -17,7 +17,8 @@
 // BLAS (inside an OpenMP region OpenBLAS and ATen run serially), so the team
 // forks once per matmul. Forward and backward are one autograd function with
 // the same formulas autograd would use. Other devices (CUDA) and LibTorch 2.x
-// (scaled_dot_product_attention) do not use this path.
+// (scaled_dot_product_attention) do not use this path. Long sequences run in
+// blocks of query rows (block_threshold below).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,8 +26,12 @@
 namespace shardtrain {
 namespace detail {
 
+// block_threshold: on the CPU under LibTorch 1.x, an attention whose scores
+// (B x H x L x Lk elements) exceed it runs in blocks of query rows and keeps
+// no score matrix for backward (LayerSpec::attention_block_threshold).
 at::Tensor scaled_dot_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const at::Tensor& additive_mask, double dropout_p, bool training);
+                                const at::Tensor& additive_mask, double dropout_p, bool training,
+                                int64_t block_threshold);
 
 }  // namespace detail
 }  // namespace shardtrain

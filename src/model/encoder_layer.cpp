@@ -55,7 +55,8 @@ at::Tensor attend_padded(const LayerSpec& spec, const at::Tensor& qkv, const at:
   // view + permute is a stride change, not a copy.
   const at::Tensor heads = split.permute({2, 0, 3, 1, 4});  // [3, B, H, L, Dh]
   const at::Tensor context = scaled_dot_attention(heads[0], heads[1], heads[2], additive_mask,
-                                                  spec.attention_probs_dropout, training);
+                                                  spec.attention_probs_dropout, training,
+                                                  spec.attention_block_threshold);
   // reshape: the one copy, heads back to [B, L, D].
   return context.transpose(1, 2).reshape({B, L, D});
 }
@@ -77,7 +78,8 @@ at::Tensor attend_banded(const LayerSpec& spec, const at::Tensor& qkv, const Ban
     return at::constant_pad_nd(split.select(1, which), {0, 0, 0, 0, hw, Tq - T + hw}).unfold(0, W, Bq).transpose(-1, -2);
   };
   const at::Tensor context =
-      scaled_dot_attention(q, band_of(1), band_of(2), band.additive, spec.attention_probs_dropout, training);
+      scaled_dot_attention(q, band_of(1), band_of(2), band.additive, spec.attention_probs_dropout, training,
+                           spec.attention_block_threshold);
   return context.permute({0, 2, 1, 3}).reshape({Tq, D}).narrow(0, 0, T);
 }
 

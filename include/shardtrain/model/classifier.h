@@ -91,6 +91,17 @@ class SequenceClassifier : public UnitModel {
   // key with the window as a mask, as HF's eager code does (same logits; for
   // tests and benchmarks).
   void set_banded_attention(bool on);
+  // On the CPU (LibTorch 1.x kernel), a layer's attention whose score
+  // matrices hold more than `score_elements` elements (B x H x L x keys)
+  // computes a block of query rows at a time and keeps none of them for
+  // backward, recomputing them there: memory that grows with L instead of
+  // L^2 (a 12-head global layer at 8192 tokens would hold 3.2 GB per score
+  // tensor), for one matmul more in backward. Same values to fp32 rounding,
+  // same dropout masks. Default 2^24 (64 MiB of fp32 scores); negative
+  // restores it, 0 blocks every attention (benchmarks). A block holds at most
+  // 2^20 scores, or score_elements when that is smaller and not 0 (tests: 1
+  // gives one query row per block).
+  void set_attention_block_threshold(int64_t score_elements);
   // HF's gradient_checkpointing: in training with autograd on, each encoder
   // layer keeps only its input and recomputes its forward in backward
   // (model/activation_checkpoint.h). Gradients equal the plain run's.

@@ -25,7 +25,18 @@ namespace shardtrain {
 at::Tensor dropout(const at::Tensor& x, double p, bool training);
 
 // A new tensor shaped and typed like `like` (contiguous): 0 with probability
-// p, else 1 / (1 - p). 0 <= p < 1.
+// p, else 1 / (1 - p). 0 <= p < 1. Equal to
+// dropout_noise_slice(dropout_seed(), 0, like.sizes(), ...).
 at::Tensor dropout_noise(const at::Tensor& like, double p);
+
+// The pieces of dropout_noise, for a kernel that draws a large mask a block at
+// a time and draws the same block again in backward (model attention): one
+// seed from torch's default CPU generator, and the elements
+// [first, first + numel(sizes)) of the flat, contiguous noise that seed gives,
+// shaped `sizes`. Equal, element for element, to the matching range of
+// dropout_noise(like, p) had that call drawn `seed`.
+uint64_t dropout_seed();
+at::Tensor dropout_noise_slice(uint64_t seed, int64_t first, at::IntArrayRef sizes, double p,
+                               at::ScalarType dtype);
 
 }  // namespace shardtrain

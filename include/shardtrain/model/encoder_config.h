@@ -27,6 +27,12 @@
 
 namespace shardtrain {
 
+// Attention score elements (B x H x L x keys of one layer) above which the
+// CPU kernel computes in blocks of query rows and keeps no score matrix for
+// backward (docs/DESIGN.md, "Unpadded batches and the CPU kernels"); the
+// memory estimate counts no probabilities above it.
+inline constexpr int64_t kAttentionBlockScores = int64_t{1} << 24;
+
 enum class ModelFamily { kBert, kRoberta, kDistilBert, kElectra, kModernBert };
 
 // "bert", "roberta", "distilbert", "electra", "modernbert".
