@@ -128,11 +128,36 @@ TEST_CASE("estimated activations are within 10% of the measured ones, with and w
       CAPTURE(checkpointing);
       const double measured = memory_estimate_measure_in_child(config, checkpointing, B, L);
       REQUIRE(measured > 0);
-      const ActivationEstimate a = estimate_activations(config, B, L, 4, checkpointing);
+      const ActivationEstimate a = estimate_activations(config, B, L, 4, checkpointing, /*device_is_cpu=*/true);
       MESSAGE(family << (checkpointing ? std::string(" checkpointed") : std::string(" plain")) << ": estimated " << a.kept_bytes << " B, measured " << measured << " B");
       CHECK(a.kept_bytes == doctest::Approx(measured).epsilon(kActivationTolerance));
     }
   }
+}
+
+TEST_CASE("above the CPU kernel's block threshold the estimate keeps no attention probabilities, as the kernel") {
+#if defined(SHARDTRAIN_SANITIZED)
+  MESSAGE("skipped in the sanitizer build: the measurement needs glibc's malloc");
+  return;
+#endif
+  // 5 x 4 heads x 1024^2 = 21M scores per layer, above kAttentionBlockScores:
+  // whole probabilities would be 168 MB per layer, the rest of a layer 52 MB.
+  const int64_t B = 5, L = 1024;
+  EncoderConfig config = EncoderConfig::from_json(
+      R"({"model_type": "bert", "vocab_size": 200, "hidden_size": 128, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 512, "max_position_embeddings": 1024,
+          "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})",
+      "blocked attention test config");
+  config.set_num_labels(2);
+  REQUIRE(B * 4 * L * L > kAttentionBlockScores);
+  const double measured = memory_estimate_measure_in_child(config, false, B, L);
+  REQUIRE(measured > 0);
+  const ActivationEstimate cpu = estimate_activations(config, B, L, 4, false, /*device_is_cpu=*/true);
+  const ActivationEstimate gpu = estimate_activations(config, B, L, 4, false, /*device_is_cpu=*/false);
+  MESSAGE("blocked: estimated " << cpu.kept_bytes << " B (whole probabilities: " << gpu.kept_bytes << " B), measured "
+                                << measured << " B");
+  CHECK(cpu.kept_bytes == doctest::Approx(measured).epsilon(kActivationTolerance));
+  CHECK(gpu.kept_bytes > cpu.kept_bytes + 2 * 100e6);  // a GPU estimate still counts them
 }
 
 TEST_CASE("a job that cannot fit is refused, naming what would fit") {

@@ -46,6 +46,8 @@ LayerDropouts layer_dropouts(const EncoderConfig& c) {
 //     layer input (saved by the QKV projection)              T D e
 //     q, k, v reshaped for the attention kernel               3 T D e
 //     softmax probabilities, and their dropout mask           B H L^2 (4 + e [p > 0])
+//       (none on a CPU above kAttentionBlockScores: the blocked kernel
+//       keeps q, k, v and recomputes them in backward)
 //     context (input of the output projection)                T D e
 //     dropout mask after the output projection [p > 0]        T D e
 //     LayerNorm input; its output (the MLP's input)           T D 4 + T D e
@@ -60,12 +62,13 @@ LayerDropouts layer_dropouts(const EncoderConfig& c) {
 // A dropout multiplies by a mask that needs no gradient, so autograd keeps
 // only the mask (x * mask saves mask). The layer's output is the next layer's
 // input and is counted there.
-double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, double L, double e) {
+double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, double L, double e, bool cpu) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
                H = static_cast<double>(c.num_attention_heads), T = B * L;
   const LayerDropouts p = layer_dropouts(c);
   const double TD = T * D;
-  const double probs = B * H * L * L * (4.0 + (p.probs > 0 ? e : 0.0));
+  const bool blocked = cpu && B * H * L * L > static_cast<double>(kAttentionBlockScores);
+  const double probs = blocked ? 0.0 : B * H * L * L * (4.0 + (p.probs > 0 ? e : 0.0));
   const double attention_core = 3 * TD * e + probs + TD * e + (p.attention_out > 0 ? TD * e : 0.0);
   if (c.family == ModelFamily::kModernBert) {
     const double norms = (layer == 0 ? 0.0 : TD * 4 + TD * e) + TD * 4 + TD * e;
@@ -264,14 +267,14 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
 }  // namespace
 
 ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batch_size, int64_t seq_len,
-                                        int element_bytes, bool checkpointing) {
+                                        int element_bytes, bool checkpointing, bool device_is_cpu) {
   const double B = static_cast<double>(batch_size), L = static_cast<double>(seq_len), e = element_bytes;
   ActivationEstimate a;
   a.embeddings_bytes = embedding_activation_bytes(model, B, L, e);
   a.head_bytes = head_activation_bytes(model, B, L, e);
   double all_layers = 0;
   for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
-    const double layer = layer_activation_bytes(model, i, B, L, e);
+    const double layer = layer_activation_bytes(model, i, B, L, e, device_is_cpu);
     a.layer_bytes = std::max(a.layer_bytes, layer);
     all_layers += layer;
   }
@@ -307,8 +310,8 @@ MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model_
   e.checkpointing = run.model.gradient_checkpointing;
   estimate_states(run, model, world_size, e);
   const int bytes = element_bytes(mixed_precision_for(run.train.mixed_precision, run.parallel).param_dtype);
-  e.activations_plain = estimate_activations(model, e.batch_size, e.seq_len, bytes, false);
-  e.activations_checkpointed = estimate_activations(model, e.batch_size, e.seq_len, bytes, true);
+  e.activations_plain = estimate_activations(model, e.batch_size, e.seq_len, bytes, false, e.device_is_cpu);
+  e.activations_checkpointed = estimate_activations(model, e.batch_size, e.seq_len, bytes, true, e.device_is_cpu);
   e.activations = e.checkpointing ? e.activations_checkpointed : e.activations_plain;
   return e;
 }

@@ -48,8 +48,10 @@ struct ActivationEstimate {
   double kept_bytes = 0;        // after forward: embeddings + layers + head
   double peak_bytes = 0;        // during backward: kept + one layer recomputed (checkpointing) + gradients in flight
 };
+// `device_is_cpu`: the CPU attention kernel keeps no probabilities above
+// kAttentionBlockScores (model/encoder_config.h).
 ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batch_size, int64_t seq_len,
-                                        int element_bytes, bool checkpointing);
+                                        int element_bytes, bool checkpointing, bool device_is_cpu);
 
 struct MemoryEstimate {
   std::string strategy;     // as the job's log names it: ddp, zero1, zero2, zero3, hybrid; fsdp kept as "fsdp"
