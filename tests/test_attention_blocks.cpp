@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/padded_rows.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/encoder_config.h"
@@ -54,22 +55,6 @@ EncoderConfig modernbert_config() {
   c.hidden_dropout_prob = c.embedding_dropout = c.classifier_dropout = 0;
   c.attention_probs_dropout_prob = 0.1;
   return c;
-}
-
-Batch rows_of(const EncoderConfig& c, const std::vector<int64_t>& lengths, uint64_t seed) {
-  at::manual_seed(seed);
-  int64_t L = 0;
-  for (int64_t n : lengths) L = std::max(L, n);
-  const int64_t B = static_cast<int64_t>(lengths.size());
-  Batch b;
-  b.attention_mask = at::zeros({B, L}, at::kLong);
-  for (int64_t r = 0; r < B; ++r) b.attention_mask[r].narrow(0, 0, lengths[r]).fill_(1);
-  b.input_ids = at::randint(3, c.vocab_size, {B, L}, at::kLong).masked_fill(b.attention_mask == 0, c.pad_token_id);
-  b.token_type_ids = at::zeros({B, L}, at::kLong);
-  b.labels = at::randint(0, c.num_labels, {B}, at::kLong);
-  b.num_real_tokens = b.attention_mask.sum().item<int64_t>();
-  b.num_total_tokens = B * L;
-  return b;
 }
 
 struct Step {
@@ -116,7 +101,7 @@ TEST_CASE("attention blocks: BERT with attention dropout, padded and packed, equ
   SequenceClassifier model(config);
   model.init_weights(5);
   model.train();
-  const Batch batch = rows_of(config, {37, 5, 64, 20}, 9);
+  const Batch batch = shardtrain_test::padded_rows(config, {37, 5, 64, 20}, 9);
   for (bool unpadded : {false, true}) {
     CAPTURE(unpadded);
     model.set_unpadded(unpadded);
@@ -143,7 +128,7 @@ TEST_CASE("attention blocks: ModernBERT global and banded local layers, packed a
   model.init_weights(11);
   model.train();
   // Rows longer than the window's band (the local layers run banded) and shorter.
-  const Batch batch = rows_of(config, {120, 3, 45, 1, 90}, 4);
+  const Batch batch = shardtrain_test::padded_rows(config, {120, 3, 45, 1, 90}, 4);
   for (bool unpadded : {true, false}) {
     CAPTURE(unpadded);
     model.set_unpadded(unpadded);
@@ -162,7 +147,7 @@ TEST_CASE("attention blocks: bf16 activations") {
   model.init_weights(6);
   model.to(at::kBFloat16);
   model.train();
-  const Batch batch = rows_of(config, {50, 12, 33}, 2);
+  const Batch batch = shardtrain_test::padded_rows(config, {50, 12, 33}, 2);
   const Step whole = step(model, batch, -1);
   const Step blocked = step(model, batch, 3 * 50);
   CHECK(excess(blocked, whole, kBf16Tol) <= 0);

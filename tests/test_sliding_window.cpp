@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/padded_rows.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/encoder_config.h"
@@ -27,24 +28,6 @@ EncoderConfig window_config() {
   c.max_position_embeddings = 128;
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = c.embedding_dropout = c.classifier_dropout = 0;
   return c;
-}
-
-// Rows of the given lengths, right-padded to the longest.
-Batch window_batch(const EncoderConfig& c, const std::vector<int64_t>& lengths, uint64_t seed) {
-  at::manual_seed(seed);
-  int64_t L = 0;
-  for (int64_t n : lengths) L = std::max(L, n);
-  const int64_t B = static_cast<int64_t>(lengths.size());
-  Batch b;
-  b.attention_mask = at::zeros({B, L}, at::kLong);
-  for (int64_t r = 0; r < B; ++r) b.attention_mask[r].narrow(0, 0, lengths[r]).fill_(1);
-  b.input_ids = (at::randint(3, c.vocab_size, {B, L}, at::kLong) * b.attention_mask)
-                    .masked_fill(b.attention_mask == 0, c.pad_token_id);
-  b.token_type_ids = at::zeros({B, L}, at::kLong);
-  b.labels = at::randint(0, c.num_labels, {B}, at::kLong);
-  b.num_real_tokens = b.attention_mask.sum().item<int64_t>();
-  b.num_total_tokens = B * L;
-  return b;
 }
 
 struct WindowRun {
@@ -80,7 +63,7 @@ TEST_CASE("sliding window: banded blocks equal the masked full attention and the
   model.init_weights(3);
   model.train();
   // 61 and 37: many blocks of 4 queries (8 keys each); 3 and 1: shorter than a block.
-  const Batch batch = window_batch(config, {61, 3, 37, 1, 12}, 17);
+  const Batch batch = shardtrain_test::padded_rows(config, {61, 3, 37, 1, 12}, 17);
   const WindowRun banded = window_run(model, batch, /*unpadded=*/true, /*banded=*/true);
   const WindowRun masked = window_run(model, batch, true, false);
   const WindowRun padded = window_run(model, batch, false, false);
@@ -103,7 +86,7 @@ TEST_CASE("sliding window: a packed sequence's logits do not depend on its neigh
   model.eval();
   model.set_unpadded(true);
   at::NoGradGuard no_grad;
-  const Batch together = window_batch(config, {29, 50, 2, 33}, 23);
+  const Batch together = shardtrain_test::padded_rows(config, {29, 50, 2, 33}, 23);
   const at::Tensor logits = model.forward_batch(together);
   for (int64_t r = 0; r < together.size(); ++r) {
     CAPTURE(r);
