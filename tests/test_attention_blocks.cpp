@@ -57,10 +57,7 @@ EncoderConfig modernbert_config() {
   return c;
 }
 
-struct Step {
-  at::Tensor logits;
-  std::vector<at::Tensor> grads;
-};
+using Step = shardtrain_test::StepOutputs;
 
 // One training step from the same generator state: dropout draws the same seeds.
 Step step(SequenceClassifier& model, const Batch& batch, int64_t threshold) {
@@ -81,13 +78,6 @@ double excess(const Step& a, const Step& b, double tol) {
   };
   double worst = one(a.logits, b.logits);
   for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, one(a.grads[i], b.grads[i]));
-  return worst;
-}
-
-double largest_difference(const Step& a, const Step& b) {
-  double worst = (a.logits - b.logits).abs().max().item<double>();
-  for (size_t i = 0; i < a.grads.size(); ++i)
-    worst = std::max(worst, (a.grads[i] - b.grads[i]).abs().max().item<double>());
   return worst;
 }
 
@@ -118,7 +108,7 @@ TEST_CASE("attention blocks: BERT with attention dropout, padded and packed, equ
     model.eval();
     const Step no_dropout = step(model, batch, 1);
     model.train();
-    CHECK(largest_difference(no_dropout, whole) > 1e-3);
+    CHECK(shardtrain_test::largest_difference(no_dropout, whole) > 1e-3);
   }
 }
 
@@ -151,5 +141,5 @@ TEST_CASE("attention blocks: bf16 activations") {
   const Step whole = step(model, batch, -1);
   const Step blocked = step(model, batch, 3 * 50);
   CHECK(excess(blocked, whole, kBf16Tol) <= 0);
-  CHECK(largest_difference(blocked, whole) < 1e-1);
+  CHECK(shardtrain_test::largest_difference(blocked, whole) < 1e-1);
 }

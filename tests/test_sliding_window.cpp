@@ -30,10 +30,7 @@ EncoderConfig window_config() {
   return c;
 }
 
-struct WindowRun {
-  at::Tensor logits;
-  std::vector<at::Tensor> grads;
-};
+using WindowRun = shardtrain_test::StepOutputs;
 
 WindowRun window_run(SequenceClassifier& model, const Batch& batch, bool unpadded, bool banded) {
   model.zero_grad();
@@ -44,13 +41,6 @@ WindowRun window_run(SequenceClassifier& model, const Batch& batch, bool unpadde
   WindowRun run{logits.detach().clone(), {}};
   for (const auto& named : model.state_dict()) run.grads.push_back(named.second.grad().clone());
   return run;
-}
-
-double window_diff(const WindowRun& a, const WindowRun& b) {
-  double worst = (a.logits - b.logits).abs().max().item<double>();
-  for (size_t i = 0; i < a.grads.size(); ++i)
-    worst = std::max(worst, (a.grads[i] - b.grads[i]).abs().max().item<double>());
-  return worst;
 }
 
 }  // namespace sliding_window_test
@@ -67,9 +57,9 @@ TEST_CASE("sliding window: banded blocks equal the masked full attention and the
   const WindowRun banded = window_run(model, batch, /*unpadded=*/true, /*banded=*/true);
   const WindowRun masked = window_run(model, batch, true, false);
   const WindowRun padded = window_run(model, batch, false, false);
-  MESSAGE("banded vs masked " << window_diff(banded, masked) << ", banded vs padded " << window_diff(banded, padded));
-  CHECK(window_diff(banded, masked) < 1e-5);
-  CHECK(window_diff(banded, padded) < 1e-5);
+  MESSAGE("banded vs masked " << shardtrain_test::largest_difference(banded, masked) << ", banded vs padded " << shardtrain_test::largest_difference(banded, padded));
+  CHECK(shardtrain_test::largest_difference(banded, masked) < 1e-5);
+  CHECK(shardtrain_test::largest_difference(banded, padded) < 1e-5);
   // The window matters: the same weights with every layer global give other logits.
   EncoderConfig global = config;
   global.global_attn_every_n_layers = 1;

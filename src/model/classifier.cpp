@@ -331,7 +331,7 @@ void SequenceClassifier::set_unpadded(bool on) { impl_->unpadded = on; }
 bool SequenceClassifier::unpadded() const { return impl_->unpadded; }
 void SequenceClassifier::set_banded_attention(bool on) { impl_->banded_attention = on; }
 void SequenceClassifier::set_attention_block_threshold(int64_t score_elements) {
-  const int64_t threshold = score_elements < 0 ? detail::LayerSpec{}.attention_block_threshold : score_elements;
+  const int64_t threshold = score_elements < 0 ? kAttentionBlockScores : score_elements;
   for (detail::LayerSpec& spec : impl_->layer_specs) spec.attention_block_threshold = threshold;
 }
 void SequenceClassifier::set_gradient_checkpointing(bool on) { impl_->gradient_checkpointing = on; }

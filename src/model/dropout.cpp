@@ -64,7 +64,6 @@ at::Tensor dropout_noise_slice(uint64_t seed, int64_t first, at::IntArrayRef siz
 }
 
 at::Tensor dropout_noise(const at::Tensor& like, double p) {
-  TORCH_CHECK(p >= 0 && p < 1, "dropout_noise: p must be in [0, 1), got ", p);
   TORCH_CHECK(like.device().is_cpu(), "dropout_noise: CPU tensors only");
   return dropout_noise_slice(dropout_seed(), 0, like.sizes(), p, like.scalar_type());
 }

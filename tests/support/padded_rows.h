@@ -32,4 +32,19 @@ inline shardtrain::Batch padded_rows(const shardtrain::EncoderConfig& c, const s
   return b;
 }
 
+// A training step's logits and every parameter's gradient, and the largest
+// absolute difference between two of them (tests that compare two ways of
+// computing the same step).
+struct StepOutputs {
+  at::Tensor logits;
+  std::vector<at::Tensor> grads;
+};
+
+inline double largest_difference(const StepOutputs& a, const StepOutputs& b) {
+  double worst = (a.logits - b.logits).abs().max().item<double>();
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    worst = std::max(worst, (a.grads[i] - b.grads[i]).abs().max().item<double>());
+  return worst;
+}
+
 }  // namespace shardtrain_test
