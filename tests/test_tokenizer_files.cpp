@@ -274,3 +274,68 @@ TEST_CASE("tokenizer errors name the file and the field") {
   message = files_error_of([&] { Tokenizer::from_path((dir.path / "nowhere.json").string(), {}); });
   CHECK(files_contains(message, "nowhere.json"));
 }
+
+// Found by fuzz_tokenizer's tokenizer.json kind (tests/fuzz/README.md): ids
+// that index the token table unchecked, and fields of the wrong type that
+// escaped as JSON library exceptions naming no file.
+TEST_CASE("tokenizer.json: hostile ids and wrongly typed fields are refused, naming the file and the field") {
+  FilesTempDir dir;
+  const nlohmann::json roberta = nlohmann::json::parse(files_read(kFilesRoberta + "/tokenizer.json"));
+  auto error_with = [&](const std::string& name, const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json root = roberta;
+    change(root);
+    return files_error_of([&] { Tokenizer::from_model_dir(dir.folder(name, {{"tokenizer.json", root.dump()}})); });
+  };
+  // A template id outside the vocabulary: encode() gave id -1 (or any id) to the model.
+  std::string message = error_with("cls_negative", [](nlohmann::json& r) { r["post_processor"]["cls"] = {"<s>", -1}; });
+  CHECK(files_contains(message, "cls_negative/tokenizer.json"));
+  CHECK(files_contains(message, "post_processor.cls's id must be an integer id from 0 to 16777215, not -1"));
+  message = error_with("sep_beyond", [](nlohmann::json& r) { r["post_processor"]["sep"] = {"</s>", 60000}; });
+  CHECK(files_contains(message, "post_processor names token id 60000, beyond the vocabulary's 50265 ids"));
+  message = error_with("template_text_id", [](nlohmann::json& r) {
+    r["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+        "pair": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": ["zero"], "tokens": ["<s>"]}}})");
+  });
+  CHECK(files_contains(message, "post_processor special token '<s>'s id must be an integer id"));
+  message = error_with("template_type_id", [](nlohmann::json& r) {
+    r["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A", "type_id": 7}}],
+        "pair": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "B", "type_id": "one"}}],
+        "special_tokens": {}})");
+  });
+  CHECK(files_contains(message, "post_processor.single item 'A' has type_id 7; token types are 0 or 1"));
+  // Ids that sized the token table: 2^31 - 1 allocated 2^31 strings; an added
+  // token's 2^33 wrapped to id 0 through int32.
+  message = error_with("vocab_huge", [](nlohmann::json& r) { r["model"]["vocab"]["zzz"] = 2147483647; });
+  CHECK(files_contains(message, "model.vocab entry 'zzz' must be an integer id from 0 to 16777215, not 2147483647"));
+  message = error_with("added_huge", [](nlohmann::json& r) {
+    r["added_tokens"].push_back({{"id", int64_t{1} << 33}, {"content", "<big>"}, {"special", true}});
+  });
+  CHECK(files_contains(message, "added token '<big>' must be an integer id from 0 to 16777215, not 8589934592"));
+  message = error_with("added_text_id", [](nlohmann::json& r) {
+    r["added_tokens"].push_back({{"id", "7"}, {"content", "<seven>"}});
+  });
+  CHECK(files_contains(message, "added token '<seven>' must be an integer id"));
+  message = error_with("dropout_text", [](nlohmann::json& r) { r["model"]["dropout"] = "0.1"; });
+  CHECK(files_contains(message, "dropout_text/tokenizer.json': model.dropout must be a number or null, not \"0.1\""));
+
+  // WordPiece in tokenizer.json: the [CLS] id indexed the vocabulary unchecked.
+  const nlohmann::json wordpiece = {
+      {"normalizer", {{"type", "BertNormalizer"}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "BertProcessing"}, {"sep", {"[SEP]", 3}}, {"cls", {"[CLS]", 99}}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"},
+                 {"vocab", {{"[PAD]", 0}, {"[UNK]", 1}, {"[CLS]", 2}, {"[SEP]", 3}, {"a", 4}}}}}};
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("wp_cls", {{"tokenizer.json", wordpiece.dump()}})); });
+  CHECK(files_contains(message, "wp_cls/tokenizer.json': post_processor names token id 99, beyond the vocabulary's 5 ids"));
+  nlohmann::json wordpiece_prefix = wordpiece;
+  wordpiece_prefix["post_processor"]["cls"] = {"[CLS]", 2};
+  wordpiece_prefix["model"]["max_input_chars_per_word"] = "100";
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("wp_max", {{"tokenizer.json", wordpiece_prefix.dump()}})); });
+  CHECK(files_contains(message, "max_input_chars_per_word other than 100 is not supported"));
+  wordpiece_prefix["model"]["max_input_chars_per_word"] = 100;
+  CHECK(std::string(Tokenizer::from_model_dir(dir.folder("wp_ok", {{"tokenizer.json", wordpiece_prefix.dump()}})).type()) ==
+        "wordpiece");
+}

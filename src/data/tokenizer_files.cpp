@@ -85,6 +85,8 @@ struct Tokenizer::Loader {
     auto refuse_if = [&](bool bad, const std::string& what) {
       if (bad) throw Error("'" + name + "': model." + what + " is not supported (shardtrain reads byte-level BPE)");
     };
+    if (model.contains("dropout") && !model["dropout"].is_null() && !model["dropout"].is_number())
+      throw Error("'" + name + "': model.dropout must be a number or null, not " + model["dropout"].dump());
     refuse_if(model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() > 0,
               "dropout > 0 (BPE dropout)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -122,11 +124,10 @@ struct Tokenizer::Loader {
       const json& added = root["added_tokens"];
       if (!added.is_array()) throw Error("'" + name + "': added_tokens must be a list");
       for (const json& entry : added) {
-        if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer() ||
-            !entry.contains("content") || !entry["content"].is_string() || entry["id"].get<int64_t>() < 0)
+        if (!entry.is_object() || !entry.contains("id") || !entry.contains("content") || !entry["content"].is_string())
           throw Error("'" + name + "': each added_tokens entry needs an integer \"id\" and a string \"content\"");
         BpeAddedToken t;
-        t.id = entry["id"].get<int32_t>();
+        t.id = tokjson::token_id_value(entry["id"], name, "added token '" + entry["content"].get<std::string>() + "'");
         t.content = entry["content"].get<std::string>();
         t.special = tokjson::get_bool(entry, "special", false, name);
         t.single_word = tokjson::get_bool(entry, "single_word", false, name);
@@ -145,6 +146,7 @@ struct Tokenizer::Loader {
     tokjson::read_normalizer(root.value("normalizer", json()), name, bpe->normalizer);
     tokjson::read_pre_tokenizer(root.value("pre_tokenizer", json()), name, *bpe);
     tokjson::read_post_processor(root.value("post_processor", json()), name, *bpe);
+    tokjson::check_template_ids(*bpe, bpe->tokens.size(), name);
     apply_configs(*bpe, configs);
     tokjson::resolve_specials(*bpe, configs, name, model_unk);
     bpe->finish();
@@ -242,8 +244,8 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
   const json& model = root["model"];
   const std::vector<std::pair<std::string, int32_t>> entries =
       tokjson::vocab_object(tokjson::field(model, "vocab", name, "the WordPiece vocabulary"), name, "model.vocab");
-  if (model.value("continuing_subword_prefix", std::string("##")) != "##" ||
-      model.value("max_input_chars_per_word", 100) != 100)
+  if (model.value("continuing_subword_prefix", json("##")) != json("##") ||
+      model.value("max_input_chars_per_word", json(100)) != json(100))
     throw Error("'" + name + "': WordPiece with continuing_subword_prefix other than \"##\" or "
                 "max_input_chars_per_word other than 100 is not supported");
   std::vector<const std::string*> by_id(entries.size(), nullptr);
@@ -280,6 +282,7 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
   // The template must be BERT's; its special tokens name [CLS] and [SEP].
   Bpe shape;
   tokjson::read_post_processor(root.value("post_processor", json()), name, shape);
+  tokjson::check_template_ids(shape, by_id.size(), name);
   auto is = [](const std::vector<BpeTemplatePiece>& t, const std::vector<std::pair<int, int>>& want) {
     if (t.size() != want.size()) return false;
     for (std::size_t i = 0; i < t.size(); ++i) {

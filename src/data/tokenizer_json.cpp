@@ -102,7 +102,7 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
   auto token_id = [&](const json& pair, const char* key) {
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_number_integer())
       throw Error("'" + name + "': post_processor." + key + " must be [\"token\", id]");
-    return pair[1].get<int32_t>();
+    return token_id_value(pair[1], name, std::string("post_processor.") + key + "'s id");
   };
   if (type == "Sequence") {
     const json* chosen = nullptr;
@@ -138,11 +138,19 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
           throw Error("'" + name + "': post_processor." + key + " items must be {\"SpecialToken\": {\"id\": ...}} "
                       "or {\"Sequence\": {\"id\": \"A\" or \"B\"}}");
         const std::string id = body["id"].get<std::string>();
-        piece.type_id = static_cast<uint8_t>(body.value("type_id", 0));
+        // Token types 0 and 1: what a sentence pair needs, and all that the
+        // encoders' type embeddings hold (type_vocab_size <= 2).
+        const json type_id = body.value("type_id", json(0));
+        if (!type_id.is_number_integer() || type_id.get<int64_t>() < 0 || type_id.get<int64_t>() > 1)
+          throw Error("'" + name + "': post_processor." + key + " item '" + id + "' has type_id " +
+                      type_id.dump() + "; token types are 0 or 1");
+        piece.type_id = static_cast<uint8_t>(type_id.get<int64_t>());
         if (is_special) {
-          if (!specials.contains(id) || !specials[id].contains("ids") || !specials[id]["ids"].is_array())
+          if (!specials.is_object() || !specials.contains(id) || !specials[id].is_object() ||
+              !specials[id].contains("ids") || !specials[id]["ids"].is_array())
             throw Error("'" + name + "': post_processor special token '" + id + "' is not in its special_tokens");
-          piece.ids = specials[id]["ids"].get<std::vector<int32_t>>();
+          for (const json& value : specials[id]["ids"])
+            piece.ids.push_back(token_id_value(value, name, "post_processor special token '" + id + "'s id"));
         } else if (id == "A" || id == "B") {
           piece.sequence = id == "A" ? 0 : 1;
         } else {
@@ -157,6 +165,18 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
   } else {
     throw Error("'" + name + "': post_processor type '" + type +
                 "' is not supported (RobertaProcessing, BertProcessing, TemplateProcessing, ByteLevel, Sequence)");
+  }
+}
+
+void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size, const std::string& name) {
+  for (const auto* pieces : {&bpe.single, &bpe.pair}) {
+    for (const BpeTemplatePiece& piece : *pieces) {
+      for (const int32_t id : piece.ids) {
+        if (static_cast<std::size_t>(id) >= vocab_size)
+          throw Error("'" + name + "': post_processor names token id " + std::to_string(id) +
+                      ", beyond the vocabulary's " + std::to_string(vocab_size) + " ids");
+      }
+    }
   }
 }
 
@@ -247,16 +267,20 @@ void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, 
   }
 }
 
+int32_t token_id_value(const json& value, const std::string& name, const std::string& what) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)
+    throw Error("'" + name + "': " + what + " must be an integer id from 0 to " + std::to_string(kMaxTokenId) +
+                ", not " + value.dump());
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
 std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, const std::string& name,
                                                                        const std::string& field) {
   if (!vocab.is_object()) throw Error("'" + name + "': " + field + " must be an object {token: id}");
   std::vector<std::pair<std::string, int32_t>> out;
   out.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-      throw Error("'" + name + "': " + field + " entry '" + it.key() + "' must have a non-negative integer id");
-    out.emplace_back(it.key(), it.value().get<int32_t>());
-  }
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    out.emplace_back(it.key(), token_id_value(it.value(), name, field + " entry '" + it.key() + "'"));
   if (out.empty()) throw Error("'" + name + "': " + field + " is empty");
   return out;
 }

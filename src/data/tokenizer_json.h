@@ -51,11 +51,21 @@ Configs read_configs(const FileMap& files, const Where& where);
 const json& field(const json& object, const char* key, const std::string& name, const char* what);
 std::string type_of(const json& object, const std::string& name, const std::string& field_name);
 int32_t lookup(const std::unordered_map<std::string, int32_t>& ids, const std::string& token);
+// The largest token id a tokenizer file may use (2^24 - 1): token ids size
+// the embedding matrix and this tokenizer's id table, so a hostile id of 2^31
+// is refused by name instead of allocating gigabytes.
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+// {token: id} with ids in [0, kMaxTokenId].
 std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, const std::string& name,
                                                           const std::string& field_name);
+// An integer id in [0, kMaxTokenId], or an Error naming `what` in `name`.
+int32_t token_id_value(const json& value, const std::string& name, const std::string& what);
 
 // The parts of a BPE tokenizer.json (tokenizer.h lists what is supported).
 void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe);
+// Every special id of bpe.single / bpe.pair names a token of a vocabulary of
+// vocab_size ids; an Error naming the post_processor otherwise.
+void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size, const std::string& name);
 void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out);
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe);
 // bpe.tokens / token_ids from the model vocabulary and bpe.added.
