@@ -4,12 +4,16 @@
 // picks max_length. Every id must lie in the vocabulary and encode() must keep
 // to max_length. Seeds: corpus/tokenizer.
 //
-// Each tokenizer kind is one entry of kTokenizerKinds (how to build one from a
-// model folder); a kind added later (a byte-level BPE reading tokenizer.json)
-// is one more entry, its seeds more files under corpus/tokenizer.
+// Each tokenizer kind is one entry of kTokenizerKinds: the files the first
+// section becomes in a model folder, read by from_model_dir. Every input is
+// tried as each kind: a vocab.txt (WordPiece), a tokenizer.json (byte-level
+// BPE, or WordPiece in HF's JSON form) and a vocab.json + merges.txt (the
+// first section split at "\n-----\n"). A kind added later is one more entry,
+// its seeds more files under corpus/tokenizer.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "fuzz_support.h"
 #include "shardtrain/core/check.h"
@@ -18,22 +22,33 @@
 
 namespace {
 
-// Writes the model folder's files from the sections; returns the folder.
-std::string tokenizer_fuzz_folder(const std::string& vocab_name, const std::string& vocab, const std::string& config) {
-  fuzz_support::clear_scratch();
-  fuzz_support::write_scratch(vocab_name, vocab);
-  if (!config.empty()) fuzz_support::write_scratch("tokenizer_config.json", config);
-  return fuzz_support::scratch().string();
-}
+// vocab.json + merges.txt share the first section, split at this line.
+constexpr std::string_view kMergesSeparator = "\n-----\n";
 
 struct TokenizerKind {
-  const char* vocab_file;  // the file the first section becomes
-  shardtrain::Tokenizer (*from_folder)(const std::string& dir);
+  const char* vocab_file;   // the file the first section (before kMergesSeparator) becomes
+  const char* merges_file;  // the file the rest after kMergesSeparator becomes; nullptr: none
 };
 
 const TokenizerKind kTokenizerKinds[] = {
-    {"vocab.txt", [](const std::string& dir) { return shardtrain::Tokenizer::from_model_dir(dir); }},
+    {"vocab.txt", nullptr},
+    {"tokenizer.json", nullptr},
+    {"vocab.json", "merges.txt"},
 };
+
+// Writes the model folder's files from the sections; returns the folder.
+std::string tokenizer_fuzz_folder(const TokenizerKind& kind, const std::string& vocab, const std::string& config) {
+  fuzz_support::clear_scratch();
+  if (kind.merges_file == nullptr) {
+    fuzz_support::write_scratch(kind.vocab_file, vocab);
+  } else {
+    const size_t at = vocab.find(kMergesSeparator);
+    fuzz_support::write_scratch(kind.vocab_file, vocab.substr(0, at));
+    if (at != std::string::npos) fuzz_support::write_scratch(kind.merges_file, vocab.substr(at + kMergesSeparator.size()));
+  }
+  if (!config.empty()) fuzz_support::write_scratch("tokenizer_config.json", config);
+  return fuzz_support::scratch().string();
+}
 
 void tokenizer_fuzz_check(const shardtrain::Tokenizer& tokenizer, const std::string& a, const std::string& b,
                           int max_length) {
@@ -49,11 +64,14 @@ void tokenizer_fuzz_check(const shardtrain::Tokenizer& tokenizer, const std::str
     const shardtrain::Encoding encoding = tokenizer.encode(a, second, max_length);
     FUZZ_REQUIRE(encoding.input_ids.size() == encoding.token_type_ids.size());
     if (max_length > 0) FUZZ_REQUIRE(static_cast<int>(encoding.input_ids.size()) <= max_length);
-    FUZZ_REQUIRE(!encoding.input_ids.empty() && encoding.input_ids.front() == tokenizer.cls_id());
+    // WordPiece: [CLS] first; BPE: whatever its template puts first.
+    if (std::string_view(tokenizer.type()) == "wordpiece")
+      FUZZ_REQUIRE(!encoding.input_ids.empty() && encoding.input_ids.front() == tokenizer.cls_id());
+    FUZZ_REQUIRE(encoding.input_ids.size() >= static_cast<size_t>(tokenizer.num_special_tokens(second.has_value())));
     for (int32_t id : encoding.input_ids) FUZZ_REQUIRE(id >= 0 && id < vocab_size);
   } catch (const shardtrain::Error&) {
     // max_length below the special tokens' count: refused, as documented.
-    FUZZ_REQUIRE(max_length < (second ? 3 : 2));
+    FUZZ_REQUIRE(max_length < tokenizer.num_special_tokens(second.has_value()));
   }
 }
 
@@ -70,7 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const TokenizerKind& kind : kTokenizerKinds) {
     std::optional<shardtrain::Tokenizer> tokenizer;
     try {
-      tokenizer.emplace(kind.from_folder(tokenizer_fuzz_folder(kind.vocab_file, parts[0], parts[1])));
+      tokenizer.emplace(shardtrain::Tokenizer::from_model_dir(tokenizer_fuzz_folder(kind, parts[0], parts[1])));
     } catch (const shardtrain::Error&) {
       continue;  // a vocabulary or config refused with a message
     }

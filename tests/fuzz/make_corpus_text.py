@@ -126,13 +126,13 @@ def deepspeed_corpus(root):
     return files
 
 
-# ---- tokenizer: vocab.txt, tokenizer_config.json, text a, text b -------------
+# ---- tokenizer: vocab file(s), tokenizer_config.json, text a, text b ----------
 SMALL_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "man", "##s", "run", "##ning", "un",
                "##aff", "##able", "hello", ",", "!", ".", "'", "é", "e", "##é", "中", "国", "日", "x", "##x",
                "Hello", "World", "##ing", "café", "cafe", "\u0301"]
 
 
-def tokenizer_corpus():
+def tokenizer_corpus(root):
     vocab = "\n".join(SMALL_VOCAB) + "\n"
     texts = ["Hello, World! the man's running unaffable", "caf\u00e9 cafe\u0301 CAFÉ \u4e2d\u56fd\u65e5",
              "\x00\x01\x7f \ufeff zero\u200bwidth \U0001F600 emoji", "x" * 300 + " " + "xx" * 50,
@@ -154,6 +154,123 @@ def tokenizer_corpus():
         "vocab_duplicates": vocab + "the\nthe\n" + SEP + SEP + "\x07the the",
         "vocab_blank_lines": "\n\n" + vocab + "\n\n \n" + SEP + SEP + "\x06a",
     })
+    files.update(bpe_tokenizer_seeds(root))
+    return files
+
+
+# ---- tokenizer, BPE kinds: tokenizer.json, vocab.json + merges.txt -----------
+MERGES_SEP = "\n-----\n"  # fuzz_tokenizer.cpp's split of vocab.json and merges.txt
+
+
+def small_bpe(path, specials, merge_count=300):
+    """A released byte-level BPE tokenizer.json cut to its 256 byte symbols,
+    its first merge_count usable merges and the given special tokens, renumbered
+    from 0 in that order. Returns (tokenizer.json as a dict, old id -> new id)."""
+    root = json.loads(read(path))
+    model = root["model"]
+    old_ids = dict(model["vocab"])
+    for entry in root.get("added_tokens", []):
+        old_ids.setdefault(entry["content"], entry["id"])
+    alphabet = sorted(tok for tok in model["vocab"] if len(tok) == 1)
+    kept, merges = list(alphabet), []
+    have = set(alphabet)
+    for merge in model["merges"]:
+        a, b = merge.split(" ") if isinstance(merge, str) else merge
+        if a in have and b in have and a + b in model["vocab"] and a + b not in have:
+            merges.append(merge)
+            kept.append(a + b)
+            have.add(a + b)
+            if len(merges) == merge_count:
+                break
+    tokens = list(specials) + [t for t in kept if t not in specials]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    renumber = {old_ids[tok]: vocab[tok] for tok in tokens if tok in old_ids}
+    model = dict(model, vocab=vocab, merges=merges)
+    added = [dict(e, id=vocab[e["content"]]) for e in root.get("added_tokens", []) if e["content"] in vocab]
+    return dict(root, model=model, added_tokens=added), renumber
+
+
+def bpe_tokenizer_seeds(root):
+    vocab_dir = os.path.join(root, "data/vocab")
+    roberta, _ = small_bpe(os.path.join(vocab_dir, "roberta-base/tokenizer.json"),
+                           ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    v = roberta["model"]["vocab"]
+    roberta["post_processor"] = dict(roberta["post_processor"], sep=["</s>", v["</s>"]], cls=["<s>", v["<s>"]])
+    modern, renumber = small_bpe(os.path.join(vocab_dir, "modernbert/tokenizer.json"),
+                                 ["<|padding|>", "<|endoftext|>", "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]",
+                                  "|||IP_ADDRESS|||"])
+    for special in modern["post_processor"]["special_tokens"].values():
+        special["ids"] = [renumber[i] for i in special["ids"]]
+    dump = lambda obj: json.dumps(obj, ensure_ascii=False)
+    rob, mod = dump(roberta), dump(modern)
+    texts = ["Hello, World! the man's running <mask> unaffable", " caf\u00e9 CAF\u00c9\u0301 \u4e2d\u56fd [MASK]x",
+             "\x00\x01\x7f \ufeff zero\u200bwidth \U0001F600 <s></s>", "  x" * 120 + "\t\r\n",
+             "\xff\xfe invalid utf-8? |||IP_ADDRESS||| [CLS][SEP]"]
+    files = {}
+    for i, text in enumerate(texts):
+        pair = SEP + ("the man <mask>" if i % 2 else "")
+        files["json_roberta_%d" % i] = rob + SEP + SEP + chr(4 + 5 * i) + text + pair
+        files["json_modernbert_%d" % i] = mod + SEP + SEP + chr(3 + 7 * i) + text + pair
+    merges_txt = "#version: 0.2\n" + "\n".join(
+        m if isinstance(m, str) else " ".join(m) for m in roberta["model"]["merges"]) + "\n"
+    vocab_json = dump(roberta["model"]["vocab"])
+    files.update({
+        "merges_roberta": vocab_json + MERGES_SEP + merges_txt + SEP + SEP + "\x09Hello <mask> world" + SEP + "b",
+        "merges_prefix_space": vocab_json + MERGES_SEP + merges_txt + SEP + '{"add_prefix_space": true, '
+                               '"mask_token": {"content": "<mask>", "lstrip": true}}' + SEP + "\x0chi <mask>",
+        "merges_crlf": vocab_json + MERGES_SEP + merges_txt.replace("\n", "\r\n") + SEP + SEP + "\x06ab",
+        "merges_three_tokens": vocab_json + MERGES_SEP + "a b c\n" + SEP + SEP + "\x06abc",
+        "merges_missing": vocab_json + SEP + SEP + "\x06abc",
+        "merges_unknown_token": vocab_json + MERGES_SEP + "zz qq\n" + SEP + SEP + "\x06zzqq",
+        "json_modernbert_config": mod + SEP + '{"model_max_length": 8192, "do_lower_case": true}' + SEP + "\x20ABC",
+        "json_roberta_prefix_space": rob + SEP + '{"add_prefix_space": true}' + SEP + "\x05hello",
+        "json_wordpiece": dump({"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                                          "max_input_chars_per_word": 100,
+                                          "vocab": {t: i for i, t in enumerate(SMALL_VOCAB)}},
+                                "normalizer": {"type": "BertNormalizer", "lowercase": False},
+                                "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]}})
+                          + SEP + SEP + "\x08Hello the man's running" + SEP + "caf\u00e9",
+    })
+    def broken(name, change, text="\x08hello <mask>"):
+        obj = json.loads(rob)
+        change(obj)
+        files["json_bad_" + name] = dump(obj) + SEP + SEP + text
+    broken("unigram", lambda o: o["model"].update(type="Unigram"))
+    broken("no_type_no_merges", lambda o: (o["model"].pop("type", None), o["model"].pop("merges")))
+    broken("dropout_text", lambda o: o["model"].update(dropout="0.1"))
+    broken("dropout", lambda o: o["model"].update(dropout=0.1))
+    broken("byte_fallback", lambda o: o["model"].update(byte_fallback=True))
+    broken("merge_three", lambda o: o["model"]["merges"].insert(0, "a b c"))
+    broken("merge_list", lambda o: o["model"]["merges"].insert(0, ["a", 3]))
+    broken("merge_unknown", lambda o: o["model"]["merges"].insert(0, "zz qq"))
+    broken("merges_object", lambda o: o["model"].update(merges={"a": "b"}))
+    broken("vocab_list", lambda o: o["model"].update(vocab=["a", "b"]))
+    broken("vocab_negative_id", lambda o: o["model"]["vocab"].update(a=-5))
+    broken("vocab_huge_id", lambda o: o["model"]["vocab"].update(a=1 << 40))
+    broken("vocab_duplicate_id", lambda o: o["model"]["vocab"].update(a=0))
+    broken("vocab_float_id", lambda o: o["model"]["vocab"].update(a=1.5))
+    broken("added_huge_id", lambda o: o["added_tokens"].append({"id": 1 << 33, "content": "<big>", "special": True}))
+    broken("added_no_content", lambda o: o["added_tokens"].append({"id": 7}))
+    broken("added_empty_content", lambda o: o["added_tokens"].append({"id": 7, "content": "", "special": True}))
+    broken("added_flags", lambda o: o["added_tokens"].append({"id": 9, "content": "ab", "single_word": True,
+                                                               "rstrip": "yes"}))
+    broken("unk_missing", lambda o: o["model"].update(unk_token="<nothere>"))
+    broken("post_unknown_type", lambda o: o.update(post_processor={"type": "Fancy"}))
+    broken("post_cls_missing", lambda o: o["post_processor"].update(cls=["<nothere>", 99999]))
+    broken("post_cls_wrong_id", lambda o: o["post_processor"].update(cls=["<s>", -1]))
+    broken("template_unknown", lambda o: o.update(post_processor={
+        "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "X", "type_id": 0}}, {"Sequence": {"id": "A"}}],
+        "pair": [{"Sequence": {"id": "C", "type_id": 1}}], "special_tokens": {}}))
+    broken("template_none", lambda o: o.update(post_processor=None))
+    broken("normalizer_unknown", lambda o: o.update(normalizer={"type": "Precompiled"}))
+    broken("normalizer_sequence", lambda o: o.update(normalizer={"type": "Sequence", "normalizers": [
+        {"type": "NFKC"}, {"type": "Lowercase"}, {"type": "Strip", "left": True}]}))
+    broken("pre_split", lambda o: o.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": "\\s+"}}))
+    broken("pre_sequence", lambda o: o.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "ByteLevel", "add_prefix_space": True}, {"type": "Digits"}]}))
+    broken("model_list", lambda o: o.update(model=[1, 2]))
+    files["json_bad_truncated"] = rob[:5000] + SEP + SEP + "\x08a"
+    files["json_bad_deep"] = '{"model": ' + "[" * 600 + "]" * 600 + "}" + SEP + SEP + "\x08a"
     return files
 
 
@@ -342,5 +459,5 @@ def checkpoint_corpus(root):
 def corpora(root):
     return {"safetensors_index": index_corpus(), "hf_config": hf_config_corpus(root),
             "run_config": run_config_corpus(root), "deepspeed": deepspeed_corpus(root),
-            "tokenizer": tokenizer_corpus(), "reader": reader_corpus(root), "curves": curves_corpus(),
+            "tokenizer": tokenizer_corpus(root), "reader": reader_corpus(root), "curves": curves_corpus(),
             "tensorboard": tensorboard_corpus(), "checkpoint": checkpoint_corpus(root)}

@@ -6,7 +6,8 @@
 #       replay tests/fuzz/corpus/NAME (every seed, good or broken, must be
 #       handled without a crash), then fuzz from it for SECONDS (20); a crash,
 #       sanitizer report or broken property fails, leaving the input in WORK_DIR.
-# Extra libFuzzer flags: FUZZ_FLAGS="-jobs=2 -workers=2".
+# Extra libFuzzer flags: FUZZ_FLAGS="-jobs=2 -workers=2"; FUZZ_LOG=FILE keeps
+# libFuzzer's whole output (its coverage lines) there.
 set -euo pipefail
 mode=$1 source_dir=$(cd "$2" && pwd) work_dir=$3
 mkdir -p "$work_dir"
@@ -39,7 +40,7 @@ case $mode in
     cd "$work_dir/crashes_$name"
     "$exe" -runs=0 "${dict[@]}" "$corpus" 2>&1 | tail -n 3
     "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-      -print_final_stats=1 ${FUZZ_FLAGS:-} "${dict[@]}" "$corpus" 2>&1 | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)\|# Uses: \|recommended dictionary' | tail -n 12
+      -print_final_stats=1 ${FUZZ_FLAGS:-} "${dict[@]}" "$corpus" 2>&1 | tee "${FUZZ_LOG:-/dev/null}" | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)\|# Uses: \|recommended dictionary' | tail -n 12
     echo "fuzz $name: no crash in $seconds s"
     ;;
   *) echo "usage: run_fuzz.sh build|run SOURCE_DIR WORK_DIR [NAME [SECONDS]]"; exit 2 ;;
