@@ -10,7 +10,9 @@
 #   - a truncated and a bit-flipped newest checkpoint: clear Errors naming the
 #     file (and the tensor), inspect --verify, and --resume of an older one;
 #   - a full disk (a small tmpfs, when this user may mount one): an Error with
-#     ENOSPC and the path, no temporary file left, the previous checkpoint intact.
+#     ENOSPC and the path, no temporary file left, the previous checkpoint intact;
+#     and filled between checkpoints: every rank ends with the ENOSPC of rank 0's
+#     progress.csv or TensorBoard write.
 #   - a second job on a run folder is refused naming the holder; a killed
 #     job's lock is taken over and its temporary files are removed.
 #   - a rank stopped at random moments during training steps: the job ends,
@@ -231,6 +233,30 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=80m tmpfs "$TMP/small" 2>/dev/nu
   else
     fail "full disk (status $status; files: $(ls "$D" | tr '\n' ' '))" "$TMP/full.log"
   fi
+  # The disk fills while no checkpoint is due: rank 0's next progress.csv row
+  # or TensorBoard event fails. Every rank ends with that Error (exit 2, ENOSPC
+  # and the file), not the collective timeout naming rank 0 (status 1, no word
+  # of the disk).
+  timeout -s KILL 120 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
+    --run.storage_path "$TMP/small" --run.name full_log --run.collective_timeout_s 30 --train.max_steps 100000 \
+    --train.log_every_steps 1 --checkpoint.every_epochs 0 --train.eval_every_steps 0 >"$TMP/full_log.log" 2>&1 &
+  JOB=$!
+  if wait_for "$TMP/full_log.log" "step 3/" 60; then
+    dd if=/dev/zero of="$TMP/small/filler" bs=1M >/dev/null 2>&1
+    FILLED=$SECONDS
+    wait $JOB
+    status=$? took=$((SECONDS - FILLED))
+    if [ $status -eq 2 ] && grep -q "$TMP/small/full_log/\(progress.csv\|tensorboard/events[^ ]*\)'\?: No space left on device (ENOSPC)" \
+      "$TMP/full_log.log" && [ $took -lt 30 ]; then
+      pass "full disk with no checkpoint due: exit 2 naming ENOSPC and the file, ${took} s after it filled"
+    else
+      fail "full disk with no checkpoint due (status $status, ${took} s after it filled)" "$TMP/full_log.log"
+    fi
+  else
+    kill -9 $JOB 2>/dev/null
+    fail "full disk with no checkpoint due: no step 3 within 60 s" "$TMP/full_log.log"
+  fi
+  rm -f "$TMP/small/filler"
 else
   echo "skip: full disk (mounting a small tmpfs needs root; this is uid $(id -u))"
 fi

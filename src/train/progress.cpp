@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/run_folder.h"
@@ -88,7 +89,11 @@ void ProgressMeter::record(const StepRecord& s) {
   }
   if (!log_now) return;
   const double norm = window_norm_ / std::max<int64_t>(window_steps_, 1);
-  if (rank_ == 0) {
+  // Collective, like the reports' writes: a row rank 0 cannot write (a full
+  // disk) ends every rank with its Error now. Thrown on rank 0 alone, it let
+  // the others go on into the next step's collectives until the timeout ended
+  // the job, the error unsaid (docs/DESIGN.md, "Errors and hangs").
+  on_rank0(folder_.comm(), str_format("writing progress.csv at step %lld", static_cast<long long>(s.step)), [&] {
     folder_.append_progress(str_format("%lld,%.6f,%.8g,%.8g,%.8g,%.6g,%.6g,%.3f,%.8g,%lld", static_cast<long long>(s.step),
                                        s.epoch, loss, s.lr, norm, window_samples_ / dt, window_tokens_ / dt,
                                        elapsed_total(), s.loss_scale, static_cast<long long>(s.skipped_steps)));
@@ -105,7 +110,7 @@ void ProgressMeter::record(const StepRecord& s) {
         tensorboard_->add_scalar("train/skipped_steps", static_cast<double>(s.skipped_steps), s.step);
       }
     }
-  }
+  });
   window_start_ = now;
   window_loss_ = window_norm_ = window_tokens_ = 0;
   window_steps_ = window_samples_ = 0;

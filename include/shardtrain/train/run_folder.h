@@ -41,6 +41,7 @@ class RunFolder {
 
   const std::string& dir() const { return dir_; }
   int rank() const { return rank_; }  // in the job's communicator
+  MPI_Comm comm() const { return comm_; }
   std::string file(const std::string& name) const;
 
   // Collective (rank 0 writes): config.toml, and result.jsonl / progress.csv
