@@ -432,10 +432,10 @@ PYEOF
   fi
   # A FIFO would block an open(), a symbolic-link loop cannot be opened: both named, no hang.
   mkfifo "$TMP/fifo.h5" && ln -s "$TMP/loop.h5" "$TMP/loop.h5"
-  if run ckpt_inspect_fifo 2 timeout 20 "$BIN" inspect "$TMP/fifo.h5"; then
+  if run ckpt_inspect_fifo 2 timeout "$((20 * ${SHARDTRAIN_TEST_TIME_SCALE:-1}))" "$BIN" inspect "$TMP/fifo.h5"; then
     expect_in "inspect: FIFO" "$TMP/ckpt_inspect_fifo.err" "is a FIFO (named pipe), not a file"
   fi
-  if run ckpt_inspect_loop 2 timeout 20 "$BIN" inspect "$TMP/loop.h5"; then
+  if run ckpt_inspect_loop 2 timeout "$((20 * ${SHARDTRAIN_TEST_TIME_SCALE:-1}))" "$BIN" inspect "$TMP/loop.h5"; then
     expect_in "inspect: symlink loop" "$TMP/ckpt_inspect_loop.err" "a loop of symbolic links"
   fi
   if run ckpt_plain 0 "$PROBE" "$TMP/plain.h5" --plain && run ckpt_inspect_plain 2 "$BIN" inspect "$TMP/plain.h5"; then

@@ -29,8 +29,12 @@ SRC=${2:?source dir}
 MPIEXEC=${3:?mpiexec}
 shift 3
 MPI_FLAGS=("$@")
-TIMEOUT_S=5  # as the soak: the stopped-rank cases wait this long five times
-SLACK_S=15  # start of the abort, reading the boards (about 2 s), MPI_Abort tearing the job down
+# SHARDTRAIN_TEST_TIME_SCALE (5 in a sanitized build, tests/CMakeLists.txt)
+# stretches every bound of this script: the jobs run that much slower there.
+SCALE=${SHARDTRAIN_TEST_TIME_SCALE:-1}
+TIMEOUT_S=$((5 * SCALE))  # as the soak: the stopped-rank cases wait this long five times
+SLACK_S=$((15 * SCALE))  # start of the abort, reading the boards (about 2 s), MPI_Abort tearing the job down
+JOB_LIMIT_S=$((120 * SCALE))  # a job that runs longer than this is killed and its case fails
 export OMP_NUM_THREADS=1
 cd "$SRC" || exit 1
 
@@ -51,11 +55,11 @@ fail() {
 pass() { echo "ok:   $1"; }
 
 # train NAME [flags...]: quickstart at -np 2 into $TMP/runs/NAME, log $TMP/NAME.log,
-# bounded by 120 s whatever happens.
+# bounded by JOB_LIMIT_S (120 s) whatever happens.
 train() {
   local name=$1
   shift
-  timeout -s KILL 120 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
+  timeout -s KILL "$JOB_LIMIT_S" "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
     --run.storage_path "$TMP/runs" --run.name "$name" --run.collective_timeout_s "$TIMEOUT_S" \
     --train.log_every_steps 1 --checkpoint.num_to_keep 0 "$@" >>"$TMP/$name.log" 2>&1
 }
@@ -70,10 +74,10 @@ rank_pid() {
   return 1
 }
 
-# wait_for FILE PATTERN SECONDS: until PATTERN appears in FILE.
+# wait_for FILE PATTERN SECONDS: until PATTERN appears in FILE (SECONDS x SCALE).
 wait_for() {
   local i
-  for i in $(seq 1 $(($3 * 20))); do
+  for i in $(seq 1 $(($3 * 20 * SCALE))); do
     grep -q -- "$2" "$1" 2>/dev/null && return 0
     sleep 0.05
   done
@@ -221,7 +225,7 @@ mkdir -p "$TMP/small"
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=80m tmpfs "$TMP/small" 2>/dev/null; then
   MOUNTED=$TMP/small
   # The first checkpoint (50 MB) fits, the second does not.
-  timeout -s KILL 120 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
+  timeout -s KILL "$JOB_LIMIT_S" "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
     --run.storage_path "$TMP/small" --run.name full --train.max_steps 30 --checkpoint.every_steps 10 \
     --checkpoint.num_to_keep 0 >"$TMP/full.log" 2>&1
   status=$?
@@ -237,8 +241,8 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=80m tmpfs "$TMP/small" 2>/dev/nu
   # or TensorBoard event fails. Every rank ends with that Error (exit 2, ENOSPC
   # and the file), not the collective timeout naming rank 0 (status 1, no word
   # of the disk).
-  timeout -s KILL 120 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
-    --run.storage_path "$TMP/small" --run.name full_log --run.collective_timeout_s 30 --train.max_steps 100000 \
+  timeout -s KILL "$JOB_LIMIT_S" "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config configs/quickstart.toml \
+    --run.storage_path "$TMP/small" --run.name full_log --run.collective_timeout_s "$((30 * SCALE))" --train.max_steps 100000 \
     --train.log_every_steps 1 --checkpoint.every_epochs 0 --train.eval_every_steps 0 >"$TMP/full_log.log" 2>&1 &
   JOB=$!
   if wait_for "$TMP/full_log.log" "step 3/" 60; then
@@ -247,7 +251,7 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=80m tmpfs "$TMP/small" 2>/dev/nu
     wait $JOB
     status=$? took=$((SECONDS - FILLED))
     if [ $status -eq 2 ] && grep -q "$TMP/small/full_log/\(progress.csv\|tensorboard/events[^ ]*\)'\?: No space left on device (ENOSPC)" \
-      "$TMP/full_log.log" && [ $took -lt 30 ]; then
+      "$TMP/full_log.log" && [ $took -lt $((30 * SCALE)) ]; then
       pass "full disk with no checkpoint due: exit 2 naming ENOSPC and the file, ${took} s after it filled"
     else
       fail "full disk with no checkpoint due (status $status, ${took} s after it filled)" "$TMP/full_log.log"

@@ -30,6 +30,8 @@ case $mode in
     ;;
   run)
     name=$4 seconds=${5:-20}
+    log=${FUZZ_LOG:-/dev/null}
+    [[ $log == /* ]] || log=$PWD/$log  # the fuzzer runs in crashes_NAME
     exe=$work_dir/build/fuzz_$name
     [[ -x $exe ]] || { echo "fuzz: $exe not built (run_fuzz.sh build first)"; exit 1; }
     corpus=$work_dir/corpus_$name
@@ -40,7 +42,7 @@ case $mode in
     cd "$work_dir/crashes_$name"
     "$exe" -runs=0 "${dict[@]}" "$corpus" 2>&1 | tail -n 3
     "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-      -print_final_stats=1 ${FUZZ_FLAGS:-} "${dict[@]}" "$corpus" 2>&1 | tee "${FUZZ_LOG:-/dev/null}" | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)\|# Uses: \|recommended dictionary' | tail -n 12
+      -print_final_stats=1 ${FUZZ_FLAGS:-} "${dict[@]}" "$corpus" 2>&1 | tee "$log" | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)\|# Uses: \|recommended dictionary' | tail -n 12
     echo "fuzz $name: no crash in $seconds s"
     ;;
   *) echo "usage: run_fuzz.sh build|run SOURCE_DIR WORK_DIR [NAME [SECONDS]]"; exit 2 ;;
