@@ -289,7 +289,7 @@ TEST_CASE("tokenizer.json: hostile ids and wrongly typed fields are refused, nam
   // A template id outside the vocabulary: encode() gave id -1 (or any id) to the model.
   std::string message = error_with("cls_negative", [](nlohmann::json& r) { r["post_processor"]["cls"] = {"<s>", -1}; });
   CHECK(files_contains(message, "cls_negative/tokenizer.json"));
-  CHECK(files_contains(message, "post_processor.cls's id must be an integer id from 0 to 16777215, not -1"));
+  CHECK(files_contains(message, "post_processor.cls's id must be an integer id from 0 to 1048575, not -1"));
   message = error_with("sep_beyond", [](nlohmann::json& r) { r["post_processor"]["sep"] = {"</s>", 60000}; });
   CHECK(files_contains(message, "post_processor names token id 60000, beyond the vocabulary's 50265 ids"));
   message = error_with("template_text_id", [](nlohmann::json& r) {
@@ -306,14 +306,33 @@ TEST_CASE("tokenizer.json: hostile ids and wrongly typed fields are refused, nam
         "special_tokens": {}})");
   });
   CHECK(files_contains(message, "post_processor.single item 'A' has type_id 7; token types are 0 or 1"));
+  // A text named twice was inserted twice, past max_length (truncation fits it once).
+  message = error_with("template_twice", [](nlohmann::json& r) {
+    r["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "A"}}],
+        "pair": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {}})");
+  });
+  CHECK(files_contains(message, "post_processor.single names sequence A 2 times; the single template takes A once and no B"));
+  message = error_with("pair_without_b", [](nlohmann::json& r) {
+    r["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A"}}], "pair": [{"Sequence": {"id": "A"}}], "special_tokens": {}})");
+  });
+  CHECK(files_contains(message, "post_processor.pair names sequence B 0 times; the pair template takes A once and B once"));
+  // An id inside the table that no token has (vocabulary ids may leave holes).
+  message = error_with("template_hole", [](nlohmann::json& r) {
+    r["model"]["vocab"]["<far>"] = 60000;
+    r["post_processor"]["sep"] = {"</s>", 59999};
+  });
+  CHECK(files_contains(message, "post_processor names token id 59999, which no token of the vocabulary or added_tokens has"));
   // Ids that sized the token table: 2^31 - 1 allocated 2^31 strings; an added
   // token's 2^33 wrapped to id 0 through int32.
   message = error_with("vocab_huge", [](nlohmann::json& r) { r["model"]["vocab"]["zzz"] = 2147483647; });
-  CHECK(files_contains(message, "model.vocab entry 'zzz' must be an integer id from 0 to 16777215, not 2147483647"));
+  CHECK(files_contains(message, "model.vocab entry 'zzz' must be an integer id from 0 to 1048575, not 2147483647"));
   message = error_with("added_huge", [](nlohmann::json& r) {
     r["added_tokens"].push_back({{"id", int64_t{1} << 33}, {"content", "<big>"}, {"special", true}});
   });
-  CHECK(files_contains(message, "added token '<big>' must be an integer id from 0 to 16777215, not 8589934592"));
+  CHECK(files_contains(message, "added token '<big>' must be an integer id from 0 to 1048575, not 8589934592"));
   message = error_with("added_text_id", [](nlohmann::json& r) {
     r["added_tokens"].push_back({{"id", "7"}, {"content", "<seven>"}});
   });

@@ -146,7 +146,11 @@ struct Tokenizer::Loader {
     tokjson::read_normalizer(root.value("normalizer", json()), name, bpe->normalizer);
     tokjson::read_pre_tokenizer(root.value("pre_tokenizer", json()), name, *bpe);
     tokjson::read_post_processor(root.value("post_processor", json()), name, *bpe);
-    tokjson::check_template_ids(*bpe, bpe->tokens.size(), name);
+    std::vector<bool> has_token(bpe->tokens.size(), false);  // ids may leave holes
+    for (const auto& entry : spec.vocab) has_token[static_cast<std::size_t>(entry.second)] = true;
+    for (const BpeAddedToken& t : bpe->added) has_token[static_cast<std::size_t>(t.id)] = true;
+    tokjson::check_template_ids(
+        *bpe, bpe->tokens.size(), [&](int32_t id) { return has_token[static_cast<std::size_t>(id)]; }, name);
     apply_configs(*bpe, configs);
     tokjson::resolve_specials(*bpe, configs, name, model_unk);
     bpe->finish();
@@ -282,7 +286,7 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
   // The template must be BERT's; its special tokens name [CLS] and [SEP].
   Bpe shape;
   tokjson::read_post_processor(root.value("post_processor", json()), name, shape);
-  tokjson::check_template_ids(shape, by_id.size(), name);
+  tokjson::check_template_ids(shape, by_id.size(), [](int32_t) { return true; }, name);  // ids 0 .. n-1, each once
   auto is = [](const std::vector<BpeTemplatePiece>& t, const std::vector<std::pair<int, int>>& want) {
     if (t.size() != want.size()) return false;
     for (std::size_t i = 0; i < t.size(); ++i) {

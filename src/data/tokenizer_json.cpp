@@ -1,6 +1,7 @@
 #include "data/tokenizer_json.h"
 
 #include <algorithm>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -158,6 +159,18 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
         }
         pieces.push_back(std::move(piece));
       }
+      // encode() fits A (and B) into max_length once each: a text repeated
+      // would pass it. Single: A once, no B; pair: A once and B once.
+      const bool pair = std::string(key) == "pair";
+      for (const int sequence : {0, 1}) {
+        const auto uses = std::count_if(pieces.begin(), pieces.end(),
+                                        [&](const BpeTemplatePiece& p) { return p.sequence == sequence; });
+        const auto wanted = sequence == 0 || pair ? 1 : 0;
+        if (uses != wanted)
+          throw Error("'" + name + "': post_processor." + key + " names sequence " + (sequence == 0 ? "A" : "B") + " " +
+                      std::to_string(uses) + " times; the " + key + " template takes " +
+                      (pair ? "A once and B once" : "A once and no B"));
+      }
       return pieces;
     };
     bpe.single = read("single");
@@ -168,13 +181,17 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
   }
 }
 
-void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size, const std::string& name) {
+void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size,
+                        const std::function<bool(int32_t)>& has_token, const std::string& name) {
   for (const auto* pieces : {&bpe.single, &bpe.pair}) {
     for (const BpeTemplatePiece& piece : *pieces) {
       for (const int32_t id : piece.ids) {
         if (static_cast<std::size_t>(id) >= vocab_size)
           throw Error("'" + name + "': post_processor names token id " + std::to_string(id) +
                       ", beyond the vocabulary's " + std::to_string(vocab_size) + " ids");
+        if (!has_token(id))
+          throw Error("'" + name + "': post_processor names token id " + std::to_string(id) +
+                      ", which no token of the vocabulary or added_tokens has");
       }
     }
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,10 +52,11 @@ Configs read_configs(const FileMap& files, const Where& where);
 const json& field(const json& object, const char* key, const std::string& name, const char* what);
 std::string type_of(const json& object, const std::string& name, const std::string& field_name);
 int32_t lookup(const std::unordered_map<std::string, int32_t>& ids, const std::string& token);
-// The largest token id a tokenizer file may use (2^24 - 1): token ids size
-// the embedding matrix and this tokenizer's id table, so a hostile id of 2^31
-// is refused by name instead of allocating gigabytes.
-inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+// The largest token id a tokenizer file may use (2^20 - 1, four times the
+// largest released vocabularies, about 262k): token ids size the embedding
+// matrix and this tokenizer's id table, so a hostile id of 2^31 is refused by
+// name instead of allocating gigabytes (2^20 ids: 32 MiB of empty strings).
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 20) - 1;
 // {token: id} with ids in [0, kMaxTokenId].
 std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, const std::string& name,
                                                           const std::string& field_name);
@@ -63,9 +65,11 @@ int32_t token_id_value(const json& value, const std::string& name, const std::st
 
 // The parts of a BPE tokenizer.json (tokenizer.h lists what is supported).
 void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe);
-// Every special id of bpe.single / bpe.pair names a token of a vocabulary of
-// vocab_size ids; an Error naming the post_processor otherwise.
-void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size, const std::string& name);
+// Every special id of bpe.single / bpe.pair is below vocab_size and names a
+// token (has_token: the id table may have holes); an Error naming the
+// post_processor otherwise.
+void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size,
+                        const std::function<bool(int32_t)>& has_token, const std::string& name);
 void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out);
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe);
 // bpe.tokens / token_ids from the model vocabulary and bpe.added.

@@ -56,7 +56,8 @@ def write_corpus(target, files):
     os.makedirs(folder, exist_ok=True)
     for name, data in files.items():
         with open(os.path.join(folder, name), "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
+            # surrogateescape: "\udcff" in a seed's text is the byte 0xff (invalid UTF-8).
+            f.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
 
 
 if __name__ == "__main__":

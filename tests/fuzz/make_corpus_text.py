@@ -136,7 +136,7 @@ def tokenizer_corpus(root):
     vocab = "\n".join(SMALL_VOCAB) + "\n"
     texts = ["Hello, World! the man's running unaffable", "caf\u00e9 cafe\u0301 CAFÉ \u4e2d\u56fd\u65e5",
              "\x00\x01\x7f \ufeff zero\u200bwidth \U0001F600 emoji", "x" * 300 + " " + "xx" * 50,
-             "\xff\xfe invalid utf-8?", "\t\r\n spaces   only  "]
+             "\udcff\udcfe invalid utf-8?", "\t\r\n spaces   only  "]
     files = {}
     for i, text in enumerate(texts):
         files["vocab_text_%d" % i] = vocab + SEP + SEP + chr(5 + 3 * i) + text + SEP + ("the man" if i % 2 else "")
@@ -205,7 +205,7 @@ def bpe_tokenizer_seeds(root):
     rob, mod = dump(roberta), dump(modern)
     texts = ["Hello, World! the man's running <mask> unaffable", " caf\u00e9 CAF\u00c9\u0301 \u4e2d\u56fd [MASK]x",
              "\x00\x01\x7f \ufeff zero\u200bwidth \U0001F600 <s></s>", "  x" * 120 + "\t\r\n",
-             "\xff\xfe invalid utf-8? |||IP_ADDRESS||| [CLS][SEP]"]
+             "\udcff\udcfe invalid utf-8? |||IP_ADDRESS||| [CLS][SEP]"]
     files = {}
     for i, text in enumerate(texts):
         pair = SEP + ("the man <mask>" if i % 2 else "")
