@@ -38,17 +38,26 @@ EncoderConfig preflight_model() {
 
 }  // namespace
 
-TEST_CASE("sentence pairs need type_vocab_size >= 2") {
+TEST_CASE("the tokenizer's token types must fit the model's type_vocab_size") {
   EncoderConfig m = preflight_model();
   DataConfig pairs;  // text_b "#2 String" by default
-  check_model_for_data(m, pairs, "model.json");
+  check_model_for_data(m, pairs, 1, "model.json");
   m.type_vocab_size = 1;
-  CHECK(shardtrain_test::error_of([&] { check_model_for_data(m, pairs, "model.json"); }) ==
-        "model.json: type_vocab_size = 1, but data.text_b = '#2 String' makes sentence pairs, whose second sentence "
-        "has token type 1; use a model with type_vocab_size >= 2, or set data.text_b = \"\" for single sentences");
+  CHECK(shardtrain_test::error_of([&] { check_model_for_data(m, pairs, 1, "model.json"); }) ==
+        "model.json: type_vocab_size = 1, but data.text_b = '#2 String' makes sentence pairs, to which the tokenizer "
+        "gives token type 1; use a model with type_vocab_size >= 2, or set data.text_b = \"\" for single sentences");
+  // RoBERTa's tokenizers give pairs type 0: a one-type model takes them.
+  check_model_for_data(m, pairs, 0, "model.json");
   DataConfig single;
   single.text_b = "";
-  check_model_for_data(m, single, "model.json");
+  check_model_for_data(m, single, 0, "model.json");
+  // A tokenizer.json whose single template gives type 1 (its type ids are read, not assumed).
+  CHECK(shardtrain_test::error_of([&] { check_model_for_data(m, single, 1, "model.json"); }) ==
+        "model.json: type_vocab_size = 1, but the tokenizer gives single sentences token type 1; use a model with "
+        "type_vocab_size >= 2 or a tokenizer whose template gives type 0");
+  // Families without type embeddings (DistilBERT, ModernBERT: type_vocab_size 0) ignore the types.
+  m.type_vocab_size = 0;
+  check_model_for_data(m, pairs, 1, "model.json");
 }
 
 TEST_CASE("sizes in config.json are bounded before anything is allocated") {

@@ -325,6 +325,16 @@ TEST_CASE("tokenizer.json: hostile ids and wrongly typed fields are refused, nam
     r["post_processor"]["sep"] = {"</s>", 59999};
   });
   CHECK(files_contains(message, "post_processor names token id 59999, which no token of the vocabulary or added_tokens has"));
+  // The token types encode() gives are the template's (preflight checks them against type_vocab_size).
+  CHECK(Tokenizer::from_model_dir(kFilesRoberta).max_token_type(true) == 0);
+  nlohmann::json typed = roberta;
+  typed["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"Sequence": {"id": "A", "type_id": 1}}],
+      "pair": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "B"}}], "special_tokens": {}})");
+  const Tokenizer typed_tokenizer = Tokenizer::from_model_dir(dir.folder("typed", {{"tokenizer.json", typed.dump()}}));
+  CHECK(typed_tokenizer.max_token_type(false) == 1);
+  CHECK(typed_tokenizer.max_token_type(true) == 0);
+  CHECK(typed_tokenizer.encode("hello", std::nullopt, 0).token_type_ids == std::vector<uint8_t>{1});
   // Ids that sized the token table: 2^31 - 1 allocated 2^31 strings; an added
   // token's 2^33 wrapped to id 0 through int32.
   message = error_with("vocab_huge", [](nlohmann::json& r) { r["model"]["vocab"]["zzz"] = 2147483647; });

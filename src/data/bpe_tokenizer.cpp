@@ -248,6 +248,12 @@ int Tokenizer::Bpe::num_special(bool is_pair) const {
   return count;
 }
 
+int Tokenizer::Bpe::max_type_id(bool is_pair) const {
+  int largest = 0;
+  for (const BpeTemplatePiece& piece : is_pair ? pair : single) largest = std::max<int>(largest, piece.type_id);
+  return largest;
+}
+
 Encoding Tokenizer::Bpe::encode(std::string_view text_a, std::optional<std::string_view> text_b,
                                 int max_length) const {
   const int specials = num_special(text_b.has_value());

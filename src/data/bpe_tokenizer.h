@@ -70,6 +70,7 @@ struct Tokenizer::Bpe {
   void tokenize(std::string_view text, std::vector<int32_t>& out) const;
   Encoding encode(std::string_view text_a, std::optional<std::string_view> text_b, int max_length) const;
   int num_special(bool is_pair) const;
+  int max_type_id(bool is_pair) const;
   void normalize(std::string& text) const;
 
  private:

@@ -531,6 +531,7 @@ std::string Tokenizer::vocab_text() const {
 
 const char* Tokenizer::type() const { return bpe_ ? "bpe" : "wordpiece"; }
 int Tokenizer::num_special_tokens(bool pair) const { return bpe_ ? bpe_->num_special(pair) : (pair ? 3 : 2); }
+int Tokenizer::max_token_type(bool pair) const { return bpe_ ? bpe_->max_type_id(pair) : (pair ? 1 : 0); }
 int64_t Tokenizer::model_max_length() const { return model_max_length_; }
 
 const std::string& Tokenizer::token(int32_t id) const {

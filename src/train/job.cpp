@@ -152,7 +152,7 @@ void preflight(const TrainJob& job) {
   const std::string config_path = model_config_path(config.model);
   EncoderConfig model = EncoderConfig::from_file(config_path);
   model.set_num_labels(job.num_labels);
-  check_model_for_data(model, config.data, config_path);
+  check_model_for_data(model, config.data, job.tokenizer->max_token_type(!config.data.text_b.empty()), config_path);
   const int world = job.topology.world_size;
   if (job.topology.rank == 0) log_info("%s", describe_estimate(estimate_memory(config, model, world)).c_str());
   if (config.run.device == Device::kCpu) {

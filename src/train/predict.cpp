@@ -134,7 +134,7 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
 
   DataConfig data;  // the one data setting the model must be able to take
   data.text_b = options.text_b;
-  check_model_for_data(config, data, loaded.config_source);
+  check_model_for_data(config, data, tokenizer.max_token_type(!data.text_b.empty()), loaded.config_source);
 
   PredictResult result;
   result.regression = config.num_labels == 1 || config.problem_type == "regression";

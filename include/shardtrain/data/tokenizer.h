@@ -152,6 +152,9 @@ class Tokenizer {
   const char* type() const;
   // Special tokens the template adds: 2 / 3 (WordPiece), 2 / 4 (RoBERTa).
   int num_special_tokens(bool pair) const;
+  // The largest token type id encode() gives a single text or a pair:
+  // WordPiece 0 / 1, BPE its template's (RoBERTa's: 0 for both).
+  int max_token_type(bool pair) const;
   // tokenizer_config.json model_max_length; 0 when unset or HF's "no limit"
   // sentinel (1e30).
   int64_t model_max_length() const;

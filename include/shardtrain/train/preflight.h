@@ -2,7 +2,7 @@
 // together, made before anything large is allocated.
 //
 //   EncoderConfig model = ...;  model.set_num_labels(num_labels);
-//   check_model_for_data(model, config.data, model_source);          // type_vocab_size vs text_b
+//   check_model_for_data(model, config.data, tokenizer.max_token_type(pairs), model_source);  // type_vocab_size
 //
 // The memory a job needs, and the refusal of one that cannot fit, are
 // train/memory_estimate.h.
@@ -17,9 +17,12 @@
 
 namespace shardtrain {
 
-// Error when the model cannot take the data: sentence pairs (data.text_b set)
-// need token type 1, i.e. type_vocab_size >= 2. `model_source` names the
-// model's config.json for the message.
-void check_model_for_data(const EncoderConfig& model, const DataConfig& data, const std::string& model_source);
+// Error when the model cannot take the tokens: the tokenizer gives the data
+// (sentence pairs when data.text_b is set) token types up to max_token_type
+// (Tokenizer::max_token_type: 1 for BERT's pairs, 0 for RoBERTa's), and the
+// model's type embeddings hold type_vocab_size of them. `model_source` names
+// the model's config.json for the message.
+void check_model_for_data(const EncoderConfig& model, const DataConfig& data, int max_token_type,
+                          const std::string& model_source);
 
 }  // namespace shardtrain
