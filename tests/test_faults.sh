@@ -250,15 +250,19 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=80m tmpfs "$TMP/small" 2>/dev/nu
     FILLED=$SECONDS
     wait $JOB
     status=$? took=$((SECONDS - FILLED))
-    if [ $status -eq 2 ] && grep -q "$TMP/small/full_log/\(progress.csv\|tensorboard/events[^ ]*\)'\?: No space left on device (ENOSPC)" \
-      "$TMP/full_log.log" && [ $took -lt $((30 * SCALE)) ]; then
+    # "shardtrain: error: " with no rank label: every rank failed alike (a
+    # rank failing alone is reported as "error [host:rank N]" and aborts).
+    if [ $status -eq 2 ] && [ $took -lt $((30 * SCALE)) ] && grep -q \
+      "^shardtrain: error: cannot [a-z ]* '\?$TMP/small/full_log/\(progress.csv\|tensorboard/events[^ ]*\)'\?: No space left on device (ENOSPC)" \
+      "$TMP/full_log.log"; then
       pass "full disk with no checkpoint due: exit 2 naming ENOSPC and the file, ${took} s after it filled"
     else
       fail "full disk with no checkpoint due (status $status, ${took} s after it filled)" "$TMP/full_log.log"
     fi
   else
-    kill -9 $JOB 2>/dev/null
-    fail "full disk with no checkpoint due: no step 3 within 60 s" "$TMP/full_log.log"
+    for r in 0 1; do p=$(rank_pid full_log $r) && kill -KILL "$p"; done
+    wait $JOB
+    fail "full disk with no checkpoint due: no step 3 within $((60 * SCALE)) s" "$TMP/full_log.log"
   fi
   rm -f "$TMP/small/filler"
 else
