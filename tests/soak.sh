@@ -167,6 +167,11 @@ checkpoint_step() { "$BIN" inspect "$1" 2>/dev/null | sed -n 's/^progress: *step
 declare -A SHA SIZE
 LOST_BYTES=0
 DAMAGED_BY_SOAK=()
+damaged_by_soak() {  # damaged_by_soak NAME: did damage_newest damage it?
+  local name
+  for name in "${DAMAGED_BY_SOAK[@]}"; do [ "$name" = "$1" ] && return 0; done
+  return 1
+}
 audit_checkpoints() {  # audit_checkpoints RUN_DIR WHEN
   local dir=$1 when=$2 f name index newer sum
   for name in "${!SHA[@]}"; do
@@ -196,6 +201,10 @@ audit_checkpoints() {  # audit_checkpoints RUN_DIR WHEN
     [ -f "$f" ] || continue
     name=$(basename "$f")
     [ -n "${SHA[$name]:-}" ] && continue
+    # One the soak damaged is not complete: the refused relaunch leaves it in
+    # place, and the --restart after it sets it aside (the 2026-12-04 long run
+    # counted it as complete there, then as lost).
+    damaged_by_soak "$name" && continue
     SHA[$name]=$(sha256sum "$f" | cut -d' ' -f1)
     SIZE[$name]=$(stat -c %s "$f")
   done
