@@ -85,10 +85,10 @@ struct Tokenizer::Loader {
     auto refuse_if = [&](bool bad, const std::string& what) {
       if (bad) throw Error("'" + name + "': model." + what + " is not supported (shardtrain reads byte-level BPE)");
     };
-    if (model.contains("dropout") && !model["dropout"].is_null() && !model["dropout"].is_number())
-      throw Error("'" + name + "': model.dropout must be a number or null, not " + model["dropout"].dump());
-    refuse_if(model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() > 0,
-              "dropout > 0 (BPE dropout)");
+    const json dropout = model.value("dropout", json());
+    if (!dropout.is_null() && !dropout.is_number())
+      throw Error("'" + name + "': model.dropout must be a number or null, not " + dropout.dump());
+    refuse_if(!dropout.is_null() && dropout.get<double>() > 0, "dropout > 0 (BPE dropout)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       refuse_if(model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty(),
                 std::string(key) + " (non-empty)");
@@ -149,8 +149,7 @@ struct Tokenizer::Loader {
     std::vector<bool> has_token(bpe->tokens.size(), false);  // ids may leave holes
     for (const auto& entry : spec.vocab) has_token[static_cast<std::size_t>(entry.second)] = true;
     for (const BpeAddedToken& t : bpe->added) has_token[static_cast<std::size_t>(t.id)] = true;
-    tokjson::check_template_ids(
-        *bpe, bpe->tokens.size(), [&](int32_t id) { return has_token[static_cast<std::size_t>(id)]; }, name);
+    tokjson::check_template_ids(*bpe, has_token, name);
     apply_configs(*bpe, configs);
     tokjson::resolve_specials(*bpe, configs, name, model_unk);
     bpe->finish();
@@ -286,7 +285,7 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
   // The template must be BERT's; its special tokens name [CLS] and [SEP].
   Bpe shape;
   tokjson::read_post_processor(root.value("post_processor", json()), name, shape);
-  tokjson::check_template_ids(shape, by_id.size(), [](int32_t) { return true; }, name);  // ids 0 .. n-1, each once
+  tokjson::check_template_ids(shape, std::vector<bool>(by_id.size(), true), name);  // ids 0 .. n-1, each once
   auto is = [](const std::vector<BpeTemplatePiece>& t, const std::vector<std::pair<int, int>>& want) {
     if (t.size() != want.size()) return false;
     for (std::size_t i = 0; i < t.size(); ++i) {

@@ -1,7 +1,6 @@
 #include "data/tokenizer_json.h"
 
 #include <algorithm>
-#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -181,15 +180,14 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
   }
 }
 
-void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size,
-                        const std::function<bool(int32_t)>& has_token, const std::string& name) {
+void check_template_ids(const Tokenizer::Bpe& bpe, const std::vector<bool>& has_token, const std::string& name) {
   for (const auto* pieces : {&bpe.single, &bpe.pair}) {
     for (const BpeTemplatePiece& piece : *pieces) {
       for (const int32_t id : piece.ids) {
-        if (static_cast<std::size_t>(id) >= vocab_size)
+        if (static_cast<std::size_t>(id) >= has_token.size())
           throw Error("'" + name + "': post_processor names token id " + std::to_string(id) +
-                      ", beyond the vocabulary's " + std::to_string(vocab_size) + " ids");
-        if (!has_token(id))
+                      ", beyond the vocabulary's " + std::to_string(has_token.size()) + " ids");
+        if (!has_token[static_cast<std::size_t>(id)])
           throw Error("'" + name + "': post_processor names token id " + std::to_string(id) +
                       ", which no token of the vocabulary or added_tokens has");
       }

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,11 +64,10 @@ int32_t token_id_value(const json& value, const std::string& name, const std::st
 
 // The parts of a BPE tokenizer.json (tokenizer.h lists what is supported).
 void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe);
-// Every special id of bpe.single / bpe.pair is below vocab_size and names a
-// token (has_token: the id table may have holes); an Error naming the
-// post_processor otherwise.
-void check_template_ids(const Tokenizer::Bpe& bpe, std::size_t vocab_size,
-                        const std::function<bool(int32_t)>& has_token, const std::string& name);
+// Every special id of bpe.single / bpe.pair names a token: has_token[id], one
+// entry per id of the vocabulary (the id table may have holes); an Error
+// naming the post_processor otherwise.
+void check_template_ids(const Tokenizer::Bpe& bpe, const std::vector<bool>& has_token, const std::string& name);
 void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out);
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe);
 // bpe.tokens / token_ids from the model vocabulary and bpe.added.
