@@ -15,8 +15,9 @@
 #     progress.csv or TensorBoard write.
 #   - a second job on a run folder is refused naming the holder; a killed
 #     job's lock is taken over and its temporary files are removed.
-#   - a rank stopped at random moments during training steps: the job ends,
-#     naming it (the collectives' own timeout);
+#   - a rank stopped at random moments during training steps, and at a step
+#     boundary (in rank 0's progress.csv write): the job ends, naming it and
+#     the step (the collectives' and the phases' own timeout);
 #   - a truncated or bit-flipped newest checkpoint and a plain re-run: resume
 #     sets it aside as .damaged and falls back to the previous one, ending as
 #     the reference, with a new checkpoint number.
@@ -50,7 +51,9 @@ FAILURES=0
 fail() {
   FAILURES=$((FAILURES + 1))
   echo "FAIL: $1"
-  if [ -n "${2:-}" ] && [ -f "$2" ]; then sed 's/^/    | /' "$2" | tail -20 | cut -c1-400; fi
+  # (without Open MPI's shared-memory complaints about the stopped peer, which can
+  # run to a thousand lines after the message that matters)
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then grep -v "Read -1, expected" "$2" | sed 's/^/    | /' | tail -20 | cut -c1-400; fi
 }
 pass() { echo "ok:   $1"; }
 
@@ -93,7 +96,7 @@ same_state() {  # same_state CKPT_A CKPT_B LOG: /model and /optim bit-identical
 no_hdf5_stack() { ! grep -q "HDF5-DIAG\|#000:" "$1"; }
 
 # ---- 1, 2. A rank stopped inside a phase: the job ends, naming it ------------
-stop_case() {  # stop_case NAME PATTERN EXPECTED_PHASE [train flags...]
+stop_case() {  # stop_case NAME PATTERN EXPECTED_PHASE [train flags...]; status 1 when it failed
   local name=$1 pattern=$2 expected=$3
   shift 3
   SHARDTRAIN_FAULT_STOP="$pattern@1" train "$name" "$@" &
@@ -101,7 +104,7 @@ stop_case() {  # stop_case NAME PATTERN EXPECTED_PHASE [train flags...]
   if ! wait_for "$TMP/$name.log" "fault injection (SHARDTRAIN_FAULT_STOP)" 90; then
     fail "$name: rank 1 never reached '$pattern'" "$TMP/$name.log"
     wait $job
-    return
+    return 1
   fi
   local stopped_at=$SECONDS
   wait $job
@@ -109,10 +112,11 @@ stop_case() {  # stop_case NAME PATTERN EXPECTED_PHASE [train flags...]
   if [ $status -ne 0 ] && [ $elapsed -le $((TIMEOUT_S + SLACK_S)) ] &&
     grep -q "phase timeout: $expected" "$TMP/$name.log" &&
     grep -q "world ranks not responding (stopped or frozen): 1 " "$TMP/$name.log"; then
-    pass "$name: rank 1 stopped inside '$expected': the job ended $elapsed s later naming the phase and rank 1"
+    pass "$name: rank 1 stopped inside '$pattern': the job ended $elapsed s later, a timeout in '$expected' naming rank 1"
   else
     fail "$name: status $status after $elapsed s (limit $((TIMEOUT_S + SLACK_S)) s), or no message naming the phase" \
       "$TMP/$name.log"
+    return 1
   fi
 }
 
@@ -123,6 +127,12 @@ stopped_ranks() {
   stop_case stop_eval "eval gather" "eval gather" --train.max_steps 20 --train.eval_every_steps 10
   stop_case stop_checkpoint "checkpoint write*/model/" "checkpoint write [^ ]*checkpoint_000001.h5: /model/" \
     --train.max_steps 20 --checkpoint.every_steps 10
+  # Stopped at a step boundary, in rank 0's progress.csv write (rank 1 waits there
+  # each logged step): rank 0 times out in the next boundary phase and names the
+  # step the stopped rank was writing.
+  stop_case stop_progress "writing progress.csv at step 7" "preemption check after step 7" --train.max_steps 20 &&
+    ! grep -q "last entered phase #[0-9]* 'writing progress.csv at step 7'" "$TMP/stop_progress.log" &&
+    fail "stop_progress: the message does not name the stopped rank's phase" "$TMP/stop_progress.log"
 
   # ---- 9. Temporary files of dead jobs are removed at the next start ----------------
   ls "$TMP/runs/stop_checkpoint" | grep -q '\.tmp-' || echo "note: stop_checkpoint left no temporary file"
@@ -143,8 +153,9 @@ stopped_ranks() {
     status=$? elapsed=$((SECONDS - stopped_at))
     if [ $status -ne 0 ] && [ $elapsed -le $((TIMEOUT_S + SLACK_S)) ] && grep -q "timeout" "$TMP/$name.log" &&
       grep -q "not responding (stopped or frozen): 1 \|did not arrive: 1 " "$TMP/$name.log" &&
-      # (a rank stopped between a step and the next phase is named by the phase it last entered)
-      grep -q "during training step [0-9]\|last phase: training step [0-9]\|in 'training step [0-9]\|last entered phase #[0-9]* 'training step [0-9]" "$TMP/$name.log"; then
+      # (a rank stopped between phases is named by the phase it last entered: the
+      # step, or one of the step boundary's own phases, each with its step number)
+      grep -q "during training step [0-9]\|last phase: training step [0-9]\|in 'training step [0-9]\|last entered phase #[0-9]* '\(training step\|writing progress.csv at step\|preemption check after step\|writing the report at step\) [0-9]" "$TMP/$name.log"; then
       pass "$name: rank 1 stopped during training: the job ended $elapsed s later naming rank 1 and the step"
     else
       fail "$name: status $status after $elapsed s" "$TMP/$name.log"
