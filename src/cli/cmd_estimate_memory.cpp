@@ -130,8 +130,8 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
   if (args.batch_size > 0) base.train.batch_size = args.batch_size;
   if (args.seq_len > 0) base.data.max_length = args.seq_len;
   if (args.gradient_checkpointing) base.model.gradient_checkpointing = true;
-  const std::optional<double> capacity =
-      args.device_memory.empty() ? std::nullopt : std::optional<double>(parse_memory_size(args.device_memory, "--device-memory"));
+  std::optional<double> capacity;
+  if (!args.device_memory.empty()) capacity = parse_memory_size(args.device_memory, "--device-memory");
   const std::vector<int> world_sizes = parse_world_sizes(args.world_sizes);
   const std::vector<StrategyKind> strategies = parse_strategies(args.strategies, base);
 
@@ -170,8 +170,8 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
         run.parallel.ranks_per_node = std::max(1, n / 2);
       try {
         const MemoryEstimate e = estimate_memory(run, model, n);
-        const std::optional<MemoryVerdict> verdict =
-            capacity ? std::optional<MemoryVerdict>(judge_memory(run, model, n, *capacity)) : std::nullopt;
+        std::optional<MemoryVerdict> verdict;
+        if (capacity) verdict = judge_memory(run, model, n, capacity.value());
         lines.push_back(args.json ? estimate_to_json(e, verdict) : table_row(e, verdict));
       } catch (const Error& error) {
         // A combination the strategies refuse (ddp with offload, hybrid's
