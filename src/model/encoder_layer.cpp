@@ -1,6 +1,7 @@
 // The one encoder layer of every family (docs/DESIGN.md, "Model families").
 // Shapes: see model/encoder.h.
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 
@@ -83,6 +84,25 @@ at::Tensor attend_banded(const LayerSpec& spec, const at::Tensor& qkv, const Ban
   return context.permute({0, 2, 1, 3}).reshape({Tq, D}).narrow(0, 0, T);
 }
 
+// rows [T, C] -> [N, C], zeros except row rows_at[t] = rows[t] (rows_at
+// distinct). ATen's index_copy does this, but its autograd node keeps the
+// source (IndexCopyBackward0 saves it for expand_as): a packed layer's whole
+// [T, 3D] qkv alive until backward beside the padded copy the attention
+// keeps. Here backward needs only the index (docs/DESIGN.md, "Unpadded
+// batches and the CPU kernels").
+struct ScatterRows : public torch::autograd::Function<ScatterRows> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& rows_at,
+                            int64_t N) {
+    ctx->save_for_backward({rows_at});
+    return at::zeros({N, rows.size(1)}, rows.options()).index_copy_(0, rows_at, rows);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const at::Tensor rows_at = ctx->get_saved_variables()[0];
+    return {grad_outputs[0].index_select(0, rows_at), at::Tensor(), at::Tensor()};
+  }
+};
+
 // qkv [T, 3D] of a packed batch -> context [T, D]. Attention pads per
 // sequence for its matmuls only (MosaicBERT's pad_input / unpad_input):
 // padding rows are zero, and the mask gives them zero attention weight.
@@ -92,7 +112,7 @@ at::Tensor attend_packed(const LayerSpec& spec, at::Tensor qkv, const AttentionC
   const int64_t H = spec.num_heads, Dh = D / H;
   if (a.rotary.cos.defined()) qkv = apply_rotary(qkv.view({qkv.size(0), 3, H, Dh}), a.rotary).view({-1, 3 * D});
   if (a.banded.additive.defined()) return attend_banded(spec, qkv, a.banded, training);
-  const at::Tensor padded = at::zeros({B * Lmax, 3 * D}, qkv.options()).index_copy(0, layout.padded_rows, qkv);
+  const at::Tensor padded = ScatterRows::apply(qkv, layout.padded_rows, B * Lmax);
   return attend_padded(spec, padded.view({B, Lmax, 3 * D}), a.packed_mask, nullptr, training)
       .reshape({B * Lmax, D})
       .index_select(0, layout.padded_rows);  // [T, D]
