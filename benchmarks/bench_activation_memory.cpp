@@ -20,7 +20,12 @@
 // Time: forward + backward, median of --reps after the measured step, in
 // the same child; the two children run one after the other.
 //
-//   bench_activation_memory [--batch-size 32] [--seq-len 128] [--threads T] [--reps 3] [--json FILE]
+// --unpadded runs the packed forward (model.unpadded, training's default)
+// instead of padded rows; every row is full length, so both hold the same
+// tokens. Beside each measurement: the memory estimate's figure
+// (train/memory_estimate.h) for the same forward.
+//
+//   bench_activation_memory [--batch-size 32] [--seq-len 128] [--unpadded] [--threads T] [--reps 3] [--json FILE]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -41,6 +46,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/classifier.h"
+#include "shardtrain/train/memory_estimate.h"
 #include "bench_util.h"
 
 namespace bench_activation_memory {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
@@ -82,11 +88,11 @@ struct Measured {
   double activation_bytes = 0, peak_over_start_bytes = 0, fwd_bwd_s = 0;
 };
 
-Measured measure(bool checkpointing, int64_t B, int64_t L, int reps) {
+Measured measure(bool checkpointing, int64_t B, int64_t L, bool unpadded, int reps) {
   SequenceClassifier model(bert_base_cased_config(2));
   model.init_weights(1);
   model.set_gradient_checkpointing(checkpointing);
-  model.set_unpadded(false);  // full-length rows: padded and packed hold the same tokens
+  model.set_unpadded(unpadded);
   model.train();
   const Batch batch = full_batch(B, L);
   for (auto& p : model.parameters()) p.mutable_grad() = at::zeros_like(p);  // gradients exist, as in training
@@ -112,7 +118,7 @@ Measured measure(bool checkpointing, int64_t B, int64_t L, int reps) {
 }
 
 // measure() in a fresh child; the result comes back through a pipe.
-Measured measure_in_child(bool checkpointing, int64_t B, int64_t L, int reps) {
+Measured measure_in_child(bool checkpointing, int64_t B, int64_t L, bool unpadded, int reps) {
   int fds[2];
   if (pipe(fds) != 0) throw Error("pipe failed");
   const pid_t pid = fork();
@@ -121,7 +127,7 @@ Measured measure_in_child(bool checkpointing, int64_t B, int64_t L, int reps) {
     close(fds[0]);
     int status = 0;
     try {
-      const Measured m = measure(checkpointing, B, L, reps);
+      const Measured m = measure(checkpointing, B, L, unpadded, reps);
       status = write(fds[1], &m, sizeof m) == sizeof m ? 0 : 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_activation_memory: %s\n", e.what());
@@ -145,9 +151,11 @@ int main(int argc, char** argv) {
   CLI::App app{"activation memory with and without gradient checkpointing (bert-base shape, CPU)"};
   int64_t batch_size = 32, seq_len = 128;
   int threads = 0, reps = 3;
+  bool unpadded = false;
   std::string json_path;
   app.add_option("--batch-size", batch_size)->check(CLI::PositiveNumber);
   app.add_option("--seq-len", seq_len)->check(CLI::Range(int64_t{2}, int64_t{512}));
+  app.add_flag("--unpadded", unpadded, "the packed forward (model.unpadded) instead of padded rows");
   app.add_option("--threads", threads, "intra-op threads (0: LibTorch's default)");
   app.add_option("--reps", reps)->check(CLI::PositiveNumber);
   app.add_option("--json", json_path);
@@ -156,17 +164,21 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);  // see the top of this file
   mallopt(M_TRIM_THRESHOLD, 0);
   try {
-    const Measured plain = measure_in_child(false, batch_size, seq_len, reps);
-    const Measured ckpt = measure_in_child(true, batch_size, seq_len, reps);
-    std::printf("# bench_activation_memory: bert-base shape, batch %lld x %lld tokens, dropout 0.1, %d threads\n",
-                static_cast<long long>(batch_size), static_cast<long long>(seq_len), at::get_num_threads());
-    std::printf("%-22s %18s %22s %14s\n", "mode", "activations_MB", "peak_fwd_bwd_over_MB", "fwd_bwd_ms");
-    auto row = [](const char* name, const Measured& m) {
-      std::printf("%-22s %18.1f %22.1f %14.1f\n", name, m.activation_bytes / 1e6, m.peak_over_start_bytes / 1e6,
-                  m.fwd_bwd_s * 1e3);
+    const Measured plain = measure_in_child(false, batch_size, seq_len, unpadded, reps);
+    const Measured ckpt = measure_in_child(true, batch_size, seq_len, unpadded, reps);
+    std::printf("# bench_activation_memory: bert-base shape, batch %lld x %lld tokens, %s, dropout 0.1, %d threads\n",
+                static_cast<long long>(batch_size), static_cast<long long>(seq_len),
+                unpadded ? "packed (model.unpadded)" : "padded", at::get_num_threads());
+    std::printf("%-22s %18s %14s %22s %16s %14s\n", "mode", "activations_MB", "estimated_MB", "peak_fwd_bwd_over_MB",
+                "est_peak_MB", "fwd_bwd_ms");
+    auto row = [&](const char* name, const Measured& m, bool checkpointing) {
+      const ActivationEstimate e = estimate_activations(bert_base_cased_config(2), batch_size, seq_len, 4, checkpointing,
+                                                        /*device_is_cpu=*/true, unpadded);
+      std::printf("%-22s %18.1f %14.1f %22.1f %16.1f %14.1f\n", name, m.activation_bytes / 1e6, e.kept_bytes / 1e6,
+                  m.peak_over_start_bytes / 1e6, e.peak_bytes / 1e6, m.fwd_bwd_s * 1e3);
     };
-    row("plain", plain);
-    row("gradient_checkpointing", ckpt);
+    row("plain", plain, false);
+    row("gradient_checkpointing", ckpt, true);
     std::printf("# checkpointed / plain: activations %.3f, peak %.3f, time %.3f\n",
                 ckpt.activation_bytes / plain.activation_bytes, ckpt.peak_over_start_bytes / plain.peak_over_start_bytes,
                 ckpt.fwd_bwd_s / plain.fwd_bwd_s);
@@ -178,6 +190,7 @@ int main(int argc, char** argv) {
       };
       std::ofstream(json_path) << nlohmann::json{{"batch_size", batch_size},
                                                  {"seq_len", seq_len},
+                                                 {"unpadded", unpadded},
                                                  {"threads", at::get_num_threads()},
                                                  {"plain", to_json(plain)},
                                                  {"gradient_checkpointing", to_json(ckpt)}}

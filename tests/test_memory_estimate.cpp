@@ -70,11 +70,11 @@ EncoderConfig memory_estimate_model(const std::string& family) {
 }
 
 // bench_activation_memory's measure(), in this process (run in a child).
-double memory_estimate_measure(const EncoderConfig& config, bool checkpointing, int64_t B, int64_t L) {
+double memory_estimate_measure(const EncoderConfig& config, bool checkpointing, int64_t B, int64_t L, bool unpadded) {
   SequenceClassifier model(config);
   model.init_weights(1);
   model.set_gradient_checkpointing(checkpointing);
-  model.set_unpadded(false);
+  model.set_unpadded(unpadded);
   model.train();
   Batch b;
   b.input_ids = at::randint(1, config.vocab_size, {B, L}, at::kLong);
@@ -89,7 +89,8 @@ double memory_estimate_measure(const EncoderConfig& config, bool checkpointing, 
   return memory_estimate_status_bytes("RssAnon") - before;
 }
 
-double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkpointing, int64_t B, int64_t L) {
+double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkpointing, int64_t B, int64_t L,
+                                        bool unpadded = false) {
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   const pid_t pid = fork();
@@ -104,7 +105,7 @@ double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkp
     mallopt(M_TRIM_THRESHOLD, 0);
     double bytes = -1;
     try {
-      bytes = memory_estimate_measure(config, checkpointing, B, L);
+      bytes = memory_estimate_measure(config, checkpointing, B, L, unpadded);
     } catch (...) {
     }
     _exit(write(fds[1], &bytes, sizeof bytes) == sizeof bytes ? 0 : 1);
@@ -127,15 +128,52 @@ TEST_CASE("estimated activations are within 10% of the measured ones, with and w
   const int64_t B = 16, L = 128;
   for (const std::string family : {"bert", "modernbert"}) {
     const EncoderConfig config = memory_estimate_model(family);
-    for (const bool checkpointing : {false, true}) {
-      CAPTURE(family);
-      CAPTURE(checkpointing);
-      const double measured = memory_estimate_measure_in_child(config, checkpointing, B, L);
-      REQUIRE(measured > 0);
-      const ActivationEstimate a = estimate_activations(config, B, L, 4, checkpointing, /*device_is_cpu=*/true);
-      MESSAGE(family << (checkpointing ? std::string(" checkpointed") : std::string(" plain")) << ": estimated " << a.kept_bytes << " B, measured " << measured << " B");
-      CHECK(a.kept_bytes == doctest::Approx(measured).epsilon(kActivationTolerance));
+    // Padded rows, and packed ones (model.unpadded, training's default; at
+    // 128 tokens the ModernBERT model's local layers run in blocks of their
+    // 64-token window).
+    for (const bool unpadded : {false, true}) {
+      for (const bool checkpointing : {false, true}) {
+        CAPTURE(family);
+        CAPTURE(unpadded);
+        CAPTURE(checkpointing);
+        const double measured = memory_estimate_measure_in_child(config, checkpointing, B, L, unpadded);
+        REQUIRE(measured > 0);
+        const ActivationEstimate a = estimate_activations(config, B, L, 4, checkpointing, /*device_is_cpu=*/true, unpadded);
+        MESSAGE((family + (unpadded ? " packed" : " padded") + (checkpointing ? " checkpointed" : " plain"))
+                << ": estimated " << a.kept_bytes << " B, measured " << measured << " B");
+        CHECK(a.kept_bytes == doctest::Approx(measured).epsilon(kActivationTolerance));
+      }
     }
+  }
+}
+
+TEST_CASE("ModernBERT's local layers in blocks: the estimate counts the band, not L x L" * doctest::skip(kSanitized)) {
+  // 512 tokens, a 64-token window: a packed local layer keeps scores of 96
+  // keys a query where a padded one keeps 512. Layer 0 is global, the other
+  // three local.
+  const int64_t B = 8, L = 512;
+  EncoderConfig config = EncoderConfig::from_json(
+      R"({"model_type": "modernbert", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4,
+          "num_attention_heads": 2, "intermediate_size": 128, "max_position_embeddings": 512,
+          "global_attn_every_n_layers": 4, "attention_dropout": 0.1, "mlp_dropout": 0.1, "local_attention": 64,
+          "pad_token_id": 0})",
+      "banded attention test config");
+  config.set_num_labels(2);
+  REQUIRE(banded_attention_pays(L, config.local_attention / 2));
+  for (const bool checkpointing : {false, true}) {
+    CAPTURE(checkpointing);
+    const double packed = memory_estimate_measure_in_child(config, checkpointing, B, L, /*unpadded=*/true);
+    const double padded = memory_estimate_measure_in_child(config, checkpointing, B, L, /*unpadded=*/false);
+    REQUIRE(packed > 0);
+    REQUIRE(padded > 0);
+    const ActivationEstimate banded = estimate_activations(config, B, L, 4, checkpointing, true, /*unpadded=*/true);
+    const ActivationEstimate whole = estimate_activations(config, B, L, 4, checkpointing, true, /*unpadded=*/false);
+    MESSAGE(std::string(checkpointing ? "checkpointed" : "plain") << ": packed estimated " << banded.kept_bytes << " B, measured "
+                                                         << packed << " B; padded estimated " << whole.kept_bytes
+                                                         << " B, measured " << padded << " B");
+    CHECK(banded.kept_bytes == doctest::Approx(packed).epsilon(kActivationTolerance));
+    CHECK(whole.kept_bytes == doctest::Approx(padded).epsilon(kActivationTolerance));
+    CHECK(packed < 0.8 * padded);  // the blocks are what the estimate must follow
   }
 }
 
@@ -153,8 +191,8 @@ TEST_CASE("above the CPU kernel's block threshold the estimate keeps no attentio
   REQUIRE(B * 4 * L * L > kAttentionBlockScores);
   const double measured = memory_estimate_measure_in_child(config, false, B, L);
   REQUIRE(measured > 0);
-  const ActivationEstimate cpu = estimate_activations(config, B, L, 4, false, /*device_is_cpu=*/true);
-  const ActivationEstimate gpu = estimate_activations(config, B, L, 4, false, /*device_is_cpu=*/false);
+  const ActivationEstimate cpu = estimate_activations(config, B, L, 4, false, /*device_is_cpu=*/true, false);
+  const ActivationEstimate gpu = estimate_activations(config, B, L, 4, false, /*device_is_cpu=*/false, false);
   MESSAGE("blocked: estimated " << cpu.kept_bytes << " B (whole probabilities: " << gpu.kept_bytes << " B), measured "
                                 << measured << " B");
   CHECK(cpu.kept_bytes == doctest::Approx(measured).epsilon(kActivationTolerance));

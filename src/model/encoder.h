@@ -69,10 +69,9 @@ struct BandedMask {
   at::Tensor additive;
   int64_t width() const { return block + 2 * half_window; }
 };
-// The block size for a half window (the half window, at least 4 rows).
-int64_t banded_block(int64_t half_window);
 // True when blocks cost less than attention padded per sequence: the longest
-// sequence is longer than one block's keys.
+// sequence is longer than one block's keys (banded_attention_pays,
+// shardtrain/model/encoder_config.h, which also gives the block size).
 bool banded_pays(const PackedLayout& layout, int64_t half_window);
 BandedMask banded_attention_mask(const PackedLayout& layout, int64_t half_window, at::ScalarType dtype);
 

@@ -35,16 +35,14 @@ at::Tensor windowed_attention_mask(const at::Tensor& extended_mask, int64_t half
       .masked_fill(outside.view({1, 1, L, L}), lowest_value(extended_mask.scalar_type()));
 }
 
-int64_t banded_block(int64_t half_window) { return std::max<int64_t>(half_window, 4); }
-
 bool banded_pays(const PackedLayout& layout, int64_t half_window) {
-  return half_window >= 0 && layout.max_seqlen > banded_block(half_window) + 2 * half_window;
+  return banded_attention_pays(layout.max_seqlen, half_window);
 }
 
 BandedMask banded_attention_mask(const PackedLayout& layout, int64_t half_window, at::ScalarType dtype) {
   BandedMask band;
   band.half_window = half_window;
-  band.block = banded_block(half_window);
+  band.block = banded_attention_block(half_window);
   const int64_t T = layout.sequence_of.size(0), Bq = band.block, W = band.width();
   const int64_t nb = (T + Bq - 1) / Bq, Tq = nb * Bq;
   const at::TensorOptions longs = layout.sequence_of.options().dtype(at::kLong);

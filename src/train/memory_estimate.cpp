@@ -39,6 +39,38 @@ LayerDropouts layer_dropouts(const EncoderConfig& c) {
   return d;
 }
 
+// ModernBERT's local attention at full-length rows of L tokens: in blocks
+// over the packed batch (`banded`), or over the whole L x L scores with a
+// window mask.
+struct LocalAttention {
+  bool any = false;     // the model has local layers
+  bool banded = false;  // they run in blocks
+  double blocks = 0, block = 0, width = 0;
+  double B = 0, L = 0;
+
+  // Score elements of one local layer with H heads.
+  double scores(double H) const { return banded ? blocks * H * block * width : B * H * L * L; }
+  // The window mask the local layers share ([nb, 1, Bq, W] or [B, 1, L, L]).
+  double mask_bytes(double e) const { return banded ? blocks * block * width * e : B * L * L * e; }
+};
+
+LocalAttention local_attention(const EncoderConfig& c, double B, int64_t L, bool unpadded) {
+  LocalAttention a;
+  a.B = B;
+  a.L = static_cast<double>(L);
+  for (int64_t i = 0; c.family == ModelFamily::kModernBert && i < c.num_hidden_layers; ++i)
+    a.any = a.any || !c.is_global_layer(i);
+  const int64_t half_window = c.local_attention / 2;
+  a.banded = a.any && unpadded && banded_attention_pays(L, half_window);
+  if (a.banded) {
+    const int64_t block = banded_attention_block(half_window);
+    a.block = static_cast<double>(block);
+    a.width = static_cast<double>(block + 2 * half_window);
+    a.blocks = std::ceil(B * a.L / a.block);
+  }
+  return a;
+}
+
 // What autograd keeps of one encoder layer, in bytes (e = the parameters'
 // element size; LayerNorm saves an fp32 copy of its input in mixed precision,
 // and the attention kernel saves fp32 probabilities):
@@ -62,14 +94,25 @@ LayerDropouts layer_dropouts(const EncoderConfig& c) {
 // A dropout multiplies by a mask that needs no gradient, so autograd keeps
 // only the mask (x * mask saves mask). The layer's output is the next layer's
 // input and is counted there.
-double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, double L, double e, bool cpu) {
+//   a local layer of a packed batch in blocks (banded_attention_pays; nb
+//   blocks of Bq queries against W = Bq + 2 half_window keys, nb Bq >= T)
+//     q, and each block's keys and values                     (nb Bq D + 2 nb W D) e
+//     probabilities, and their dropout mask                   nb H Bq W (4 + e [p > 0])
+//       in place of q, k, v and the B H L^2 probabilities above
+double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, double L, double e, bool cpu,
+                              const LocalAttention& local) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
                H = static_cast<double>(c.num_attention_heads), T = B * L;
   const LayerDropouts p = layer_dropouts(c);
   const double TD = T * D;
-  const bool blocked = cpu && B * H * L * L > static_cast<double>(kAttentionBlockScores);
-  const double probs = blocked ? 0.0 : B * H * L * L * (4.0 + (p.probs > 0 ? e : 0.0));
-  const double attention_core = 3 * TD * e + probs + TD * e + (p.attention_out > 0 ? TD * e : 0.0);
+  const bool local_layer = local.any && !c.is_global_layer(layer);
+  const double qkv = local_layer && local.banded
+                         ? (local.blocks * local.block * D + 2 * local.blocks * local.width * D) * e
+                         : 3 * TD * e;
+  const double scores = local_layer ? local.scores(H) : B * H * L * L;
+  const bool blocked = cpu && scores > static_cast<double>(kAttentionBlockScores);
+  const double probs = blocked ? 0.0 : scores * (4.0 + (p.probs > 0 ? e : 0.0));
+  const double attention_core = qkv + probs + TD * e + (p.attention_out > 0 ? TD * e : 0.0);
   if (c.family == ModelFamily::kModernBert) {
     const double norms = (layer == 0 ? 0.0 : TD * 4 + TD * e) + TD * 4 + TD * e;
     const double mlp = 4 * T * I * e + (p.mlp_inner > 0 ? T * I * e : 0.0);
@@ -90,14 +133,33 @@ double embedding_activation_bytes(const EncoderConfig& c, double B, double L, do
   return bytes;
 }
 
-// The head reads the first token (or all tokens, mean pooling) of the last
-// layer's output, which keeps that whole output alive; the pooled rows and
-// the head's own tensors are [B, D] (ModernBERT's final_norm over every token
-// for mean pooling).
-double head_activation_bytes(const EncoderConfig& c, double B, double L, double e) {
+// Padded rows: the head reads the first token (or all tokens, mean pooling)
+// of the last layer's output as a view, which keeps that whole output alive.
+// Packed rows: the first tokens are an index_select copy, which keeps nothing
+// of it; mean pooling keeps final_norm's fp32 input and its output (the sum
+// over each sequence, index_add, saves its source). The pooled rows and the
+// head's own tensors are [B, D] (ModernBERT's final_norm over every token for
+// mean pooling).
+double head_activation_bytes(const EncoderConfig& c, double B, double L, double e, bool unpadded) {
   const double TD = B * L * static_cast<double>(c.hidden_size), BD = B * static_cast<double>(c.hidden_size);
   const bool mean_norm = c.family == ModelFamily::kModernBert && c.classifier_pooling == "mean";
-  return TD * e + (mean_norm ? TD * (4 + e) : 0.0) + 6 * BD * e + B * static_cast<double>(c.num_labels) * 8;
+  const double last_output = unpadded ? (mean_norm ? TD * 4 + TD * e : 0.0) : TD * e + (mean_norm ? TD * (4 + e) : 0.0);
+  return last_output + 6 * BD * e + B * static_cast<double>(c.num_labels) * 8;
+}
+
+// RoPE's cos and sin tables (ModernBERT). Padded rows: [L, Dh] per layer, too
+// small to count. Packed rows: [T, Dh] fp32, one pair per rope theta, shared
+// by the layers: kept by every checkpointed layer's context, and by the
+// rotations themselves in fp32 (x * cos saves cos); in 16-bit each layer keeps
+// its own cast pair instead.
+double rotary_table_bytes(const EncoderConfig& c, double T, double e, bool checkpointing, bool unpadded) {
+  if (c.family != ModelFamily::kModernBert || !unpadded) return 0.0;
+  bool global = false, local = false;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) (c.is_global_layer(i) ? global : local) = true;
+  const double thetas = global && local && c.global_rope_theta != c.local_rope_theta ? 2.0 : 1.0;
+  const double pair = 2 * T * static_cast<double>(c.head_dim());
+  if (checkpointing || e == 4) return thetas * pair * 4;
+  return static_cast<double>(c.num_hidden_layers) * pair * e;
 }
 
 // ---- model states ----
@@ -267,26 +329,28 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
 }  // namespace
 
 ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batch_size, int64_t seq_len,
-                                        int element_bytes, bool checkpointing, bool device_is_cpu) {
+                                        int element_bytes, bool checkpointing, bool device_is_cpu, bool unpadded) {
   const double B = static_cast<double>(batch_size), L = static_cast<double>(seq_len), e = element_bytes;
   ActivationEstimate a;
   a.embeddings_bytes = embedding_activation_bytes(model, B, L, e);
-  a.head_bytes = head_activation_bytes(model, B, L, e);
+  a.head_bytes = head_activation_bytes(model, B, L, e, unpadded);
+  const LocalAttention local = local_attention(model, B, seq_len, unpadded);
   double all_layers = 0;
   for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
-    const double layer = layer_activation_bytes(model, i, B, L, e, device_is_cpu);
+    const double layer = layer_activation_bytes(model, i, B, L, e, device_is_cpu, local);
     a.layer_bytes = std::max(a.layer_bytes, layer);
     all_layers += layer;
   }
   const double TD = B * L * static_cast<double>(model.hidden_size);
   // Checkpointed, each layer keeps only its input (docs/DESIGN.md, "Activation checkpointing").
   a.layers_bytes = checkpointing ? static_cast<double>(model.num_hidden_layers) * TD * e : all_layers;
-  // ModernBERT's window mask [B, 1, L, L] for its local layers: an input of
-  // every checkpointed local layer, so kept until backward.
-  bool any_local = false;
-  for (int64_t i = 0; model.family == ModelFamily::kModernBert && i < model.num_hidden_layers; ++i)
-    any_local = any_local || !model.is_global_layer(i);
-  if (checkpointing && any_local) a.layers_bytes += B * L * L * e;
+  // The window mask the local layers share: kept until backward as an input
+  // of every checkpointed local layer, or by the blocked CPU kernel (it
+  // recomputes the scores in backward).
+  const bool local_blocked =
+      device_is_cpu && local.scores(static_cast<double>(model.num_attention_heads)) > static_cast<double>(kAttentionBlockScores);
+  if (local.any && (checkpointing || local_blocked)) a.layers_bytes += local.mask_bytes(e);
+  a.layers_bytes += rotary_table_bytes(model, B * L, e, checkpointing, unpadded);
   a.kept_bytes = a.embeddings_bytes + a.layers_bytes + a.head_bytes;
   // Backward: the gradients flowing between layers and a layer's temporaries
   // (about 4 T D, bench_activation_memory's peak over the kept figure), and a
@@ -310,8 +374,10 @@ MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model_
   e.checkpointing = run.model.gradient_checkpointing;
   estimate_states(run, model, world_size, e);
   const int bytes = element_bytes(mixed_precision_for(run.train.mixed_precision, run.parallel).param_dtype);
-  e.activations_plain = estimate_activations(model, e.batch_size, e.seq_len, bytes, false, e.device_is_cpu);
-  e.activations_checkpointed = estimate_activations(model, e.batch_size, e.seq_len, bytes, true, e.device_is_cpu);
+  e.activations_plain =
+      estimate_activations(model, e.batch_size, e.seq_len, bytes, false, e.device_is_cpu, run.model.unpadded);
+  e.activations_checkpointed =
+      estimate_activations(model, e.batch_size, e.seq_len, bytes, true, e.device_is_cpu, run.model.unpadded);
   e.activations = e.checkpointing ? e.activations_checkpointed : e.activations_plain;
   return e;
 }

@@ -33,6 +33,17 @@ namespace shardtrain {
 // memory estimate counts no probabilities above it.
 inline constexpr int64_t kAttentionBlockScores = int64_t{1} << 24;
 
+// Sliding-window (local) attention over a packed batch runs in blocks of
+// banded_attention_block(half_window) queries (the half window, at least 4
+// rows), each against the block + 2 half_window keys around it; it is used
+// when the longest sequence is longer than those keys, below which attention
+// padded per sequence costs less (docs/DESIGN.md, "Model families"). The
+// memory estimate follows the same rule.
+inline constexpr int64_t banded_attention_block(int64_t half_window) { return half_window > 4 ? half_window : 4; }
+inline constexpr bool banded_attention_pays(int64_t max_seqlen, int64_t half_window) {
+  return half_window >= 0 && max_seqlen > banded_attention_block(half_window) + 2 * half_window;
+}
+
 enum class ModelFamily { kBert, kRoberta, kDistilBert, kElectra, kModernBert };
 
 // "bert", "roberta", "distilbert", "electra", "modernbert".

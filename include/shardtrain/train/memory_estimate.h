@@ -49,9 +49,11 @@ struct ActivationEstimate {
   double peak_bytes = 0;        // during backward: kept + one layer recomputed (checkpointing) + gradients in flight
 };
 // `device_is_cpu`: the CPU attention kernel keeps no probabilities above
-// kAttentionBlockScores (model/encoder_config.h).
+// kAttentionBlockScores (model/encoder_config.h). `unpadded`: the model runs
+// packed batches (model.unpadded), where ModernBERT's local layers attend in
+// blocks of their window (banded_attention_pays), not over L x L scores.
 ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batch_size, int64_t seq_len,
-                                        int element_bytes, bool checkpointing, bool device_is_cpu);
+                                        int element_bytes, bool checkpointing, bool device_is_cpu, bool unpadded);
 
 struct MemoryEstimate {
   std::string strategy;     // as the job's log names it: ddp, zero1, zero2, zero3, hybrid; fsdp kept as "fsdp"
