@@ -27,7 +27,7 @@
 # Usage: soak.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Environment: SOAK_FAULTS (faults in all, default 6), SOAK_SEED (default: from
 # the clock; printed), SOAK_RUNS ("NP:STRATEGY ...", default "2:ddp"),
-# SOAK_TIMEOUT_S (run.collective_timeout_s, default 5), SOAK_KINDS (the kinds
+# SOAK_TIMEOUT_S (run.collective_timeout_s, default 5 x the scale below), SOAK_KINDS (the kinds
 # to draw from, default all), SOAK_KEEP (a folder: the jobs' logs are copied
 # there at the end). The long version:
 #   SOAK_FAULTS=32 SOAK_RUNS="2:ddp 2:zero3 4:ddp 4:zero3" SOAK_TIMEOUT_S=10 tests/soak.sh ...
@@ -41,7 +41,11 @@ MPI_FLAGS=("$@")
 NUM_FAULTS=${SOAK_FAULTS:-6}
 SEED=${SOAK_SEED:-$(($(date +%s) % 100000))}
 RUNS=(${SOAK_RUNS:-2:ddp})
-TIMEOUT_S=${SOAK_TIMEOUT_S:-5}
+# SHARDTRAIN_TEST_TIME_SCALE (5 in a sanitized build, tests/CMakeLists.txt):
+# the default timeout, and so the bound on ending a job, and the waits stretch
+# by it; the jobs run that much slower there.
+SCALE=${SHARDTRAIN_TEST_TIME_SCALE:-1}
+TIMEOUT_S=${SOAK_TIMEOUT_S:-$((5 * SCALE))}
 LIMIT_S=$((TIMEOUT_S + 10))
 KEEP=3
 RANDOM=$SEED
@@ -109,7 +113,7 @@ TOML
 
 # launch NAME STORAGE NP STRATEGY MAX_STEPS LOG: one job in the background (its pid in JOB).
 launch() {
-  timeout -s KILL 900 "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/soak.toml" \
+  timeout -s KILL $((900 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/soak.toml" \
     --run.storage_path "$2" --run.name "$1" --run.collective_timeout_s "$TIMEOUT_S" \
     --checkpoint.preemption_grace_s "$((TIMEOUT_S + 5))" \
     --parallel.strategy "$4" --train.max_steps "$5" "${EXTRA_FLAGS[@]}" >"$6" 2>&1 &
@@ -329,7 +333,7 @@ for spec in "${RUNS[@]}"; do
     launch "$NAME" "$STORE" "$NP" "$STRATEGY" "$MAX_STEPS" "$LOG"
     # The moment: 2-9 training steps into this job, then up to half a second.
     wait_steps=$((2 + RANDOM % 8))
-    for ((i = 0; i < 1200; i++)); do
+    for ((i = 0; i < 1200 * SCALE; i++)); do
       count=$(grep -c '^step [0-9]*/' "$LOG" 2>/dev/null)
       [ "${count:-0}" -ge "$wait_steps" ] && break
       kill -0 $JOB 2>/dev/null || break
