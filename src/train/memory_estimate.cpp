@@ -114,7 +114,8 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
   const double probs = blocked ? 0.0 : scores * (4.0 + (p.probs > 0 ? e : 0.0));
   const double attention_core = qkv + probs + TD * e + (p.attention_out > 0 ? TD * e : 0.0);
   if (c.family == ModelFamily::kModernBert) {
-    const double norms = (layer == 0 ? 0.0 : TD * 4 + TD * e) + TD * 4 + TD * e;
+    // Layer 0 has no attn_norm: Wqkv keeps the layer's input itself.
+    const double norms = (layer == 0 ? TD * e : TD * 4 + TD * e) + TD * 4 + TD * e;
     const double mlp = 4 * T * I * e + (p.mlp_inner > 0 ? T * I * e : 0.0);
     return norms + attention_core + mlp;
   }
@@ -133,17 +134,25 @@ double embedding_activation_bytes(const EncoderConfig& c, double B, double L, do
   return bytes;
 }
 
-// Padded rows: the head reads the first token (or all tokens, mean pooling)
-// of the last layer's output as a view, which keeps that whole output alive.
-// Packed rows: the first tokens are an index_select copy, which keeps nothing
-// of it; mean pooling keeps final_norm's fp32 input and its output (the sum
-// over each sequence, index_add, saves its source). The pooled rows and the
-// head's own tensors are [B, D] (ModernBERT's final_norm over every token for
-// mean pooling).
+// What the head keeps of the last layer's output [T, D]:
+//   first-token pooling, padded rows: the first token is a view, which keeps
+//     the whole output alive where the head saves it as it is (the pooler's
+//     Linear; ModernBERT's final_norm in fp32: in 16-bit that norm saves an
+//     fp32 copy of the [B, D] rows and nothing of the output);
+//   first-token pooling, packed rows: an index_select copy, nothing;
+//   mean pooling (ModernBERT): final_norm over every token keeps its fp32
+//     input; padded, the masked mean keeps only the mask (x * mask saves the
+//     mask); packed, the per-sequence sum (index_add) keeps its source, the
+//     normed output.
+// Beside it, the pooled rows and the head's own tensors are [B, D].
 double head_activation_bytes(const EncoderConfig& c, double B, double L, double e, bool unpadded) {
   const double TD = B * L * static_cast<double>(c.hidden_size), BD = B * static_cast<double>(c.hidden_size);
-  const bool mean_norm = c.family == ModelFamily::kModernBert && c.classifier_pooling == "mean";
-  const double last_output = unpadded ? (mean_norm ? TD * 4 + TD * e : 0.0) : TD * e + (mean_norm ? TD * (4 + e) : 0.0);
+  const bool modernbert = c.family == ModelFamily::kModernBert;
+  double last_output = 0.0;
+  if (modernbert && c.classifier_pooling == "mean")
+    last_output = TD * 4 + (unpadded ? TD * e : 0.0);
+  else if (!unpadded)
+    last_output = modernbert && e != 4 ? 0.0 : TD * e;
   return last_output + 6 * BD * e + B * static_cast<double>(c.num_labels) * 8;
 }
 
