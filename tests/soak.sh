@@ -12,7 +12,8 @@
 #               run's records (status 2, nothing changed), and the one after passes --restart
 # It passes only if
 #   - the final /model and /optim are bit-identical (h5diff) to an uninterrupted run's;
-#   - every fault ended its job within run.collective_timeout_s + 10 s;
+#   - every fault ended its job within run.collective_timeout_s + 10 s (the
+#     10 s times SHARDTRAIN_TEST_TIME_SCALE);
 #   - no complete checkpoint was ever lost or changed by the program: the soak
 #     records the sha256 of every complete checkpoint after each job, and one
 #     may only go missing when the keep policy prunes it (checkpoint.num_to_keep
@@ -42,11 +43,11 @@ NUM_FAULTS=${SOAK_FAULTS:-6}
 SEED=${SOAK_SEED:-$(($(date +%s) % 100000))}
 RUNS=(${SOAK_RUNS:-2:ddp})
 # SHARDTRAIN_TEST_TIME_SCALE (5 in a sanitized build, tests/CMakeLists.txt):
-# the default timeout, and so the bound on ending a job, and the waits stretch
-# by it; the jobs run that much slower there.
+# the default timeout, the slack of the bound on ending a job and the waits
+# stretch by it; the jobs run that much slower there.
 SCALE=${SHARDTRAIN_TEST_TIME_SCALE:-1}
 TIMEOUT_S=${SOAK_TIMEOUT_S:-$((5 * SCALE))}
-LIMIT_S=$((TIMEOUT_S + 10))
+LIMIT_S=$((TIMEOUT_S + 10 * SCALE))
 KEEP=3
 RANDOM=$SEED
 # A job's log says the run is complete: it trained to the end, or found it done already.
