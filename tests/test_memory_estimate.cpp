@@ -215,6 +215,11 @@ TEST_CASE("a job that cannot fit is refused, naming what would fit") {
   CHECK(memory_estimate_contains(message, "of host memory available on this node (MemAvailable). What would fit: "
                                           "model.gradient_checkpointing"));
   CHECK(memory_estimate_contains(message, "train.batch_size <= "));
+  CHECK(memory_estimate_contains(message, "(To start it anyway: run.memory_check = false.)"));
+  // The user's override: the same estimate warns and lets the job start.
+  RunConfig forced = run;
+  forced.run.memory_check = false;
+  CHECK_NOTHROW(check_estimate_fits(forced, model, 1, 1, capacity, "host memory"));
   const MemoryVerdict v = judge_memory(run, model, 1, capacity);
   CHECK(v.kind == MemoryVerdict::kFitsWithCheckpointing);
   CHECK(v.largest_batch > 0);

@@ -163,6 +163,7 @@ struct JobConfig {
   int64_t max_failures = -1;    // restarts allowed (SLURM_RESTART_COUNT); -1 = no limit
   double collective_timeout_s = 600.0;
   Device device = Device::kCpu;
+  bool memory_check = true;  // refuse a job whose memory estimate does not fit; false: warn and start it
 };
 
 struct RunConfig {
@@ -329,6 +330,8 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("run.max_failures", c.run.max_failures, "restarts allowed (Slurm requeue); -1 = no limit");
   visit("run.collective_timeout_s", c.run.collective_timeout_s, "abort if a collective takes longer");
   visit("run.device", c.run.device, "compute device");
+  visit("run.memory_check", c.run.memory_check,
+        "refuse a job whose memory estimate exceeds the memory available to it; false: warn and start it");
 }
 
 }  // namespace shardtrain

@@ -112,7 +112,8 @@ MemoryVerdict judge_memory(const RunConfig& run, const EncoderConfig& model, int
 // bytes of `what` ("host memory (MemAvailable 20.1 GiB)", "GPU memory free").
 // The message gives the estimate's parts and names what would fit: another
 // parallel.strategy, model.gradient_checkpointing, parallel.offload_optimizer,
-// or the largest train.batch_size.
+// or the largest train.batch_size. With run.memory_check = false the same
+// message is a warning (rank 0) and the job starts.
 void check_estimate_fits(const RunConfig& run, const EncoderConfig& model, int world_size, int ranks_on_node,
                          double capacity, const std::string& what);
 
