@@ -2,7 +2,7 @@
 # The whole unit and MPI suite (np 2 and 4, the CLI and fault tests) under
 # AddressSanitizer + UndefinedBehaviorSanitizer, in its own build folder
 # (build-sanitize; GCC, or CC/CXX=clang). Runtime options and suppressions:
-# tests/sanitizers/ (README "Reliability"). Any sanitizer report fails.
+# tests/sanitizers/ (docs/testing.md). Any sanitizer report fails.
 #   bash scripts/sanitize.sh                    # all of it (the fuzz label is clang's own: excluded)
 #   bash scripts/sanitize.sh -R test_tokenizer  # extra arguments go to ctest
 #   SANITIZE=thread bash scripts/sanitize.sh    # ThreadSanitizer (build-tsan): the threaded parts' tests
