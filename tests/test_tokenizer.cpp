@@ -18,6 +18,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
+#include "support/tokenizer_fixtures.h"
 
 namespace {
 
@@ -48,17 +49,6 @@ Ids tokens_of(const Tokenizer& tokenizer, std::string_view text) {
   Ids ids;
   tokenizer.tokenize(text, ids);
   return ids;
-}
-
-std::vector<std::string> split_tabs(const std::string& line) {
-  std::vector<std::string> fields;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t tab = line.find('\t', start);
-    fields.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-    if (tab == std::string::npos) return fields;
-    start = tab + 1;
-  }
 }
 
 // A scratch folder under the system temp dir, removed at scope exit.
@@ -102,7 +92,7 @@ TEST_CASE("MRPC dev: all 408 pairs match HF BertTokenizerFast (bert-base-cased) 
   std::string header;
   std::getline(tsv, header);
   REQUIRE(header.rfind("\xEF\xBB\xBFQuality\t", 0) == 0);
-  const std::vector<std::string> columns = split_tabs(header);
+  const std::vector<std::string> columns = shardtrain_test::split_tabs(header);
   REQUIRE(columns.size() == 5);
   CHECK(columns[3] == "#1 String");
   CHECK(columns[4] == "#2 String");
@@ -112,7 +102,7 @@ TEST_CASE("MRPC dev: all 408 pairs match HF BertTokenizerFast (bert-base-cased) 
   while (std::getline(tsv, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    const std::vector<std::string> fields = split_tabs(line);
+    const std::vector<std::string> fields = shardtrain_test::split_tabs(line);
     REQUIRE_MESSAGE(fields.size() == 5, "dev.tsv row ", row + 1);
     REQUIRE_MESSAGE(std::getline(reference, json_line), "reference ends before row ", row);
     const nlohmann::json expected = nlohmann::json::parse(json_line);

@@ -16,6 +16,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
+#include "support/tokenizer_fixtures.h"
 
 namespace {
 
@@ -24,29 +25,9 @@ using shardtrain::Tokenizer;
 using BpeIds = std::vector<int32_t>;
 
 const std::string kBpeSourceDir = SHARDTRAIN_SOURCE_DIR;
-const std::string kRobertaDir = kBpeSourceDir + "/data/vocab/roberta-base";
-const std::string kModernBertDir = kBpeSourceDir + "/data/vocab/modernbert";
 
-const Tokenizer& roberta() {
-  static const Tokenizer tokenizer = Tokenizer::from_model_dir(kRobertaDir);
-  return tokenizer;
-}
-
-const Tokenizer& modernbert() {
-  static const Tokenizer tokenizer = Tokenizer::from_model_dir(kModernBertDir);
-  return tokenizer;
-}
-
-std::vector<std::string> bpe_split_tabs(const std::string& line) {
-  std::vector<std::string> fields;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t tab = line.find('\t', start);
-    fields.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
-    if (tab == std::string::npos) return fields;
-    start = tab + 1;
-  }
-}
+const Tokenizer& roberta() { return shardtrain_test::roberta_base(); }
+const Tokenizer& modernbert() { return shardtrain_test::modernbert_tokenizer(); }
 
 // Every MRPC dev pair through `tokenizer`, against the reference file.
 void bpe_check_mrpc_reference(const Tokenizer& tokenizer, const std::string& reference_file) {
@@ -60,7 +41,7 @@ void bpe_check_mrpc_reference(const Tokenizer& tokenizer, const std::string& ref
   while (std::getline(tsv, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    const std::vector<std::string> fields = bpe_split_tabs(line);
+    const std::vector<std::string> fields = shardtrain_test::split_tabs(line);
     REQUIRE(fields.size() == 5);
     REQUIRE_MESSAGE(std::getline(reference, json_line), "reference ends before row ", row);
     const nlohmann::json expected = nlohmann::json::parse(json_line);

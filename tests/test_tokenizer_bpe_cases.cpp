@@ -13,6 +13,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
+#include "support/tokenizer_fixtures.h"
 
 namespace {
 
@@ -20,16 +21,8 @@ using shardtrain::Encoding;
 using shardtrain::Tokenizer;
 using CaseIds = std::vector<int32_t>;
 
-const std::string kCasesSourceDir = SHARDTRAIN_SOURCE_DIR;
-
-const Tokenizer& cases_roberta() {
-  static const Tokenizer tokenizer = Tokenizer::from_model_dir(kCasesSourceDir + "/data/vocab/roberta-base");
-  return tokenizer;
-}
-const Tokenizer& cases_modernbert() {
-  static const Tokenizer tokenizer = Tokenizer::from_model_dir(kCasesSourceDir + "/data/vocab/modernbert");
-  return tokenizer;
-}
+const Tokenizer& cases_roberta() { return shardtrain_test::roberta_base(); }
+const Tokenizer& cases_modernbert() { return shardtrain_test::modernbert_tokenizer(); }
 
 CaseIds cases_tokens(const Tokenizer& tokenizer, std::string_view text) {
   CaseIds ids;
@@ -51,29 +44,8 @@ CaseIds cases_ids(const Tokenizer& tokenizer, const std::vector<std::string>& to
 // The bytes the tokens spell (the GPT-2 alphabet decoded: printable Latin-1
 // as itself, the rest as U+0100 + n in byte order).
 std::string cases_decode(const Tokenizer& tokenizer, const CaseIds& ids) {
-  std::vector<int> byte_of(512, -1);
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    byte_of[printable ? b : next++] = b;
-  }
   std::string out;
-  for (const int32_t id : ids) {
-    const std::string& token = tokenizer.token(id);
-    for (std::size_t i = 0; i < token.size();) {
-      const auto c = static_cast<unsigned char>(token[i]);
-      int cp = c;
-      std::size_t length = 1;
-      if (c >= 0xC0) {
-        cp = ((c & 0x1F) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3F);
-        length = 2;
-      }
-      REQUIRE(cp < 512);
-      REQUIRE(byte_of[cp] >= 0);
-      out.push_back(static_cast<char>(byte_of[cp]));
-      i += length;
-    }
-  }
+  for (const int32_t id : ids) REQUIRE_MESSAGE(shardtrain_test::byte_level_bytes(tokenizer.token(id), out), id);
   return out;
 }
 

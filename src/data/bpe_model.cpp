@@ -117,9 +117,15 @@ BpeModel::BpeModel(const BpeModelSpec& spec)
   std::unordered_map<std::string, int32_t> by_token;
   by_token.reserve(spec.vocab.size() * 2);
   std::string bytes;
+  int32_t largest = -1;
+  for (const auto& entry : spec.vocab) largest = std::max(largest, entry.second);
+  token_bytes_.assign(static_cast<std::size_t>(largest + 1), -1);
   for (const auto& [token, id] : spec.vocab) {
     by_token[token] = id;
-    if (byte_level::decode_token(token, bytes) && !bytes.empty()) byte_vocab_[bytes] = id;
+    if (byte_level::decode_token(token, bytes) && !bytes.empty()) {
+      byte_vocab_[bytes] = id;
+      token_bytes_[static_cast<std::size_t>(id)] = static_cast<int32_t>(bytes.size());
+    }
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = byte_vocab_.find(std::string(1, static_cast<char>(b)));
@@ -142,6 +148,29 @@ BpeModel::BpeModel(const BpeModelSpec& spec)
 
 BpeModel::~BpeModel() = default;
 
+void BpeModel::merge_by_scan(std::vector<int32_t>& symbols, std::vector<std::pair<uint32_t, uint32_t>>* ranges) const {
+  // Scan for the lowest-ranked pair, leftmost on ties; merge; repeat.
+  while (symbols.size() > 1) {
+    int32_t best_rank = INT32_MAX, merged = -1;
+    std::size_t best = 0;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const MergeTable::Slot* slot = merges_->find(symbols[i], symbols[i + 1]);
+      if (slot != nullptr && slot->rank < best_rank) {
+        best_rank = slot->rank;
+        merged = slot->merged;
+        best = i;
+      }
+    }
+    if (merged < 0) break;
+    symbols[best] = merged;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    if (ranges) {
+      (*ranges)[best].second = (*ranges)[best + 1].second;
+      ranges->erase(ranges->begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+  }
+}
+
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     const auto it = byte_vocab_.find(std::string(word));
@@ -157,22 +186,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     if (id >= 0) symbols.push_back(id);  // a byte without a token and no unk_token: dropped, as HF
   }
   if (symbols.size() <= 64) {
-    // Short words: scan for the lowest-ranked pair, leftmost on ties.
-    while (symbols.size() > 1) {
-      int32_t best_rank = INT32_MAX, merged = -1;
-      std::size_t best = 0;
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const MergeTable::Slot* slot = merges_->find(symbols[i], symbols[i + 1]);
-        if (slot != nullptr && slot->rank < best_rank) {
-          best_rank = slot->rank;
-          merged = slot->merged;
-          best = i;
-        }
-      }
-      if (merged < 0) break;
-      symbols[best] = merged;
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    }
+    merge_by_scan(symbols, nullptr);
     out.insert(out.end(), symbols.begin(), symbols.end());
     return;
   }
@@ -251,6 +265,48 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   cache.keys.append(word.data(), word.size());
   cache.ids.insert(cache.ids.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
   ++cache.entries;
+}
+
+void BpeModel::encode_word_ranges(std::string_view word, std::vector<int32_t>& out,
+                                  std::vector<std::pair<uint32_t, uint32_t>>& ranges) const {
+  // Usually each id's token is its bytes, in order: read the ranges off the
+  // lengths. An unk id or a dropped byte breaks that; then merge again
+  // keeping each symbol's bytes (rare: byte-level vocabularies hold all 256).
+  const std::size_t first = out.size();
+  encode_word(word, out);
+  std::size_t position = 0;
+  bool consistent = true;
+  for (std::size_t i = first; i < out.size() && consistent; ++i) {
+    const auto id = static_cast<std::size_t>(out[i]);
+    const int32_t length = id < token_bytes_.size() && out[i] != unk_id_ ? token_bytes_[id] : -1;
+    // Merges join neighbours, so known lengths that add up to the word are its bytes in order.
+    consistent = length > 0 && position + static_cast<std::size_t>(length) <= word.size();
+    if (!consistent) break;
+    ranges.emplace_back(static_cast<uint32_t>(position), static_cast<uint32_t>(position + static_cast<std::size_t>(length)));
+    position += static_cast<std::size_t>(length);
+  }
+  if (consistent && position == word.size()) return;
+  ranges.resize(ranges.size() - std::min(ranges.size(), out.size() - first));
+  out.resize(first);
+  std::vector<int32_t> symbols;
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
+  for (std::size_t b = 0; b < word.size(); ++b) {
+    const int32_t id = byte_ids_[static_cast<unsigned char>(word[b])];
+    if (id < 0) continue;
+    symbols.push_back(id);
+    spans.emplace_back(static_cast<uint32_t>(b), static_cast<uint32_t>(b + 1));
+  }
+  if (ignore_merges_) {
+    const auto it = byte_vocab_.find(std::string(word));
+    if (it != byte_vocab_.end()) {
+      out.push_back(it->second);
+      ranges.emplace_back(0u, static_cast<uint32_t>(word.size()));
+      return;
+    }
+  }
+  merge_by_scan(symbols, &spans);
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  ranges.insert(ranges.end(), spans.begin(), spans.end());
 }
 
 }  // namespace shardtrain::bpe

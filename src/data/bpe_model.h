@@ -37,14 +37,22 @@ class BpeModel {
 
   // Appends the ids of one word (raw bytes, non-empty).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  // encode_word, and for each id the bytes [first, last) of `word` it covers
+  // (appended to `ranges`; a byte without a token that no unk stands for is
+  // in none).
+  void encode_word_ranges(std::string_view word, std::vector<int32_t>& out,
+                          std::vector<std::pair<uint32_t, uint32_t>>& ranges) const;
 
  private:
   struct MergeTable;
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Merges `symbols` in place (and their byte ranges when `ranges` is set).
+  void merge_by_scan(std::vector<int32_t>& symbols, std::vector<std::pair<uint32_t, uint32_t>>* ranges) const;
 
   std::unique_ptr<MergeTable> merges_;
   int32_t byte_ids_[256];
   std::unordered_map<std::string, int32_t> byte_vocab_;  // raw bytes -> id (ignore_merges)
+  std::vector<int32_t> token_bytes_;  // id -> byte length of its token (-1: not a byte-alphabet token)
   bool ignore_merges_ = false;
   int32_t unk_id_ = -1;
   uint64_t cache_owner_;  // distinct per model: the per-thread cache belongs to one model at a time

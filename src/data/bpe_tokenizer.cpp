@@ -13,9 +13,9 @@ namespace {
 
 struct BpeScratch {
   std::string prefixed;    // one segment with the prefix space
+  std::vector<TokenSpan> segment_spans;  // its spans, with spans
   std::vector<std::pair<uint32_t, uint32_t>> pieces;
-  std::vector<int32_t> ids_a;
-  std::vector<int32_t> ids_b;
+  std::vector<std::pair<uint32_t, uint32_t>> token_ranges;
   std::vector<int32_t> lowered;
 };
 BpeScratch& bpe_scratch() {
@@ -48,11 +48,13 @@ int32_t bpe_code_point_at(std::string_view text, std::size_t position, std::size
 // Splits `text` around the added tokens of `tokens` (HF AddedVocabulary:
 // leftmost-longest matches; single_word tokens only between non-word
 // characters; lstrip / rstrip take the whitespace beside the match). Calls
-// gap(segment) for the text between matches and token(id) for each match.
+// gap(segment, offset) for the text between matches and token(id, begin, end)
+// for each match with the bytes it took (lstrip / rstrip whitespace included,
+// as HF's offsets).
 template <class Gap, class Token>
 void bpe_split_added(std::string_view text, const BpeAddedSet& set, Gap gap, Token token) {
   if (set.empty()) {
-    gap(text);
+    gap(text, std::size_t{0});
     return;
   }
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
@@ -100,33 +102,15 @@ void bpe_split_added(std::string_view text, const BpeAddedSet& set, Gap gap, Tok
         end += length;
       }
     }
-    if (start > segment_start) gap(text.substr(segment_start, start - segment_start));
-    token(match->id);
+    if (start > segment_start) gap(text.substr(segment_start, start - segment_start), segment_start);
+    token(match->id, start, end);
     segment_start = end;
     position = end;
   }
-  if (segment_start < text.size()) gap(text.substr(segment_start));
+  if (segment_start < text.size()) gap(text.substr(segment_start), segment_start);
 }
 
 }  // namespace
-
-void truncate_longest_first(std::size_t& keep_a, std::size_t& keep_b, std::size_t budget) {
-  if (keep_a + keep_b <= budget) return;
-  const bool swap = keep_a > keep_b;
-  std::size_t shorter = swap ? keep_b : keep_a;
-  std::size_t longer;
-  if (shorter > budget) {
-    longer = shorter;
-  } else {
-    longer = std::max(shorter, budget - shorter);
-  }
-  if (shorter + longer > budget) {
-    shorter = budget / 2;
-    longer = shorter + budget % 2;
-  }
-  keep_a = std::min(keep_a, swap ? longer : shorter);
-  keep_b = std::min(keep_b, swap ? shorter : longer);
-}
 
 void BpeAddedSet::build(std::vector<BpeAddedToken> list) {
   list.erase(std::remove_if(list.begin(), list.end(), [](const BpeAddedToken& t) { return t.content.empty(); }),
@@ -160,6 +144,27 @@ void Tokenizer::Bpe::finish() {
   }
   raw_added.build(std::move(raw));
   normalized_added.build(std::move(normalized));
+  // HF process_offsets counts Ġ (the byte alphabet's space) and whitespace.
+  leading_spaces.assign(tokens.size(), 0);
+  trailing_spaces.assign(tokens.size(), 0);
+  std::vector<int32_t> code_points;
+  for (std::size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& token = tokens[id];
+    code_points.clear();
+    for (std::size_t position = 0; position < token.size();) {
+      std::size_t length;
+      code_points.push_back(
+          unicode::decode_utf8(reinterpret_cast<const unsigned char*>(token.data()) + position,
+                               token.size() - position, &length));
+      position += length;
+    }
+    auto is_space = [](int32_t cp) { return cp == 0x120 || (cp >= 0 && unicode::is_whitespace(cp)); };
+    std::size_t lead = 0, trail = 0;
+    while (lead < code_points.size() && is_space(code_points[lead])) ++lead;
+    while (trail < code_points.size() && is_space(code_points[code_points.size() - 1 - trail])) ++trail;
+    leading_spaces[id] = static_cast<uint16_t>(std::min<std::size_t>(lead, UINT16_MAX));
+    trailing_spaces[id] = static_cast<uint16_t>(std::min<std::size_t>(trail, UINT16_MAX));
+  }
 }
 
 void Tokenizer::Bpe::normalize(std::string& text) const {
@@ -198,104 +203,115 @@ void Tokenizer::Bpe::normalize(std::string& text) const {
   }
 }
 
-void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, std::vector<int32_t>& out) const {
+// One tokenize() call: where ids (and spans) go, and the prefix-space rule.
+struct Tokenizer::Bpe::Pass {
+  std::vector<int32_t>& out;
+  std::vector<TokenSpan>* spans;
+  bool add_prefix_space;
+};
+
+// `spans` (null when not wanted): one per byte of `text`, the span in the
+// caller's text of the character the byte belongs to.
+void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const {
   if (text.empty()) return;
   BpeScratch& buffers = bpe_scratch();
   std::string_view segment = text;
-  if (add_prefix_space && text[0] != ' ') {
+  std::vector<TokenSpan>& segment_spans = buffers.segment_spans;
+  if (pass.add_prefix_space && text[0] != ' ') {
     buffers.prefixed.assign(1, ' ');
     buffers.prefixed.append(text);
     segment = buffers.prefixed;
+    if (spans) {
+      // HF prepend: the space takes the first character's span.
+      segment_spans.assign(1, spans[0]);
+      segment_spans.insert(segment_spans.end(), spans, spans + text.size());
+      spans = segment_spans.data();
+    }
   }
+  auto encode = [&](std::size_t begin, std::size_t end) {
+    if (!spans) {
+      model->encode_word(segment.substr(begin, end - begin), pass.out);
+      return;
+    }
+    std::vector<std::pair<uint32_t, uint32_t>>& ranges = buffers.token_ranges;
+    ranges.clear();
+    model->encode_word_ranges(segment.substr(begin, end - begin), pass.out, ranges);
+    for (const auto& [first, last] : ranges)
+      pass.spans->push_back(TokenSpan{spans[begin + first].begin, spans[begin + last - 1].end});
+  };
   if (!use_regex) {
-    model->encode_word(segment, out);
+    encode(0, segment.size());
     return;
   }
   std::vector<std::pair<uint32_t, uint32_t>>& pieces = buffers.pieces;
   pieces.clear();
   byte_level::split_gpt2(segment, pieces);
-  for (const auto& [begin, end] : pieces) model->encode_word(segment.substr(begin, end - begin), out);
+  for (const auto& [begin, end] : pieces) encode(begin, end);
 }
 
-void Tokenizer::Bpe::normalized_segment(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::Bpe::normalized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const {
+  auto added = [&](std::string_view normalized, const TokenSpan* normalized_spans) {
+    bpe_split_added(
+        normalized, normalized_added,
+        [&](std::string_view gap, std::size_t offset) {
+          pre_tokenized_segment(gap, normalized_spans ? normalized_spans + offset : nullptr, pass);
+        },
+        [&](int32_t id, std::size_t begin, std::size_t end) {
+          pass.out.push_back(id);
+          if (pass.spans) pass.spans->push_back(TokenSpan{normalized_spans[begin].begin, normalized_spans[end - 1].end});
+        });
+  };
   bool ascii = true;
   for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   bool changes = false;  // the NF* forms of ASCII text are itself
   for (const BpeNormalizerStep step : normalizer) changes = changes || step == BpeNormalizerStep::kLowercase || !ascii;
   if (!changes) {
-    bpe_split_added(text, normalized_added, [&](std::string_view gap) { pre_tokenized_segment(gap, out); },
-                    [&](int32_t id) { out.push_back(id); });
+    added(text, spans);
     return;
   }
   std::string normalized(text);  // a copy: the scratch buffers are reused below
-  normalize(normalized);
-  bpe_split_added(normalized, normalized_added, [&](std::string_view gap) { pre_tokenized_segment(gap, out); },
-                  [&](int32_t id) { out.push_back(id); });
+  if (!spans) {
+    normalize(normalized);
+    added(normalized, nullptr);
+    return;
+  }
+  std::vector<TokenSpan> normalized_spans(spans, spans + text.size());
+  for (const BpeNormalizerStep step : normalizer) {
+    switch (step) {
+      case BpeNormalizerStep::kNfc: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfc); break;
+      case BpeNormalizerStep::kNfd: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfd); break;
+      case BpeNormalizerStep::kNfkc: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfkc); break;
+      case BpeNormalizerStep::kNfkd: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfkd); break;
+      case BpeNormalizerStep::kLowercase: unicode::lowercase_aligned(normalized, normalized_spans); break;
+    }
+  }
+  added(normalized, normalized_spans.data());
 }
 
-void Tokenizer::Bpe::tokenize(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::Bpe::tokenize(std::string_view text, std::vector<int32_t>& out, std::vector<TokenSpan>* spans,
+                              int prefix_space) const {
+  Pass pass{out, spans, prefix_space < 0 ? add_prefix_space : prefix_space != 0};
   std::string valid;
-  if (unicode::sanitize_utf8(text, valid)) text = valid;
-  bpe_split_added(text, raw_added, [&](std::string_view gap) { normalized_segment(gap, out); },
-                  [&](int32_t id) { out.push_back(id); });
-}
-
-int Tokenizer::Bpe::num_special(bool is_pair) const {
-  int count = 0;
-  for (const BpeTemplatePiece& piece : is_pair ? pair : single) {
-    if (piece.sequence < 0) count += static_cast<int>(piece.ids.size());
-  }
-  return count;
-}
-
-int Tokenizer::Bpe::max_type_id(bool is_pair) const {
-  int largest = 0;
-  for (const BpeTemplatePiece& piece : is_pair ? pair : single) largest = std::max<int>(largest, piece.type_id);
-  return largest;
-}
-
-Encoding Tokenizer::Bpe::encode(std::string_view text_a, std::optional<std::string_view> text_b,
-                                int max_length) const {
-  const int specials = num_special(text_b.has_value());
-  if (max_length < 0) throw Error(str_format("max_length must be >= 0 (0 = no truncation), got %d", max_length));
-  if (max_length > 0 && max_length < specials) {
-    throw Error(str_format("max_length %d is too small: the %s template of '%s' adds %d special tokens", max_length,
-                           text_b ? "pair" : "single", source.c_str(), specials));
-  }
-  BpeScratch& buffers = bpe_scratch();
-  std::vector<int32_t>& ids_a = buffers.ids_a;
-  std::vector<int32_t>& ids_b = buffers.ids_b;
-  ids_a.clear();
-  ids_b.clear();
-  tokenize(text_a, ids_a);
-  if (text_b) tokenize(*text_b, ids_b);
-  std::size_t keep_a = ids_a.size(), keep_b = ids_b.size();
-  if (max_length > 0) {
-    const std::size_t budget = static_cast<std::size_t>(max_length - specials);
-    if (!text_b) {
-      keep_a = std::min(keep_a, budget);
+  std::vector<TokenSpan> text_spans;
+  if (spans) {
+    // Spans per byte of the (sanitized) text, each its character's.
+    if (unicode::sanitize_utf8(text, valid)) {
+      unicode::sanitize_utf8_aligned(text, valid, text_spans);
+      text = valid;
     } else {
-      truncate_longest_first(keep_a, keep_b, budget);
+      unicode::character_spans(text, 0, text_spans);
     }
+  } else if (unicode::sanitize_utf8(text, valid)) {
+    text = valid;
   }
-  Encoding encoding;
-  const std::size_t total = keep_a + keep_b + static_cast<std::size_t>(specials);
-  encoding.input_ids.reserve(total);
-  encoding.token_type_ids.reserve(total);
-  for (const BpeTemplatePiece& piece : text_b ? pair : single) {
-    const int32_t* begin = piece.ids.data();
-    std::size_t count = piece.ids.size();
-    if (piece.sequence == 0) {
-      begin = ids_a.data();
-      count = keep_a;
-    } else if (piece.sequence == 1) {
-      begin = ids_b.data();
-      count = keep_b;
-    }
-    encoding.input_ids.insert(encoding.input_ids.end(), begin, begin + count);
-    encoding.token_type_ids.insert(encoding.token_type_ids.end(), count, piece.type_id);
-  }
-  return encoding;
+  const TokenSpan* base = spans ? text_spans.data() : nullptr;
+  bpe_split_added(
+      text, raw_added,
+      [&](std::string_view gap, std::size_t offset) { normalized_segment(gap, base ? base + offset : nullptr, pass); },
+      [&](int32_t id, std::size_t begin, std::size_t end) {
+        out.push_back(id);
+        if (spans) spans->push_back(TokenSpan{base[begin].begin, base[end - 1].end});
+      });
 }
 
 }  // namespace shardtrain

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/bpe_model.h"
+#include "data/tokenizer_template.h"
 #include "shardtrain/data/tokenizer.h"
 
 namespace shardtrain {
@@ -28,14 +29,6 @@ struct BpeAddedToken {
 };
 
 enum class BpeNormalizerStep { kNfc, kNfd, kNfkc, kNfkd, kLowercase };
-
-// One element of a post-processor template: a sequence (0 = A, 1 = B) or
-// special token ids, with the type id it gets.
-struct BpeTemplatePiece {
-  int sequence = -1;  // -1: special tokens
-  std::vector<int32_t> ids;
-  uint8_t type_id = 0;
-};
 
 // Added tokens of one matching pass, longest first, with the byte pairs they
 // can start with (a quick filter: most positions start none).
@@ -61,25 +54,25 @@ struct Tokenizer::Bpe {
   // normalized).
   BpeAddedSet raw_added;
   BpeAddedSet normalized_added;
-  std::vector<BpeTemplatePiece> single;
-  std::vector<BpeTemplatePiece> pair;
+  Tokenizer::Template post;
   int32_t cls_id = -1, sep_id = -1, pad_id = -1, unk_id = -1, mask_id = -1;
+  // Set by finish(): per id, the spaces (Ġ or whitespace) its token string
+  // starts and ends with, for ByteLevel offset trimming.
+  std::vector<uint16_t> leading_spaces, trailing_spaces;
 
   // Call once the members are set: splits `added` into the two passes.
   void finish();
-  void tokenize(std::string_view text, std::vector<int32_t>& out) const;
-  Encoding encode(std::string_view text_a, std::optional<std::string_view> text_b, int max_length) const;
-  int num_special(bool is_pair) const;
-  int max_type_id(bool is_pair) const;
+  // Ids of one text appended to `out`; with `spans`, each token's span in
+  // `text` (untrimmed: the post-processor trims them, tokenizer_template.h). `prefix_space`: -1 the pre-tokenizer's
+  // add_prefix_space, 0 / 1 instead of it (pre-split words).
+  void tokenize(std::string_view text, std::vector<int32_t>& out, std::vector<TokenSpan>* spans = nullptr,
+                int prefix_space = -1) const;
   void normalize(std::string& text) const;
 
  private:
-  void normalized_segment(std::string_view text, std::vector<int32_t>& out) const;
-  void pre_tokenized_segment(std::string_view text, std::vector<int32_t>& out) const;
+  struct Pass;
+  void normalized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const;
+  void pre_tokenized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const;
 };
-
-// HF truncate_encodings, LongestFirst: how many of a's and b's tokens to keep
-// within `budget` (the WordPiece and BPE encoders share it).
-void truncate_longest_first(std::size_t& keep_a, std::size_t& keep_b, std::size_t budget);
 
 }  // namespace shardtrain

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
+#include "data/tokenizer_template.h"
 #include "data/unicode_text.h"
 #include "data/wordpiece_vocab.h"
 #include "shardtrain/core/check.h"
@@ -149,8 +150,11 @@ struct Scratch {
   std::string word;
   std::vector<int32_t> code_points;
   std::vector<int32_t> transformed;
-  std::vector<int32_t> ids_a;
-  std::vector<int32_t> ids_b;
+  // With spans: per byte of `word`, per entry of `code_points`.
+  std::vector<TokenSpan> word_origin;
+  std::vector<TokenSpan> origins;
+  std::vector<TokenSpan> moved_origins;
+  std::vector<unicode::CharChange> changes;
 };
 Scratch& scratch() {
   thread_local Scratch buffers;
@@ -170,6 +174,8 @@ struct Tokenizer::Vocab {
   std::array<bool, 256> special_first_byte{};
   // Id of each single ASCII character as a whole word (unk when absent).
   std::array<int32_t, 128> ascii_char_id{};
+  // [CLS] A [SEP] / [CLS] A [SEP] B:1 [SEP]:1 (BertProcessing).
+  Tokenizer::Template post;
 };
 
 // `path` names the vocabulary in messages and vocab_path() (a file, or where
@@ -236,7 +242,16 @@ std::shared_ptr<Tokenizer::Vocab> wordpiece_parse_vocab(const std::string& text,
     const int32_t id = vocab->whole.find(&character, 1);
     vocab->ascii_char_id[c] = id >= 0 ? id : vocab->unk_id;
   }
+  vocab->post.single = {{-1, {vocab->cls_id}, 0}, {0, {}, 0}, {-1, {vocab->sep_id}, 0}};
+  vocab->post.pair = {{-1, {vocab->cls_id}, 0}, {0, {}, 0}, {-1, {vocab->sep_id}, 0}, {1, {}, 1}, {-1, {vocab->sep_id}, 1}};
   return vocab;
+}
+
+const Tokenizer::Template& wordpiece_template(const Tokenizer::Vocab& vocab) { return vocab.post; }
+const std::vector<std::string>& wordpiece_tokens(const Tokenizer::Vocab& vocab) { return vocab.tokens; }
+const std::string& wordpiece_source(const Tokenizer::Vocab& vocab) { return vocab.path; }
+int32_t wordpiece_token_id(const Tokenizer::Vocab& vocab, std::string_view token) {
+  return vocab.whole.find(token.data(), token.size());
 }
 
 bool wordpiece_vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
@@ -258,22 +273,31 @@ bool wordpiece_vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
 
 namespace {
 
-// Splits normalised text into words and each word into WordPiece ids.
+// Splits normalised text into words and each word into WordPiece ids. With
+// `spans` set it also records each token's span in the text: every byte of
+// the current word carries the span of the character it came from (HF's
+// NormalizedString alignments), and a token spans from its first byte's
+// character to its last's.
 class WordPiecer {
  public:
-  WordPiecer(const Tokenizer::Vocab& vocab, const TokenizerOptions& options, std::vector<int32_t>& out)
+  WordPiecer(const Tokenizer::Vocab& vocab, const TokenizerOptions& options, std::vector<int32_t>& out,
+             std::vector<TokenSpan>* spans)
       : vocab_(vocab),
         out_(out),
+        spans_(spans),
         lowercase_(options.lowercase),
         strip_accents_(options.strips_accents()),
         chinese_(options.tokenize_chinese_chars),
         buffers_(scratch()),
-        word_(buffers_.word) {
+        word_(buffers_.word),
+        word_origin_(buffers_.word_origin) {
     word_.clear();
+    word_origin_.clear();
   }
 
-  // Everything between two special tokens goes through here.
-  void segment(std::string_view text) {
+  // Everything between two special tokens goes through here; `base` is where
+  // `text` starts in the text being tokenized.
+  void segment(std::string_view text, std::size_t base) {
     const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
     const std::size_t size = text.size();
     std::size_t position = 0;
@@ -289,10 +313,12 @@ class WordPiecer {
           case AsciiClass::kPunctuation:
             end_word();
             out_.push_back(vocab_.ascii_char_id[byte]);
+            if (spans_) spans_->push_back(span_at(base + position, 1));
             break;
           case AsciiClass::kWord:
             word_.push_back(lowercase_ && byte >= 'A' && byte <= 'Z' ? static_cast<char>(byte + 32)
                                                                      : static_cast<char>(byte));
+            if (spans_) word_origin_.push_back(span_at(base + position, 1));
             ++word_chars_;
             break;
         }
@@ -302,7 +328,11 @@ class WordPiecer {
         // run of non-ASCII bytes can be normalised on its own.
         std::size_t end = position + 1;
         while (end < size && bytes[end] >= 0x80) ++end;
-        non_ascii_run(bytes + position, end - position);
+        if (spans_) {
+          non_ascii_run_aligned(bytes + position, end - position, base + position);
+        } else {
+          non_ascii_run(bytes + position, end - position);
+        }
         position = end;
       }
     }
@@ -311,6 +341,10 @@ class WordPiecer {
   void finish() { end_word(); }
 
  private:
+  static TokenSpan span_at(std::size_t begin, std::size_t length) {
+    return TokenSpan{static_cast<int32_t>(begin), static_cast<int32_t>(begin + length)};
+  }
+
   void non_ascii_run(const unsigned char* bytes, std::size_t size) {
     std::vector<int32_t>& code_points = buffers_.code_points;
     std::vector<int32_t>& transformed = buffers_.transformed;
@@ -347,16 +381,71 @@ class WordPiecer {
       for (const int32_t cp : code_points) unicode::append_lowercase(cp, transformed);
       code_points.swap(transformed);
     }
-    for (const int32_t cp : code_points) character(cp);
+    for (const int32_t cp : code_points) character(cp, TokenSpan{});
   }
 
-  void character(int32_t cp) {
+  // non_ascii_run() carrying each character's span through the same steps,
+  // with HF's alignment rules: a character the cleaning drops loses its span,
+  // the spaces around a CJK ideograph and the extra characters of a
+  // lowercase mapping take their character's, and NFD follows
+  // NormalizedString::transform (data/unicode_text.h, apply_changes).
+  void non_ascii_run_aligned(const unsigned char* bytes, std::size_t size, std::size_t base) {
+    std::vector<int32_t>& code_points = buffers_.code_points;
+    std::vector<TokenSpan>& origins = buffers_.origins;
+    code_points.clear();
+    origins.clear();
+    std::size_t position = 0;
+    while (position < size) {
+      std::size_t length;
+      const int32_t cp = unicode::decode_utf8(bytes + position, size - position, &length);
+      const TokenSpan origin = span_at(base + position, length);
+      position += length;
+      if (cp < 0 || cp == 0xFFFD || unicode::is_control(cp)) continue;
+      if (unicode::is_whitespace(cp)) {
+        code_points.push_back(' ');
+        origins.push_back(origin);
+      } else if (chinese_ && unicode::is_chinese_char(cp)) {
+        code_points.insert(code_points.end(), {' ', cp, ' '});
+        origins.insert(origins.end(), 3, origin);
+      } else {
+        code_points.push_back(cp);
+        origins.push_back(origin);
+      }
+    }
+    if (strip_accents_) {
+      std::vector<unicode::CharChange>& changes = buffers_.changes;
+      changes.clear();
+      unicode::decompose_with_changes(code_points.data(), code_points.size(), false, changes);
+      std::vector<TokenSpan>& moved = buffers_.moved_origins;
+      unicode::apply_changes(origins, changes, moved);
+      code_points.clear();
+      origins.clear();
+      for (std::size_t i = 0; i < changes.size(); ++i) {
+        if (unicode::is_nonspacing_mark(changes[i].code_point)) continue;
+        code_points.push_back(changes[i].code_point);
+        origins.push_back(moved[i]);
+      }
+    }
+    std::vector<int32_t>& lowered = buffers_.transformed;
+    for (std::size_t i = 0; i < code_points.size(); ++i) {
+      if (!lowercase_) {
+        character(code_points[i], origins[i]);
+        continue;
+      }
+      lowered.clear();
+      unicode::append_lowercase(code_points[i], lowered);
+      for (const int32_t cp : lowered) character(cp, origins[i]);
+    }
+  }
+
+  void character(int32_t cp, TokenSpan origin) {
     if (unicode::is_whitespace(cp)) {
       end_word();
       return;
     }
     if (unicode::is_punctuation(cp)) {
       end_word();
+      if (spans_) spans_->push_back(origin);
       if (cp < 0x80) {
         out_.push_back(vocab_.ascii_char_id[cp]);
         return;
@@ -368,23 +457,39 @@ class WordPiecer {
       return;
     }
     char encoded[4];
-    word_.append(encoded, static_cast<std::size_t>(unicode::encode_utf8(cp, encoded)));
+    const auto length = static_cast<std::size_t>(unicode::encode_utf8(cp, encoded));
+    word_.append(encoded, length);
+    if (spans_) word_origin_.insert(word_origin_.end(), length, origin);
     ++word_chars_;
   }
 
   void end_word() {
     if (word_.empty()) return;
+    const std::size_t first = out_.size();
     word_piece(word_.data(), word_.size());
+    if (spans_) {
+      // Each piece spans its bytes' characters; an [UNK] the whole word.
+      std::size_t start = 0;
+      for (std::size_t i = first; i < out_.size(); ++i) {
+        const std::size_t length = piece_bytes_[i - first];
+        spans_->push_back(TokenSpan{word_origin_[start].begin, word_origin_[start + length - 1].end});
+        start += length;
+      }
+    }
     word_.clear();
+    word_origin_.clear();
     word_chars_ = 0;
   }
 
   // Greedy longest-match-first, as HF WordPiece::tokenize: the candidate end
   // moves back one whole character at a time; candidates longer than the
-  // longest vocabulary entry are skipped since they cannot match.
+  // longest vocabulary entry are skipped since they cannot match. With spans,
+  // piece_bytes_ gets each piece's byte length.
   void word_piece(const char* word, std::size_t size) {
+    piece_bytes_.clear();
     if (word_chars_ > kMaxCharsPerWord) {
       out_.push_back(vocab_.unk_id);
+      piece_bytes_.push_back(size);
       return;
     }
     const std::size_t first_piece = out_.size();
@@ -403,9 +508,11 @@ class WordPiecer {
       if (id < 0) {
         out_.resize(first_piece);
         out_.push_back(vocab_.unk_id);
+        piece_bytes_.assign(1, size);
         return;
       }
       out_.push_back(id);
+      if (spans_) piece_bytes_.push_back(end - start);
       start = end;
     }
   }
@@ -414,11 +521,14 @@ class WordPiecer {
 
   const Tokenizer::Vocab& vocab_;
   std::vector<int32_t>& out_;
+  std::vector<TokenSpan>* spans_;
   const bool lowercase_;
   const bool strip_accents_;
   const bool chinese_;
   Scratch& buffers_;
   std::string& word_;
+  std::vector<TokenSpan>& word_origin_;
+  std::vector<std::size_t> piece_bytes_;
   std::size_t word_chars_ = 0;
 };
 
@@ -429,13 +539,9 @@ Tokenizer::Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions&
 
 Tokenizer::Tokenizer(std::shared_ptr<const Bpe> bpe) : bpe_(std::move(bpe)) {}
 
-void Tokenizer::tokenize(std::string_view text, std::vector<int32_t>& out) const {
-  if (bpe_) {
-    bpe_->tokenize(text, out);
-    return;
-  }
-  const Vocab& vocab = *vocab_;
-  WordPiecer pieces(vocab, options_, out);
+void wordpiece_tokenize(const Tokenizer::Vocab& vocab, const TokenizerOptions& options, std::string_view text,
+                        std::vector<int32_t>& out, std::vector<TokenSpan>* spans) {
+  WordPiecer pieces(vocab, options, out, spans);
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
   std::size_t segment_start = 0;
   for (std::size_t position = 0; position < text.size();) {
@@ -448,9 +554,12 @@ void Tokenizer::tokenize(std::string_view text, std::vector<int32_t>& out) const
         }
       }
       if (match != nullptr) {
-        pieces.segment(text.substr(segment_start, position - segment_start));
+        pieces.segment(text.substr(segment_start, position - segment_start), segment_start);
         pieces.finish();
         out.push_back(match->second);
+        if (spans)
+          spans->push_back(TokenSpan{static_cast<int32_t>(position),
+                                     static_cast<int32_t>(position + match->first.size())});
         position += match->first.size();
         segment_start = position;
         continue;
@@ -458,97 +567,8 @@ void Tokenizer::tokenize(std::string_view text, std::vector<int32_t>& out) const
     }
     ++position;
   }
-  pieces.segment(text.substr(segment_start));
+  pieces.segment(text.substr(segment_start), segment_start);
   pieces.finish();
-}
-
-Encoding Tokenizer::encode(std::string_view text_a, std::optional<std::string_view> text_b,
-                           int max_length) const {
-  if (bpe_) return bpe_->encode(text_a, text_b, max_length);
-  const int num_special = text_b ? 3 : 2;
-  if (max_length < 0) throw Error(str_format("max_length must be >= 0 (0 = no truncation), got %d", max_length));
-  if (max_length > 0 && max_length < num_special) {
-    throw Error(str_format("max_length %d is too small: %s needs %d special tokens", max_length,
-                           text_b ? "[CLS] A [SEP] B [SEP]" : "[CLS] A [SEP]", num_special));
-  }
-  Scratch& buffers = scratch();
-  std::vector<int32_t>& ids_a = buffers.ids_a;
-  std::vector<int32_t>& ids_b = buffers.ids_b;
-  ids_a.clear();
-  ids_b.clear();
-  tokenize(text_a, ids_a);
-  if (text_b) tokenize(*text_b, ids_b);
-
-  std::size_t keep_a = ids_a.size(), keep_b = ids_b.size();
-  if (max_length > 0) {
-    const std::size_t budget = static_cast<std::size_t>(max_length - num_special);
-    if (!text_b) {
-      keep_a = std::min(keep_a, budget);
-    } else {
-      truncate_longest_first(keep_a, keep_b, budget);  // HF tokenizers truncate_encodings, LongestFirst
-    }
-  }
-
-  Encoding encoding;
-  const std::size_t total = keep_a + keep_b + static_cast<std::size_t>(num_special);
-  encoding.input_ids.reserve(total);
-  encoding.input_ids.push_back(vocab_->cls_id);
-  encoding.input_ids.insert(encoding.input_ids.end(), ids_a.begin(), ids_a.begin() + keep_a);
-  encoding.input_ids.push_back(vocab_->sep_id);
-  const std::size_t length_a = encoding.input_ids.size();
-  if (text_b) {
-    encoding.input_ids.insert(encoding.input_ids.end(), ids_b.begin(), ids_b.begin() + keep_b);
-    encoding.input_ids.push_back(vocab_->sep_id);
-  }
-  encoding.token_type_ids.assign(total, 1);
-  std::fill(encoding.token_type_ids.begin(), encoding.token_type_ids.begin() + length_a, 0);
-  return encoding;
-}
-
-int32_t Tokenizer::cls_id() const { return bpe_ ? bpe_->cls_id : vocab_->cls_id; }
-int32_t Tokenizer::sep_id() const { return bpe_ ? bpe_->sep_id : vocab_->sep_id; }
-int32_t Tokenizer::pad_id() const { return bpe_ ? bpe_->pad_id : vocab_->pad_id; }
-int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id : vocab_->unk_id; }
-int32_t Tokenizer::mask_id() const { return bpe_ ? bpe_->mask_id : vocab_->mask_id; }
-int64_t Tokenizer::vocab_size() const {
-  return static_cast<int64_t>(bpe_ ? bpe_->tokens.size() : vocab_->tokens.size());
-}
-const TokenizerOptions& Tokenizer::options() const { return options_; }
-const std::string& Tokenizer::vocab_path() const { return bpe_ ? bpe_->source : vocab_->path; }
-const std::string& Tokenizer::saved_files() const {
-  static const std::string kNone;
-  return saved_files_ ? *saved_files_ : kNone;
-}
-std::string Tokenizer::vocab_text() const {
-  std::string text;
-  if (bpe_) return text;
-  for (const std::string& token : vocab_->tokens) {
-    text += token;
-    text += '\n';
-  }
-  return text;
-}
-
-const char* Tokenizer::type() const { return bpe_ ? "bpe" : "wordpiece"; }
-int Tokenizer::num_special_tokens(bool pair) const { return bpe_ ? bpe_->num_special(pair) : (pair ? 3 : 2); }
-int Tokenizer::max_token_type(bool pair) const { return bpe_ ? bpe_->max_type_id(pair) : (pair ? 1 : 0); }
-int64_t Tokenizer::model_max_length() const { return model_max_length_; }
-
-const std::string& Tokenizer::token(int32_t id) const {
-  const std::vector<std::string>& tokens = bpe_ ? bpe_->tokens : vocab_->tokens;
-  if (id < 0 || static_cast<std::size_t>(id) >= tokens.size()) {
-    throw Error(str_format("token id %d is outside the vocabulary [0, %zu) of '%s'", id, tokens.size(),
-                           vocab_path().c_str()));
-  }
-  return tokens[static_cast<std::size_t>(id)];
-}
-
-int32_t Tokenizer::token_to_id(std::string_view token) const {
-  if (bpe_) {
-    const auto it = bpe_->token_ids.find(std::string(token));
-    return it == bpe_->token_ids.end() ? -1 : it->second;
-  }
-  return vocab_->whole.find(token.data(), token.size());
 }
 
 }  // namespace shardtrain

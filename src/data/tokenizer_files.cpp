@@ -22,13 +22,38 @@ using tokjson::json;
 }  // namespace
 
 struct Tokenizer::Loader {
-  static Tokenizer finish(Tokenizer tokenizer, const tokjson::FileMap& files, int64_t model_max_length) {
+  // `root`: the parsed tokenizer.json, when the tokenizer came from one.
+  static Tokenizer finish(Tokenizer tokenizer, const tokjson::FileMap& files, int64_t model_max_length,
+                          const tokjson::Where& where = tokjson::Where{}, const json* root = nullptr) {
     json saved = json::object();
     for (const auto& [file, text] : files) saved[file] = text;
     tokenizer.saved_files_ =
         std::make_shared<const std::string>(saved.dump(-1, ' ', false, json::error_handler_t::replace));
     tokenizer.model_max_length_ = model_max_length;
+    tokenizer.truncation_left_ = truncation_left(files, where, root);
     return tokenizer;
+  }
+
+  // AutoTokenizer's truncation_side: tokenizer_config.json's, else
+  // tokenizer.json's truncation.direction, else right.
+  static bool truncation_left(const tokjson::FileMap& files, const tokjson::Where& where, const json* root) {
+    const tokjson::Configs configs = tokjson::read_configs(files, where);
+    if (configs.has_config && configs.config.contains("truncation_side") &&
+        !configs.config["truncation_side"].is_null()) {
+      const json& side = configs.config["truncation_side"];
+      if (side == "left") return true;
+      if (side == "right") return false;
+      throw Error("'" + configs.config_name + "': truncation_side must be \"left\" or \"right\", not " + side.dump());
+    }
+    if (root == nullptr) return false;
+    const std::string name = where("tokenizer.json");
+    const json truncation = root->value("truncation", json());
+    if (truncation.is_null()) return false;
+    if (!truncation.is_object()) throw Error("'" + name + "': truncation must be null or an object");
+    const json direction = truncation.value("direction", json("Right"));
+    if (direction == "Left") return true;
+    if (direction == "Right") return false;
+    throw Error("'" + name + "': truncation.direction must be \"Left\" or \"Right\", not " + direction.dump());
   }
 
   // vocab.txt (+ tokenizer_config.json): the WordPiece folder rules of from_model_dir.
@@ -72,7 +97,8 @@ struct Tokenizer::Loader {
     json resolved = configs.has_config ? config : json::object();
     resolved["do_lower_case"] = options.lowercase;
     saved["tokenizer_config.json"] = resolved.dump(2) + "\n";
-    return finish(Tokenizer(std::move(vocab), options), saved, configs.has_config ? configs.model_max_length() : 0);
+    return finish(Tokenizer(std::move(vocab), options), saved, configs.has_config ? configs.model_max_length() : 0,
+                  where);
   }
 
   static Tokenizer bpe_from_tokenizer_json(const json& root, const tokjson::FileMap& files,
@@ -145,16 +171,16 @@ struct Tokenizer::Loader {
     bpe->model = std::make_unique<bpe::BpeModel>(spec);
     tokjson::read_normalizer(root.value("normalizer", json()), name, bpe->normalizer);
     tokjson::read_pre_tokenizer(root.value("pre_tokenizer", json()), name, *bpe);
-    tokjson::read_post_processor(root.value("post_processor", json()), name, *bpe);
+    tokjson::read_post_processor(root.value("post_processor", json()), name, bpe->post);
     std::vector<bool> has_token(bpe->tokens.size(), false);  // ids may leave holes
     for (const auto& entry : spec.vocab) has_token[static_cast<std::size_t>(entry.second)] = true;
     for (const BpeAddedToken& t : bpe->added) has_token[static_cast<std::size_t>(t.id)] = true;
-    tokjson::check_template_ids(*bpe, has_token, name);
+    tokjson::check_template_ids(bpe->post, has_token, name);
     apply_configs(*bpe, configs);
     tokjson::resolve_specials(*bpe, configs, name, model_unk);
     bpe->finish();
     return finish(Tokenizer(std::shared_ptr<const Bpe>(std::move(bpe))), files,
-                  configs.has_config ? configs.model_max_length() : 0);
+                  configs.has_config ? configs.model_max_length() : 0, where, &root);
   }
 
   // tokenizer_config.json's add_prefix_space and do_lower_case (see tokenizer.h).
@@ -162,6 +188,8 @@ struct Tokenizer::Loader {
     if (!configs.has_config) return;
     bpe.add_prefix_space = tokjson::get_bool(configs.config, "add_prefix_space", bpe.add_prefix_space,
                                                configs.config_name);
+    // RobertaTokenizerFast sets the post-processor's add_prefix_space too.
+    if (bpe.post.trim_offsets) bpe.post.trim_add_prefix_space = bpe.add_prefix_space;
     if (tokjson::get_bool(configs.config, "do_lower_case", false, configs.config_name))
       bpe.normalizer.push_back(BpeNormalizerStep::kLowercase);
   }
@@ -224,13 +252,14 @@ struct Tokenizer::Loader {
     if (cls < 0 || sep < 0)
       throw Error("'" + vocab_name + "' has no " + (cls < 0 ? name_of("cls_token", "<s>") : name_of("sep_token", "</s>")) +
                   " token (the RoBERTa template <s> A </s></s> B </s> needs cls_token and sep_token)");
-    bpe->single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
-    bpe->pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
+    bpe->post.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
+    bpe->post.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
+    bpe->post.trim_offsets = true;  // RobertaConverter: RobertaProcessing(trim_offsets=True)
     apply_configs(*bpe, configs);
     tokjson::resolve_specials(*bpe, configs, vocab_name, "");
     bpe->finish();
     return finish(Tokenizer(std::shared_ptr<const Bpe>(std::move(bpe))), files,
-                  configs.has_config ? configs.model_max_length() : 0);
+                  configs.has_config ? configs.model_max_length() : 0, where);
   }
 
   static Tokenizer from_files(const tokjson::FileMap& files, const tokjson::Where& where, const std::string& dir);
@@ -283,10 +312,10 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
     throw Error("'" + name + "': a WordPiece model needs the BertPreTokenizer pre_tokenizer");
 
   // The template must be BERT's; its special tokens name [CLS] and [SEP].
-  Bpe shape;
+  Template shape;
   tokjson::read_post_processor(root.value("post_processor", json()), name, shape);
   tokjson::check_template_ids(shape, std::vector<bool>(by_id.size(), true), name);  // ids 0 .. n-1, each once
-  auto is = [](const std::vector<BpeTemplatePiece>& t, const std::vector<std::pair<int, int>>& want) {
+  auto is = [](const std::vector<TemplatePiece>& t, const std::vector<std::pair<int, int>>& want) {
     if (t.size() != want.size()) return false;
     for (std::size_t i = 0; i < t.size(); ++i) {
       if (t[i].sequence != want[i].first || t[i].type_id != want[i].second) return false;
@@ -307,7 +336,8 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
   if (!pad.empty()) names.pad = pad;
   if (!mask.empty()) names.mask = mask;
   std::shared_ptr<Vocab> vocab = wordpiece_parse_vocab(text, name, names);
-  return finish(Tokenizer(std::move(vocab), options), files, configs.has_config ? configs.model_max_length() : 0);
+  return finish(Tokenizer(std::move(vocab), options), files, configs.has_config ? configs.model_max_length() : 0,
+                where, &root);
 }
 
 Tokenizer Tokenizer::Loader::from_files(const tokjson::FileMap& files, const tokjson::Where& where,

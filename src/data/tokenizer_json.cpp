@@ -92,12 +92,18 @@ int32_t lookup(const std::unordered_map<std::string, int32_t>& ids, const std::s
 }
 
 // Post-processor -> templates; the names of the [CLS]-like and [SEP]-like tokens.
-void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe) {
+void read_post_processor(const json& processor, const std::string& name, Tokenizer::Template& post) {
   if (processor.is_null()) {
-    bpe.single = {{0, {}, 0}};
-    bpe.pair = {{0, {}, 0}, {1, {}, 1}};  // HF: no processor concatenates, B with type id 1
+    post.single = {{0, {}, 0}};
+    post.pair = {{0, {}, 0}, {1, {}, 1}};  // HF: no processor concatenates, B with type id 1
     return;
   }
+  // RobertaProcessing and ByteLevel trim offsets (both default to
+  // trim_offsets = add_prefix_space = true in HF).
+  auto read_trimming = [&] {
+    post.trim_offsets = get_bool(processor, "trim_offsets", true, name);
+    post.trim_add_prefix_space = get_bool(processor, "add_prefix_space", true, name);
+  };
   const std::string type = type_of(processor, name, "post_processor");
   auto token_id = [&](const json& pair, const char* key) {
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_number_integer())
@@ -106,32 +112,42 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
   };
   if (type == "Sequence") {
     const json* chosen = nullptr;
+    const json* byte_level = nullptr;
     for (const json& step : field(processor, "processors", name, "post_processor Sequence")) {
-      if (type_of(step, name, "post_processor.processors") == "ByteLevel") continue;  // offsets only
+      if (type_of(step, name, "post_processor.processors") == "ByteLevel") {  // offsets only
+        byte_level = &step;
+        continue;
+      }
       if (chosen != nullptr) throw Error("'" + name + "': post_processor Sequence with two templates");
       chosen = &step;
     }
-    read_post_processor(chosen ? *chosen : json(), name, bpe);
+    read_post_processor(chosen ? *chosen : json(), name, post);
+    if (byte_level != nullptr && !post.trim_offsets) {
+      post.trim_offsets = get_bool(*byte_level, "trim_offsets", true, name);
+      post.trim_add_prefix_space = get_bool(*byte_level, "add_prefix_space", true, name);
+    }
   } else if (type == "ByteLevel") {
-    read_post_processor(json(), name, bpe);
+    read_post_processor(json(), name, post);
+    read_trimming();
   } else if (type == "RobertaProcessing" || type == "BertProcessing") {
     const int32_t cls = token_id(field(processor, "cls", name, "post_processor"), "cls");
     const int32_t sep = token_id(field(processor, "sep", name, "post_processor"), "sep");
     if (type == "RobertaProcessing") {  // <s> A </s></s> B </s>, type ids all 0
-      bpe.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
-      bpe.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
+      post.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
+      post.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
+      read_trimming();
     } else {  // [CLS] A [SEP] B [SEP], B and its [SEP] type 1
-      bpe.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
-      bpe.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}, {1, {}, 1}, {-1, {sep}, 1}};
+      post.single = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}};
+      post.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep}, 0}, {1, {}, 1}, {-1, {sep}, 1}};
     }
   } else if (type == "TemplateProcessing") {
     const json& specials = field(processor, "special_tokens", name, "TemplateProcessing");
     auto read = [&](const char* key) {
-      std::vector<BpeTemplatePiece> pieces;
+      std::vector<TemplatePiece> pieces;
       const json& list = field(processor, key, name, "TemplateProcessing");
       if (!list.is_array()) throw Error("'" + name + "': post_processor." + key + " must be a list");
       for (const json& item : list) {
-        BpeTemplatePiece piece;
+        TemplatePiece piece;
         const bool is_special = item.contains("SpecialToken");
         const json& body = is_special ? item["SpecialToken"] : item.contains("Sequence") ? item["Sequence"] : json();
         if (!body.is_object() || !body.contains("id") || !body["id"].is_string())
@@ -163,7 +179,7 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
       const bool pair = std::string(key) == "pair";
       for (const int sequence : {0, 1}) {
         const auto uses = std::count_if(pieces.begin(), pieces.end(),
-                                        [&](const BpeTemplatePiece& p) { return p.sequence == sequence; });
+                                        [&](const TemplatePiece& p) { return p.sequence == sequence; });
         const auto wanted = sequence == 0 || pair ? 1 : 0;
         if (uses != wanted)
           throw Error("'" + name + "': post_processor." + key + " names sequence " + (sequence == 0 ? "A" : "B") + " " +
@@ -172,17 +188,17 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
       }
       return pieces;
     };
-    bpe.single = read("single");
-    bpe.pair = read("pair");
+    post.single = read("single");
+    post.pair = read("pair");
   } else {
     throw Error("'" + name + "': post_processor type '" + type +
                 "' is not supported (RobertaProcessing, BertProcessing, TemplateProcessing, ByteLevel, Sequence)");
   }
 }
 
-void check_template_ids(const Tokenizer::Bpe& bpe, const std::vector<bool>& has_token, const std::string& name) {
-  for (const auto* pieces : {&bpe.single, &bpe.pair}) {
-    for (const BpeTemplatePiece& piece : *pieces) {
+void check_template_ids(const Tokenizer::Template& post, const std::vector<bool>& has_token, const std::string& name) {
+  for (const auto* pieces : {&post.single, &post.pair}) {
+    for (const TemplatePiece& piece : *pieces) {
       for (const int32_t id : piece.ids) {
         if (static_cast<std::size_t>(id) >= has_token.size())
           throw Error("'" + name + "': post_processor names token id " + std::to_string(id) +
@@ -254,7 +270,7 @@ void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::st
                 configs.config_name);
   bpe.unk_id = model_unk.empty() ? resolve("unk_token", {"<unk>", "[UNK]"}) : lookup(bpe.token_ids, model_unk);
   bpe.mask_id = resolve("mask_token", {"<mask>", "[MASK]"});
-  auto first_special = [](const std::vector<BpeTemplatePiece>& t, bool last) {
+  auto first_special = [](const std::vector<TemplatePiece>& t, bool last) {
     int32_t id = -1;
     for (const auto& piece : t) {
       if (piece.sequence >= 0 || piece.ids.empty()) continue;
@@ -263,8 +279,8 @@ void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::st
     }
     return id;
   };
-  bpe.cls_id = first_special(bpe.single, false);
-  bpe.sep_id = first_special(bpe.single, true);
+  bpe.cls_id = first_special(bpe.post.single, false);
+  bpe.sep_id = first_special(bpe.post.single, true);
 }
 
 void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, int32_t>>& vocab) {

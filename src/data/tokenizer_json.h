@@ -63,11 +63,11 @@ std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, con
 int32_t token_id_value(const json& value, const std::string& name, const std::string& what);
 
 // The parts of a BPE tokenizer.json (tokenizer.h lists what is supported).
-void read_post_processor(const json& processor, const std::string& name, Tokenizer::Bpe& bpe);
-// Every special id of bpe.single / bpe.pair names a token: has_token[id], one
+void read_post_processor(const json& processor, const std::string& name, Tokenizer::Template& post);
+// Every special id of post.single / post.pair names a token: has_token[id], one
 // entry per id of the vocabulary (the id table may have holes); an Error
 // naming the post_processor otherwise.
-void check_template_ids(const Tokenizer::Bpe& bpe, const std::vector<bool>& has_token, const std::string& name);
+void check_template_ids(const Tokenizer::Template& post, const std::vector<bool>& has_token, const std::string& name);
 void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out);
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe);
 // bpe.tokens / token_ids from the model vocabulary and bpe.added.

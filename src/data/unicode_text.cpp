@@ -2,7 +2,9 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 namespace shardtrain::unicode {
 
@@ -202,28 +204,18 @@ void normalize(std::string& text, NormalForm form) {
   std::free(result);
 }
 
-bool sanitize_utf8(std::string_view text, std::string& out) {
+namespace {
+
+// sanitize_utf8's replacement pass; spans per output byte when `spans` is set.
+void replace_invalid_utf8(std::string_view text, std::string& out, std::vector<TokenSpan>* spans) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  std::size_t position = 0;
-  bool valid = true;
-  while (position < text.size()) {
-    if (bytes[position] < 0x80) {
-      ++position;
-      continue;
-    }
-    std::size_t length;
-    if (decode_utf8(bytes + position, text.size() - position, &length) < 0) {
-      valid = false;
-      break;
-    }
-    position += length;
-  }
-  if (valid) return false;
   out.clear();
-  position = 0;
+  if (spans) spans->clear();
+  std::size_t position = 0;
   while (position < text.size()) {
     std::size_t length;
     const int32_t cp = decode_utf8(bytes + position, text.size() - position, &length);
+    const std::size_t before = out.size();
     if (cp < 0) {
       // One U+FFFD per maximal subpart (Unicode 3.9 U+FFFD substitution, as
       // Python's errors="replace" and Rust's from_utf8_lossy): a valid lead byte
@@ -249,9 +241,242 @@ bool sanitize_utf8(std::string_view text, std::string& out) {
     } else {
       out.append(text.data() + position, length);
     }
+    if (spans)
+      spans->insert(spans->end(), out.size() - before,
+                    TokenSpan{static_cast<int32_t>(position), static_cast<int32_t>(position + length)});
+    position += length;
+  }
+}
+
+bool is_valid_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  std::size_t position = 0;
+  while (position < text.size()) {
+    if (bytes[position] < 0x80) {
+      ++position;
+      continue;
+    }
+    std::size_t length;
+    if (decode_utf8(bytes + position, text.size() - position, &length) < 0) return false;
     position += length;
   }
   return true;
+}
+
+int combining_class(int32_t cp) {
+  return cp < 0x300 ? 0 : static_cast<int>(utf8proc_get_property(cp)->combining_class);
+}
+
+// The primary composite of (first, second), or -1.
+int32_t compose_pair(int32_t first, int32_t second) {
+  utf8proc_int32_t buffer[2] = {first, second};
+  const utf8proc_ssize_t length = utf8proc_normalize_utf32(buffer, 2, UTF8PROC_COMPOSE);
+  return length == 1 ? buffer[0] : -1;
+}
+
+void decode_code_points(std::string_view text, std::vector<int32_t>& code_points) {
+  code_points.clear();
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t position = 0; position < text.size();) {
+    std::size_t length;
+    const int32_t cp = decode_utf8(bytes + position, text.size() - position, &length);
+    code_points.push_back(cp < 0 ? 0xFFFD : cp);
+    position += length;
+  }
+}
+
+// One span per character from one span per byte (a character's bytes share it).
+void character_spans_of(std::string_view text, const std::vector<TokenSpan>& byte_spans,
+                        std::vector<TokenSpan>& char_spans) {
+  char_spans.clear();
+  for (std::size_t position = 0; position < text.size();) {
+    char_spans.push_back(byte_spans[position]);
+    position += static_cast<std::size_t>(utf8_length(static_cast<unsigned char>(text[position])));
+  }
+}
+
+// Writes code points with their spans back as UTF-8 text and per-byte spans.
+void encode_aligned(const std::vector<CharChange>& characters, const std::vector<TokenSpan>& spans,
+                    std::string& text, std::vector<TokenSpan>& byte_spans) {
+  text.clear();
+  byte_spans.clear();
+  for (std::size_t i = 0; i < characters.size(); ++i) {
+    char encoded[4];
+    const int length = encode_utf8(characters[i].code_point, encoded);
+    text.append(encoded, static_cast<std::size_t>(length));
+    byte_spans.insert(byte_spans.end(), static_cast<std::size_t>(length), spans[i]);
+  }
+}
+
+}  // namespace
+
+bool sanitize_utf8(std::string_view text, std::string& out) {
+  if (is_valid_utf8(text)) return false;
+  replace_invalid_utf8(text, out, nullptr);
+  return true;
+}
+
+void sanitize_utf8_aligned(std::string_view text, std::string& out, std::vector<TokenSpan>& byte_spans) {
+  replace_invalid_utf8(text, out, &byte_spans);
+}
+
+void character_spans(std::string_view text, int32_t base, std::vector<TokenSpan>& byte_spans) {
+  byte_spans.clear();
+  byte_spans.reserve(text.size());
+  for (std::size_t position = 0; position < text.size();) {
+    const auto length = std::min<std::size_t>(
+        static_cast<std::size_t>(utf8_length(static_cast<unsigned char>(text[position]))), text.size() - position);
+    const TokenSpan span{base + static_cast<int32_t>(position), base + static_cast<int32_t>(position + length)};
+    byte_spans.insert(byte_spans.end(), length, span);
+    position += length;
+  }
+}
+
+void decompose_with_changes(const int32_t* code_points, std::size_t count, bool compatibility,
+                            std::vector<CharChange>& out) {
+  // The crate's Decompositions iterator: a block starts at each starter
+  // (class 0) and is sorted by class, stably, when the next starter arrives.
+  std::vector<int> classes;
+  std::size_t pending = out.size();
+  auto sort_pending = [&] {
+    std::vector<std::pair<int, CharChange>> block;
+    for (std::size_t i = pending; i < out.size(); ++i) block.emplace_back(classes[i - pending], out[i]);
+    std::stable_sort(block.begin(), block.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (std::size_t i = 0; i < block.size(); ++i) out[pending + i] = block[i].second;
+    pending = out.size();
+    classes.clear();
+  };
+  const int options = UTF8PROC_DECOMPOSE | (compatibility ? UTF8PROC_COMPAT : 0);
+  for (std::size_t i = 0; i < count; ++i) {
+    utf8proc_int32_t buffer[32];
+    utf8proc_ssize_t length = utf8proc_decompose_char(code_points[i], buffer, 32,
+                                                      static_cast<utf8proc_option_t>(options), nullptr);
+    if (length <= 0 || length > 32) {
+      buffer[0] = code_points[i];
+      length = 1;
+    }
+    for (utf8proc_ssize_t k = 0; k < length; ++k) {
+      const int cls = combining_class(buffer[k]);
+      if (cls == 0) sort_pending();
+      out.push_back(CharChange{buffer[k], k == 0 ? 0 : 1});
+      classes.push_back(cls);
+    }
+  }
+  sort_pending();
+}
+
+void compose_with_changes(const std::vector<CharChange>& decomposed, std::vector<CharChange>& out) {
+  // The crate's Recompositions iterator, state for state.
+  bool has_composee = false;
+  CharChange composee{0, 0};
+  int last_class = -1;  // -1: none since the composee
+  std::vector<CharChange> blocked;
+  auto flush_blocked = [&] {
+    out.insert(out.end(), blocked.begin(), blocked.end());
+    blocked.clear();
+  };
+  for (const CharChange& c : decomposed) {
+    const int cls = combining_class(c.code_point);
+    if (!has_composee) {
+      if (cls != 0) {
+        out.push_back(c);
+        continue;
+      }
+      composee = c;
+      has_composee = true;
+      continue;
+    }
+    if (last_class < 0) {
+      const int32_t composed = compose_pair(composee.code_point, c.code_point);
+      if (composed >= 0) {
+        composee = CharChange{composed, composee.change + c.change - 1};
+        continue;
+      }
+      if (cls == 0) {
+        out.push_back(composee);
+        composee = c;
+        continue;
+      }
+      blocked.push_back(c);
+      last_class = cls;
+      continue;
+    }
+    if (last_class >= cls) {
+      if (cls == 0) {  // c is blocked from the composee and starts anew
+        out.push_back(composee);
+        flush_blocked();
+        composee = c;
+        last_class = -1;
+        continue;
+      }
+      blocked.push_back(c);
+      last_class = cls;
+      continue;
+    }
+    const int32_t composed = compose_pair(composee.code_point, c.code_point);
+    if (composed >= 0) {
+      composee = CharChange{composed, composee.change + c.change - 1};
+      continue;
+    }
+    blocked.push_back(c);
+    last_class = cls;
+  }
+  if (has_composee) out.push_back(composee);
+  flush_blocked();
+}
+
+void apply_changes(const std::vector<TokenSpan>& input, const std::vector<CharChange>& changes,
+                   std::vector<TokenSpan>& output) {
+  output.clear();
+  const TokenSpan none = input.empty() ? TokenSpan{} : TokenSpan{input.front().begin, input.front().begin};
+  std::size_t position = 0;
+  for (const CharChange& c : changes) {
+    if (c.change > 0) {
+      output.push_back(position > 0 ? input[std::min(position, input.size()) - 1] : none);
+      continue;
+    }
+    output.push_back(position < input.size() ? input[position] : input.empty() ? none : input.back());
+    position += 1 + static_cast<std::size_t>(-c.change);
+  }
+}
+
+void normalize_aligned(std::string& text, std::vector<TokenSpan>& byte_spans, NormalForm form) {
+  bool ascii = true;
+  for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) return;
+  std::vector<int32_t> code_points;
+  decode_code_points(text, code_points);
+  std::vector<TokenSpan> spans;
+  character_spans_of(text, byte_spans, spans);
+  const bool compatibility = form == NormalForm::kNfkc || form == NormalForm::kNfkd;
+  std::vector<CharChange> decomposed, changes;
+  decompose_with_changes(code_points.data(), code_points.size(), compatibility, decomposed);
+  if (form == NormalForm::kNfc || form == NormalForm::kNfkc) {
+    compose_with_changes(decomposed, changes);
+  } else {
+    changes.swap(decomposed);
+  }
+  std::vector<TokenSpan> moved;
+  apply_changes(spans, changes, moved);
+  encode_aligned(changes, moved, text, byte_spans);
+}
+
+void lowercase_aligned(std::string& text, std::vector<TokenSpan>& byte_spans) {
+  std::vector<int32_t> code_points, lowered;
+  decode_code_points(text, code_points);
+  std::vector<TokenSpan> spans;
+  character_spans_of(text, byte_spans, spans);
+  std::vector<CharChange> characters;
+  std::vector<TokenSpan> moved;
+  for (std::size_t i = 0; i < code_points.size(); ++i) {
+    lowered.clear();
+    append_lowercase(code_points[i], lowered);
+    for (const int32_t cp : lowered) {
+      characters.push_back(CharChange{cp, 0});
+      moved.push_back(spans[i]);
+    }
+  }
+  encode_aligned(characters, moved, text, byte_spans);
 }
 
 }  // namespace shardtrain::unicode

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shardtrain/data/tokenizer.h"
+
 namespace shardtrain::unicode {
 
 // Decodes the well-formed UTF-8 sequence starting at s[0] (n > 0 bytes left).
@@ -17,6 +19,12 @@ namespace shardtrain::unicode {
 // sets *length = 1 when s[0] does not start a well-formed sequence (Unicode
 // Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF).
 int32_t decode_utf8(const unsigned char* s, std::size_t n, std::size_t* length);
+
+// Byte length of the UTF-8 character that starts with `lead` (1 for a byte
+// that starts none: a continuation byte or an invalid one).
+inline int utf8_length(unsigned char lead) {
+  return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF8 ? 4 : 1;
+}
 
 // Writes the UTF-8 form of a valid code point to dst (4 bytes room); returns the byte count.
 int encode_utf8(int32_t code_point, char* dst);
@@ -56,8 +64,47 @@ enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
 // Replaces `text` by its normal form. `text` must be valid UTF-8 (see
 // sanitize_utf8). ASCII text is returned unchanged without a copy.
 void normalize(std::string& text, NormalForm form);
+// Alignment through normalization, as HF's NormalizedString keeps it
+// (token offsets point at the original text). A normalization is a stream
+// of output characters, each with a "change" (the unicode-normalization-
+// alignments crate's): 0 replaces the next input character, +1 is inserted
+// after it, -n replaces the next input character and removes n more.
+struct CharChange {
+  int32_t code_point;
+  int change;
+};
+// NFD (NFKD with `compatibility`) of code_points[0 .. count) with changes:
+// each input character's decomposition is its first output with change 0 and
+// the rest +1, then each run of combining marks is stably sorted by class
+// (the changes move with the characters).
+void decompose_with_changes(const int32_t* code_points, std::size_t count, bool compatibility,
+                            std::vector<CharChange>& out);
+// Canonical composition of a decomposed stream (NFC / NFKC = decompose, then
+// this): a composed character's change is the sum of its parts' minus one
+// per part merged into it.
+void compose_with_changes(const std::vector<CharChange>& decomposed, std::vector<CharChange>& out);
+// HF NormalizedString::transform: the span of each output character, from
+// the spans of the input characters, taken by position: a character with
+// change <= 0 takes the span of the next unconsumed input character (and
+// consumes 1 - change of them), an inserted one the span of the last
+// consumed (the first input character's start when none was).
+void apply_changes(const std::vector<TokenSpan>& input, const std::vector<CharChange>& changes,
+                   std::vector<TokenSpan>& output);
+// `text` (valid UTF-8) to its normal form, with `byte_spans` (one span per
+// byte of the text, every byte of a character holding that character's)
+// carried along: on return one span per byte of the result.
+void normalize_aligned(std::string& text, std::vector<TokenSpan>& byte_spans, NormalForm form);
+// Full Unicode lowercase (append_lowercase per character), spans carried.
+void lowercase_aligned(std::string& text, std::vector<TokenSpan>& byte_spans);
+
 // Replaces every invalid UTF-8 sequence by U+FFFD (as Python's
 // errors="replace" reads the bytes); returns false when the text was valid.
 bool sanitize_utf8(std::string_view text, std::string& out);
+// sanitize_utf8 with, per byte of `out`, the span of `text` its character
+// comes from (a U+FFFD spans the bytes it replaces).
+void sanitize_utf8_aligned(std::string_view text, std::string& out, std::vector<TokenSpan>& byte_spans);
+// One span per byte of valid UTF-8 `text`: each byte its character's span,
+// shifted by `base`.
+void character_spans(std::string_view text, int32_t base, std::vector<TokenSpan>& byte_spans);
 
 }  // namespace shardtrain::unicode

@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "shardtrain/data/tokenizer.h"
 
@@ -18,5 +20,15 @@ std::shared_ptr<Tokenizer::Vocab> wordpiece_parse_vocab(const std::string& text,
                                                         const WordPieceSpecialNames& names);
 // Whether some non-special token changes when lowercased.
 bool wordpiece_vocabulary_is_cased(const Tokenizer::Vocab& vocab);
+// The WordPiece ids of one text (special tokens cut out first), appended to
+// `out`; with `spans`, each token's span in `text` appended to it.
+void wordpiece_tokenize(const Tokenizer::Vocab& vocab, const TokenizerOptions& options, std::string_view text,
+                        std::vector<int32_t>& out, std::vector<TokenSpan>* spans);
+// The vocabulary in id order, where it was read from, a token's id (-1: none).
+const std::vector<std::string>& wordpiece_tokens(const Tokenizer::Vocab& vocab);
+const std::string& wordpiece_source(const Tokenizer::Vocab& vocab);
+int32_t wordpiece_token_id(const Tokenizer::Vocab& vocab, std::string_view token);
+// The [CLS] / [SEP] template.
+const Tokenizer::Template& wordpiece_template(const Tokenizer::Vocab& vocab);
 
 }  // namespace shardtrain

@@ -2,7 +2,8 @@
 // arbitrary bytes. Input sections (separated by "\n=====\n"): a vocabulary
 // file, its tokenizer_config.json, text a, text b. The first byte of text a
 // picks max_length. Every id must lie in the vocabulary and encode() must keep
-// to max_length. Seeds: corpus/tokenizer.
+// to max_length; encode_with_offsets / encode_words (a split at spaces) must
+// give the same ids with every span inside its text. Seeds: corpus/tokenizer.
 //
 // Each tokenizer kind is one entry of kTokenizerKinds: the files the first
 // section becomes in a model folder, read by from_model_dir. Every input is
@@ -10,6 +11,7 @@
 // BPE, or WordPiece in HF's JSON form) and a vocab.json + merges.txt (the
 // first section split at "\n-----\n"). A kind added later is one more entry,
 // its seeds more files under corpus/tokenizer.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -69,6 +71,33 @@ void tokenizer_fuzz_check(const shardtrain::Tokenizer& tokenizer, const std::str
       FUZZ_REQUIRE(!encoding.input_ids.empty() && encoding.input_ids.front() == tokenizer.cls_id());
     FUZZ_REQUIRE(encoding.input_ids.size() >= static_cast<size_t>(tokenizer.num_special_tokens(second.has_value())));
     for (int32_t id : encoding.input_ids) FUZZ_REQUIRE(id >= 0 && id < vocab_size);
+    // Offsets: the same ids, every span inside its own text.
+    const shardtrain::Encoding with_offsets = tokenizer.encode_with_offsets(a, second, max_length);
+    FUZZ_REQUIRE(with_offsets.input_ids == encoding.input_ids);
+    FUZZ_REQUIRE(with_offsets.offsets.size() == encoding.input_ids.size());
+    FUZZ_REQUIRE(with_offsets.sequence_ids.size() == encoding.input_ids.size());
+    for (size_t i = 0; i < with_offsets.offsets.size(); ++i) {
+      const shardtrain::TokenSpan span = with_offsets.offsets[i];
+      const int sequence = with_offsets.sequence_ids[i];
+      const size_t size = sequence == 1 ? b.size() : a.size();
+      FUZZ_REQUIRE(span.begin >= 0 && span.begin <= span.end && static_cast<size_t>(span.end) <= size);
+    }
+    // Pre-split words: a's space-separated words, each span inside its word.
+    std::vector<std::string_view> words;
+    for (size_t start = 0; start <= a.size();) {
+      const size_t space = std::min(a.find(' ', start), a.size());
+      words.push_back(std::string_view(a).substr(start, space - start));
+      start = space + 1;
+    }
+    const shardtrain::Encoding split = tokenizer.encode_words(words, max_length, true);
+    FUZZ_REQUIRE(split.word_ids.size() == split.input_ids.size() && split.offsets.size() == split.input_ids.size());
+    for (size_t i = 0; i < split.input_ids.size(); ++i) {
+      FUZZ_REQUIRE(split.input_ids[i] >= 0 && split.input_ids[i] < vocab_size);
+      if (split.word_ids[i] < 0) continue;
+      FUZZ_REQUIRE(static_cast<size_t>(split.word_ids[i]) < words.size());
+      FUZZ_REQUIRE(static_cast<size_t>(split.offsets[i].end) <= words[static_cast<size_t>(split.word_ids[i])].size());
+    }
+    if (max_length > 0) FUZZ_REQUIRE(static_cast<int>(split.input_ids.size()) <= max_length);
   } catch (const shardtrain::Error&) {
     // max_length below the special tokens' count: refused, as documented.
     FUZZ_REQUIRE(max_length < tokenizer.num_special_tokens(second.has_value()));

@@ -58,9 +58,26 @@
 // (RobertaProcessing, BertProcessing, TemplateProcessing). Invalid UTF-8 reads
 // as U+FFFD per maximal subpart (Python errors="replace").
 //
+// Offsets (encode_with_offsets, tokenize_with_offsets, encode_words): HF's
+// return_offsets_mapping as byte spans of the UTF-8 input. A token spans from
+// the original character of its first normalized character to that of its
+// last, with HF's alignment rules (NormalizedString): a character the
+// normalizer removes (a control character, an accent stripped after NFD, a
+// mark NFC composes away) has no origin of its own, characters it inserts
+// (the rest of a decomposition or lowercase mapping, the spaces around a CJK
+// ideograph, BPE's prefix space) take the origin of the character before;
+// byte-level BPE tokens that split one character each span the whole
+// character; an added token spans what it matched (with the whitespace
+// lstrip / rstrip took). RoBERTa's post-processor (RobertaProcessing, or a
+// ByteLevel post-processor with trim_offsets) then trims the spaces a token
+// starts or ends with ("Ġworld" spans "world"); ModernBERT's
+// TemplateProcessing does not. docs/tokenizers.md has examples.
+//
 // Usage:
 //   auto tokenizer = shardtrain::Tokenizer::from_model_dir("models/bert-base-cased");
 //   shardtrain::Encoding e = tokenizer.encode(sentence1, sentence2, 128);
+//   shardtrain::Encoding q = tokenizer.encode_with_offsets(question, context, 384);  // q.offsets, q.sequence_ids
+//   shardtrain::Encoding w = tokenizer.encode_words({"U.S.", "troops"}, 128, true);   // w.word_ids
 //
 // A Tokenizer is immutable after construction: const methods may be called
 // from several threads at once. Copies share the vocabulary.
@@ -92,13 +109,38 @@ struct TokenizerOptions {
   bool strips_accents() const { return strip_accents || (lowercase && !keep_accents); }
 };
 
+// Where a token came from: bytes [begin, end) of the UTF-8 text it was cut
+// from (HF's return_offsets_mapping, in bytes instead of characters: the
+// bytes of a span are exactly the characters of HF's span). Template special
+// tokens get {0, 0}, as in HF. Where HF's normalizer changed the text, the span
+// points at the original: an accent stripped with NFD + Mn removal, a
+// lowercased letter, a fullwidth letter NFKC folded (see "Offsets" below).
+struct TokenSpan {
+  int32_t begin = 0;
+  int32_t end = 0;
+  bool operator==(const TokenSpan& other) const { return begin == other.begin && end == other.end; }
+};
+
 // One encoded example. WordPiece: input_ids = [CLS] a [SEP] (b [SEP]);
 // token_type_ids is 0 for [CLS], a and the first [SEP], 1 for b and the last
 // [SEP]. BPE: the template's ids and type ids. The attention
 // mask is all ones (padding is the collator's job), so it is not stored.
+//
+// The per-token vectors below are filled only by the calls that say so
+// (encode() leaves them empty); when filled they have input_ids.size()
+// entries.
 struct Encoding {
   std::vector<int32_t> input_ids;
   std::vector<uint8_t> token_type_ids;
+  // encode_with_offsets, encode_words: each token's span in its own text
+  // (text_a, text_b, or its word), {0, 0} for template special tokens.
+  std::vector<TokenSpan> offsets;
+  // encode_with_offsets, encode_words, apply_template: HF's sequence_ids():
+  // -1 for a template special token, 0 for text a's tokens, 1 for text b's.
+  std::vector<int8_t> sequence_ids;
+  // encode_words: the index in `words` of the word each token came from; -1
+  // for template special tokens (HF's word_ids()).
+  std::vector<int32_t> word_ids;
 };
 
 class Tokenizer {
@@ -162,9 +204,15 @@ class Tokenizer {
   // Tokens of one text, no template special tokens; appends to out.
   void tokenize(std::string_view text, std::vector<int32_t>& out) const;
 
+  // tokenize() with each token's span in `text` (see TokenSpan), appended to
+  // `spans` one per id appended to `ids`; the ids are tokenize()'s. BPE: the
+  // spans are trimmed as the post-processor trims them (RoBERTa's "Ġword" does
+  // not cover its space), as HF gives them with add_special_tokens=False.
+  void tokenize_with_offsets(std::string_view text, std::vector<int32_t>& ids, std::vector<TokenSpan>& spans) const;
+
   // [CLS] a [SEP] (b [SEP]) or the BPE template; max_length 0 = no truncation.
   // With max_length > 0 the result has at most max_length ids. A single text
-  // loses tokens at its end. A pair follows HF longest_first (Rust
+  // loses tokens at its end (at its start when truncation_left()). A pair follows HF longest_first (Rust
   // truncate_encodings): with budget = max_length - 3, if both fit nothing is
   // cut; if the shorter one fits in half the budget, only the longer one is cut
   // to budget - shorter; otherwise both are cut, the originally shorter one to
@@ -173,6 +221,38 @@ class Tokenizer {
   // num_special_tokens.) Throws shardtrain::Error when max_length is negative
   // or smaller than the number of special tokens (num_special_tokens()).
   Encoding encode(std::string_view text_a, std::optional<std::string_view> text_b, int max_length) const;
+
+  // encode() (the same ids, types and truncation) with `offsets` (spans in
+  // text_a / text_b) and `sequence_ids` filled: HF's
+  // tokenizer(a, b, return_offsets_mapping=True).
+  Encoding encode_with_offsets(std::string_view text_a, std::optional<std::string_view> text_b,
+                               int max_length) const;
+
+  // Pre-split words, as HF's tokenizer(words, is_split_into_words=True) (what
+  // run_ner uses): each word is tokenized on its own (WordPiece: normalizer
+  // and punctuation split per word, so "U.S." gives U . S .; BPE: each word
+  // gets the prefix space when `add_prefix_space` is true (run_ner sets it
+  // for RoBERTa; it stands for AutoTokenizer's add_prefix_space=True) and
+  // keeps the tokenizer's own setting when false; WordPiece ignores it). A
+  // word that tokenizes to nothing gives no token. The single-text template
+  // goes around the tokens; max_length > 0 truncates them as encode() does a
+  // single text (at the end, or at the start when truncation_left()): count
+  // the words lost from word_ids. offsets are relative to each token's word;
+  // word_ids and sequence_ids are filled.
+  Encoding encode_words(const std::vector<std::string_view>& words, int max_length, bool add_prefix_space) const;
+
+  // The template around already tokenized sequences (ids from tokenize()):
+  // single when `b` is null, else pair; no truncation (extractive QA builds
+  // its own windows: question + a window of the context). token_type_ids and
+  // sequence_ids are filled (offsets are not: a token at position p with
+  // sequence_ids[p] = s is the k-th of sequence s, where k counts the tokens
+  // of s before p; its span is the caller's k-th span of that sequence).
+  Encoding apply_template(const std::vector<int32_t>& a, const std::vector<int32_t>* b) const;
+
+  // Whether truncation cuts from the left (HF truncation_side "left"):
+  // tokenizer_config.json's truncation_side, else tokenizer.json's
+  // truncation.direction ("Left" / "Right"), else right, as AutoTokenizer.
+  bool truncation_left() const;
 
   int32_t cls_id() const;
   int32_t sep_id() const;
@@ -197,16 +277,32 @@ class Tokenizer {
   struct Vocab;  // WordPiece, defined in tokenizer.cpp
   struct Bpe;    // byte-level BPE, defined in bpe_tokenizer.cpp
   struct Loader;  // tokenizer_files.cpp: folders, tokenizer.json, saved files
+  struct Template;  // the post-processor (src/data/tokenizer_template.h)
 
  private:
   Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options);
   explicit Tokenizer(std::shared_ptr<const Bpe> bpe);
+
+  // tokenizer_encode.cpp: the engine's template, one text's ids (and spans)
+  // (`prefix_space`: BPE's add_prefix_space, -1 = the tokenizer's), and the
+  // post-processor's offset trimming of tokens [first, ids.size()).
+  const Template& post() const;
+  void tokenize_text(std::string_view text, std::vector<int32_t>& ids, std::vector<TokenSpan>* spans,
+                     int prefix_space) const;
+  Encoding encode_texts(std::string_view text_a, std::optional<std::string_view> text_b, int max_length,
+                        bool with_offsets) const;
+  // BPE offset trimming of the `keep` tokens truncation kept (text_of(i): the
+  // text of the i-th kept token).
+  template <class TextOf>
+  void trim_kept(const std::vector<int32_t>& ids, std::vector<TokenSpan>& spans, std::size_t keep, TextOf text_of,
+                 bool add_prefix_space = false) const;
 
   std::shared_ptr<const Vocab> vocab_;  // exactly one of vocab_ and bpe_ is set
   std::shared_ptr<const Bpe> bpe_;
   TokenizerOptions options_;
   std::shared_ptr<const std::string> saved_files_;
   int64_t model_max_length_ = 0;
+  bool truncation_left_ = false;
 };
 
 }  // namespace shardtrain
