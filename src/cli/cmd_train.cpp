@@ -29,9 +29,7 @@ void print_final_metrics(const TrainResult& result, const RunConfig& config) {
   const TrainReport& last = result.reports.back();
   const bool baseline = result.baseline.has_value();
   std::printf("final metrics (step %lld)%s\n", static_cast<long long>(last.step),
-              baseline ? str_format("            %-8s  majority class (%lld)", "model",
-                                    static_cast<long long>(result.baseline->class_id)).c_str()
-                       : ":");
+              baseline ? str_format("            %-8s  %s", "model", result.baseline->name.c_str()).c_str() : ":");
   for (const auto& kv : last.metrics) {
     if ((kv.first.rfind("eval_", 0) != 0 || kv.first == "eval_seconds") && kv.first != "train_loss") continue;
     std::string line = str_format("  %-30s %8.4f", kv.first.c_str(), kv.second);
@@ -48,8 +46,8 @@ void print_final_metrics(const TrainResult& result, const RunConfig& config) {
     if (model != last.metrics.end() && guess != result.baseline->metrics.end()) {
       const bool maximize = config.checkpoint.score_order == ScoreOrder::kMax;
       const bool beats = maximize ? model->second > guess->second : model->second < guess->second;
-      std::printf("%s %s the majority-class baseline (%.4f vs %.4f)\n", key.c_str(),
-                  beats ? "beats" : "does NOT beat", model->second, guess->second);
+      std::printf("%s %s the baseline, %s (%.4f vs %.4f)\n", key.c_str(), beats ? "beats" : "does NOT beat",
+                  result.baseline->name.c_str(), model->second, guess->second);
     }
   }
   if (result.stopped_early) std::printf("stopped early: %s\n", result.stop_reason.c_str());

@@ -57,6 +57,20 @@ void parse_value(const std::string& key, const std::string& text, E& out) {
   out = *value;
 }
 
+// A list on the command line: comma-separated ("O,B-PER,I-PER"); "" = empty.
+void parse_value(const std::string& key, const std::string& text, std::vector<std::string>& out) {
+  out.clear();
+  if (text.empty()) return;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (out.back().empty()) throw Error(key + ": empty item in the list " + quote(text));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+}
+
 void parse_value(const std::string& key, const std::string& text, bool& out) {
   std::string lower = text;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
@@ -96,6 +110,11 @@ std::string toml_value(const std::string& v) {
 std::string toml_value(int64_t v) { return std::to_string(v); }
 std::string toml_value(double v) { return format_double(v); }
 std::string toml_value(bool v) { return v ? "true" : "false"; }
+std::string toml_value(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_value(v[i]);
+  return out + "]";
+}
 template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
 std::string toml_value(E v) {
   return toml_value(std::string(choice_name(v)));
@@ -187,6 +206,21 @@ void assign(RunConfig& config, const std::string& key, const std::string* text, 
     if (found || key != name) return;
     found = true;
     using Field = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<Field, std::vector<std::string>>) {
+      if (!node) {
+        parse_value(key, *text, field);
+        return;
+      }
+      const toml::array* array = node->as_array();
+      if (!array) throw Error(key + ": expected an array of strings ([\"a\", \"b\"])" + where);
+      field.clear();
+      for (const toml::node& item : *array) {
+        if (!item.is_string() || item.as_string()->get().empty())
+          throw Error(key + ": expected an array of non-empty strings" + where);
+        field.push_back(item.as_string()->get());
+      }
+      return;
+    } else {
     using Scalar = std::conditional_t<std::is_same_v<Field, std::optional<double>>, double, Field>;
     const std::string value = node ? text_of<Scalar>(key, *node, where) : *text;
     if constexpr (is_choice_v<Field>) {
@@ -197,6 +231,7 @@ void assign(RunConfig& config, const std::string& key, const std::string* text, 
       parse_value(key, value, field);
     } catch (const Error& e) {
       throw Error(std::string(e.what()) + where);
+    }
     }
   });
   if (found) return;
@@ -247,6 +282,35 @@ std::string extension_of(const std::string& path) {
   return ext;
 }
 
+// The columns a task reads when the user did not name them: HF datasets'
+// "tokens" / "ner_tags" for token classification, a preset's for multiple
+// choice. Keys the user set are never changed.
+void apply_task_defaults(RunConfig& config, const std::set<std::string>& keys_set) {
+  DataConfig& d = config.data;
+  auto fill = [&](const char* key, std::string& field, const std::string& value) {
+    if (!keys_set.count(key)) field = value;
+  };
+  if (config.model.task == Task::kTokenClassification) {
+    fill("data.text_a", d.text_a, "tokens");
+    fill("data.text_b", d.text_b, "");
+    fill("data.label", d.label, "ner_tags");
+  } else if (config.model.task == Task::kMultipleChoice) {
+    if (d.preset == DataPreset::kSwag) {
+      fill("data.text_a", d.text_a, "sent1");
+      fill("data.text_b", d.text_b, "sent2");
+      fill("data.label", d.label, "label");
+      if (!keys_set.count("data.choices")) d.choices = {"ending0", "ending1", "ending2", "ending3"};
+    } else if (d.preset == DataPreset::kCopa) {
+      fill("data.text_a", d.text_a, "premise");
+      fill("data.text_b", d.text_b, "question");
+      fill("data.label", d.label, "label");
+      if (!keys_set.count("data.choices")) d.choices = {"choice1", "choice2"};
+    } else {
+      fill("data.text_b", d.text_b, "");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> config_key_names() {
@@ -290,10 +354,12 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
     if (ext == "tsv") config.data.format = FileFormat::kTsv;
     else if (ext == "csv") config.data.format = FileFormat::kCsv;
     else if (ext == "jsonl" || ext == "json") config.data.format = FileFormat::kJsonl;
+    else if (ext == "conll") config.data.format = FileFormat::kConll;
     else
       throw Error("data.format: cannot tell the format of " + quote(config.data.train_file) +
-                  " from its extension; set data.format to \"tsv\", \"csv\" or \"jsonl\"");
+                  " from its extension; set data.format to \"tsv\", \"csv\", \"jsonl\" or \"conll\"");
   }
+  apply_task_defaults(config, keys_set);
   if (!config.parallel.deepspeed_config.empty()) {
     DeepSpeedContext context;
     context.world_size = options.world_size;
@@ -372,6 +438,46 @@ void validate_data(const DataConfig& d) {
   require(d.max_length >= 3 && d.max_length <= 65536,
           "data.max_length = " + std::to_string(d.max_length) +
               ": must be in [3, 65536] ([CLS] and two [SEP] need 3 tokens)");
+}
+
+// The data keys of one task, against model.task.
+void validate_task(const ModelConfig& m, const DataConfig& d, const std::set<std::string>& keys_set) {
+  const Task task = m.task;
+  const std::string name = std::string("\"") + choice_name(task) + "\"";
+  auto only_for = [&](const char* key, Task owner, bool changed) {
+    require(task == owner || (!keys_set.count(key) && !changed),
+            std::string(key) + " only applies when model.task = \"" + choice_name(owner) + "\" (it is " + name + ")");
+  };
+  only_for("data.labels", Task::kTokenClassification, !d.labels.empty());
+  only_for("data.label_all_tokens", Task::kTokenClassification, d.label_all_tokens);
+  only_for("data.choices", Task::kMultipleChoice, !d.choices.empty());
+  only_for("data.preset", Task::kMultipleChoice, d.preset != DataPreset::kNone);
+  require(d.format != FileFormat::kConll || task == Task::kTokenClassification,
+          "data.format = \"conll\" (a token and its tag per line) is the token-classification format; set "
+          "model.task = \"token_classification\", or give the data as tsv, csv or jsonl");
+  if (task == Task::kTokenClassification) {
+    require(!d.label.empty(), "data.label: not set (the tags column; HF datasets call it \"ner_tags\")");
+    require(d.text_b.empty(), "data.text_b = " + quote(d.text_b) +
+                                  ": token classification tags the words of one text (data.text_a); leave "
+                                  "data.text_b out");
+    std::set<std::string> seen;
+    for (const std::string& label : d.labels)
+      require(seen.insert(label).second, "data.labels: " + quote(label) + " is listed twice");
+    require(d.labels.size() <= static_cast<size_t>(kMaxNumLabels),
+            "data.labels: more than the " + std::to_string(kMaxNumLabels) + " labels a classifier may have");
+    require(m.num_labels == 0 || d.labels.empty() || static_cast<size_t>(m.num_labels) == d.labels.size(),
+            "model.num_labels = " + std::to_string(m.num_labels) + " but data.labels lists " +
+                std::to_string(d.labels.size()) + " tags; leave model.num_labels out (0)");
+  }
+  if (task == Task::kMultipleChoice) {
+      require(!d.choices.empty(),
+            "data.choices: not set (the choice columns, e.g. [\"ending0\", \"ending1\"], or one column holding a "
+            "list; or data.preset = \"swag\" / \"copa\")");
+    require(!d.label.empty(), "data.label: not set (the column with the index of the right choice)");
+    require(m.num_labels == 0 || m.num_labels == 1 || m.num_labels == 2,
+            "model.num_labels = " + std::to_string(m.num_labels) +
+                ": a multiple-choice model scores each choice with one logit; leave model.num_labels out");
+  }
 }
 
 void validate_train(const TrainConfig& t, const JobConfig& run) {
@@ -543,6 +649,7 @@ void validate_run(const JobConfig& r) {
 void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
   validate_model(c.model);
   validate_data(c.data);
+  validate_task(c.model, c.data, keys_set);
   validate_train(c.train, c.run);
   validate_lr_schedule_config(c.train, keys_set);
   validate_parallel(c.parallel, keys_set);

@@ -43,6 +43,7 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& command) {
     std::string type = std::is_same_v<Field, std::string> || is_choice_v<Field> ? "TEXT"
                        : std::is_same_v<Field, bool>                            ? "BOOL"
                        : std::is_same_v<Field, int64_t>                         ? "INT"
+                       : std::is_same_v<Field, std::vector<std::string>>       ? "LIST"
                                                                                 : "FLOAT";
     std::string description = help;
     if constexpr (is_choice_v<Field>) {

@@ -11,27 +11,47 @@
 namespace shardtrain {
 namespace {
 
-// Checks the indices; returns (longest row, total real tokens).
-std::pair<int64_t, int64_t> measure_rows(const TokenizedDataset& dataset, const std::vector<int64_t>& indices,
-                                         const char* who) {
+// Checks the example indices; returns the sequences they hold, in order
+// (an example of k sequences gives k consecutive ones).
+std::vector<int64_t> sequences_of(const TokenizedDataset& dataset, const std::vector<int64_t>& indices,
+                                  const char* who) {
   if (indices.empty()) throw Error(std::string(who) + ": empty batch");
-  int64_t max_length = 0, real_tokens = 0;
+  const int64_t k = dataset.sequences_per_example;
+  std::vector<int64_t> sequences;
+  sequences.reserve(indices.size() * static_cast<size_t>(k));
   for (int64_t index : indices) {
     if (index < 0 || index >= dataset.size())
       throw Error(str_format("%s: example %lld outside a dataset of %lld", who, static_cast<long long>(index),
                              static_cast<long long>(dataset.size())));
-    max_length = std::max(max_length, dataset.length(index));
-    real_tokens += dataset.length(index);
+    for (int64_t c = 0; c < k; ++c) sequences.push_back(index * k + c);
+  }
+  return sequences;
+}
+
+// (longest sequence, total real tokens) of `sequences`.
+std::pair<int64_t, int64_t> measure(const TokenizedDataset& dataset, const std::vector<int64_t>& sequences) {
+  int64_t max_length = 0, real_tokens = 0;
+  for (int64_t s : sequences) {
+    max_length = std::max(max_length, dataset.sequence_length(s));
+    real_tokens += dataset.sequence_length(s);
   }
   return {max_length, real_tokens};
 }
 
-// [B] labels of the rows, or undefined when the dataset has none.
-at::Tensor collate_labels(const TokenizedDataset& dataset, const std::vector<int64_t>& indices) {
+// The examples' labels: [B] class ids or values; [S, 2] answer spans (one per
+// sequence); or undefined when the dataset has none. Token labels are not
+// here (collate pads them, collate_packed packs them).
+at::Tensor collate_labels(const TokenizedDataset& dataset, const std::vector<int64_t>& indices,
+                          const std::vector<int64_t>& sequences) {
   const int64_t batch_size = static_cast<int64_t>(indices.size());
   const Labels& labels = dataset.labels;
   at::Tensor out;
-  if (labels.kind == LabelKind::kClass) {
+  if (!dataset.span_labels.empty()) {
+    out = at::empty({static_cast<int64_t>(sequences.size()), 2}, at::kLong);
+    int64_t* values = out.data_ptr<int64_t>();
+    for (size_t i = 0; i < sequences.size(); ++i)
+      for (int j = 0; j < 2; ++j) values[2 * i + j] = dataset.span_labels[2 * sequences[i] + j];
+  } else if (labels.kind == LabelKind::kClass) {
     out = at::empty({batch_size}, at::kLong);
     int64_t* values = out.data_ptr<int64_t>();
     for (int64_t b = 0; b < batch_size; ++b) values[b] = labels.class_ids[indices[b]];
@@ -46,63 +66,76 @@ at::Tensor collate_labels(const TokenizedDataset& dataset, const std::vector<int
 }  // namespace
 
 Batch collate(const TokenizedDataset& dataset, const std::vector<int64_t>& indices, int32_t pad_id) {
-  const int64_t batch_size = static_cast<int64_t>(indices.size());
-  const auto [max_length, real_tokens] = measure_rows(dataset, indices, "collate");
+  const std::vector<int64_t> sequences = sequences_of(dataset, indices, "collate");
+  const int64_t rows = static_cast<int64_t>(sequences.size());
+  const auto [max_length, real_tokens] = measure(dataset, sequences);
+  const bool token_labels = !dataset.token_labels.empty();
 
   // Filled on the host through raw pointers: one pass, no per-row tensor ops.
   Batch batch;
-  batch.input_ids = at::full({batch_size, max_length}, static_cast<int64_t>(pad_id), at::kLong);
-  batch.token_type_ids = at::zeros({batch_size, max_length}, at::kLong);
-  batch.attention_mask = at::zeros({batch_size, max_length}, at::kLong);
+  batch.input_ids = at::full({rows, max_length}, static_cast<int64_t>(pad_id), at::kLong);
+  batch.token_type_ids = at::zeros({rows, max_length}, at::kLong);
+  batch.attention_mask = at::zeros({rows, max_length}, at::kLong);
+  if (token_labels) batch.labels = at::full({rows, max_length}, static_cast<int64_t>(kIgnoreLabel), at::kLong);
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
   int64_t* mask = batch.attention_mask.data_ptr<int64_t>();
-  for (int64_t b = 0; b < batch_size; ++b) {
-    const int64_t row = indices[b], length = dataset.length(row);
-    const int32_t* row_ids = dataset.ids(row);
-    const uint8_t* row_types = dataset.types(row);
+  int64_t* tags = token_labels ? batch.labels.data_ptr<int64_t>() : nullptr;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t s = sequences[b], length = dataset.sequence_length(s);
+    const int32_t* row_ids = dataset.ids(s);
+    const uint8_t* row_types = dataset.types(s);
+    const int32_t* row_tags = token_labels ? dataset.token_labels.data() + dataset.offsets[s] : nullptr;
     for (int64_t t = 0; t < length; ++t) {
       ids[b * max_length + t] = row_ids[t];
       types[b * max_length + t] = row_types[t];
       mask[b * max_length + t] = 1;
+      if (tags) tags[b * max_length + t] = row_tags[t];
     }
   }
 
-  batch.labels = collate_labels(dataset, indices);
+  if (!token_labels) batch.labels = collate_labels(dataset, indices, sequences);
+  batch.num_choices = dataset.sequences_per_example;
   batch.num_real_tokens = real_tokens;
-  batch.num_total_tokens = batch_size * max_length;
+  batch.num_total_tokens = rows * max_length;
   return batch;
 }
 
 PackedBatch collate_packed(const TokenizedDataset& dataset, const std::vector<int64_t>& indices) {
-  const int64_t batch_size = static_cast<int64_t>(indices.size());
-  const auto [max_length, real_tokens] = measure_rows(dataset, indices, "collate_packed");
+  const std::vector<int64_t> sequences = sequences_of(dataset, indices, "collate_packed");
+  const int64_t rows = static_cast<int64_t>(sequences.size());
+  const auto [max_length, real_tokens] = measure(dataset, sequences);
+  const bool token_labels = !dataset.token_labels.empty();
   PackedBatch batch;
   batch.input_ids = at::empty({real_tokens}, at::kLong);
   batch.token_type_ids = at::empty({real_tokens}, at::kLong);
   batch.position_ids = at::empty({real_tokens}, at::kLong);
-  batch.cu_seqlens = at::empty({batch_size + 1}, at::kLong);
+  batch.cu_seqlens = at::empty({rows + 1}, at::kLong);
+  if (token_labels) batch.labels = at::empty({real_tokens}, at::kLong);
   int64_t* ids = batch.input_ids.data_ptr<int64_t>();
   int64_t* types = batch.token_type_ids.data_ptr<int64_t>();
   int64_t* positions = batch.position_ids.data_ptr<int64_t>();
   int64_t* cu = batch.cu_seqlens.data_ptr<int64_t>();
+  int64_t* tags = token_labels ? batch.labels.data_ptr<int64_t>() : nullptr;
   int64_t t = 0;
-  for (int64_t b = 0; b < batch_size; ++b) {
-    const int64_t row = indices[b], length = dataset.length(row);
-    const int32_t* row_ids = dataset.ids(row);
-    const uint8_t* row_types = dataset.types(row);
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t s = sequences[b], length = dataset.sequence_length(s);
+    const int32_t* row_ids = dataset.ids(s);
+    const uint8_t* row_types = dataset.types(s);
     cu[b] = t;
     for (int64_t p = 0; p < length; ++p, ++t) {
       ids[t] = row_ids[p];
       types[t] = row_types[p];
       positions[t] = p;
+      if (tags) tags[t] = dataset.token_labels[dataset.offsets[s] + p];
     }
   }
-  cu[batch_size] = t;
+  cu[rows] = t;
   batch.max_seqlen = max_length;
-  batch.labels = collate_labels(dataset, indices);
+  if (!token_labels) batch.labels = collate_labels(dataset, indices, sequences);
+  batch.num_choices = dataset.sequences_per_example;
   batch.num_real_tokens = real_tokens;
-  batch.num_total_tokens = batch_size * max_length;
+  batch.num_total_tokens = rows * max_length;
   return batch;
 }
 
@@ -148,7 +181,12 @@ PackedBatch pack_batch(const Batch& padded) {
   batch.token_type_ids = types.view({-1}).index_select(0, flat_rows).to(at::kLong);
   batch.position_ids = at::tensor(positions, at::kLong);
   batch.cu_seqlens = at::tensor(cu, at::kLong);
-  batch.labels = padded.labels.defined() ? padded.labels.to(at::kCPU) : at::Tensor();
+  // Token labels [B, L] are packed like the ids; per-example labels stay as they are.
+  if (padded.labels.defined() && padded.labels.dim() == 2 && padded.labels.sizes() == padded.input_ids.sizes())
+    batch.labels = padded.labels.to(at::kCPU).contiguous().view({-1}).index_select(0, flat_rows);
+  else
+    batch.labels = padded.labels.defined() ? padded.labels.to(at::kCPU) : at::Tensor();
+  batch.num_choices = padded.num_choices;
   batch.num_real_tokens = cu.back();
   batch.num_total_tokens = batch_size * batch.max_seqlen;
   return batch;

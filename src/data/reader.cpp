@@ -23,6 +23,7 @@ FileFormat parse_file_format(const std::string& name) {
   if (name == "tsv") return FileFormat::kTsv;
   if (name == "csv") return FileFormat::kCsv;
   if (name == "jsonl" || name == "json") return FileFormat::kJsonl;
+  if (name == "conll") return FileFormat::kConll;
   throw Error("data.format: unknown format '" + name + "' (expected tsv, csv or jsonl)");
 }
 
@@ -33,6 +34,7 @@ FileFormat format_from_extension(const std::string& path) {
   if (ext == "tsv") return FileFormat::kTsv;
   if (ext == "csv") return FileFormat::kCsv;
   if (ext == "jsonl" || ext == "json") return FileFormat::kJsonl;
+  if (ext == "conll") return FileFormat::kConll;
   throw Error(path + ": cannot tell the format from the extension; set data.format to tsv, csv or jsonl");
 }
 
@@ -527,6 +529,9 @@ RawTable read_table_from_string(const std::string& content, const std::string& p
     case FileFormat::kTsv: read_delimited(split_tsv(text), path, options, builder); break;
     case FileFormat::kCsv: read_delimited(split_csv(text), path, options, builder); break;
     case FileFormat::kJsonl: read_jsonl(text, path, options, builder); break;
+    case FileFormat::kConll:
+      throw Error(path + ": data.format = \"conll\" is the token-classification format (model.task = "
+                  "\"token_classification\")");
     case FileFormat::kAuto: ST_ASSERT(false, "format resolved above");
   }
   return builder.finish();
@@ -539,6 +544,140 @@ RawTable read_table(const std::string& path, const ReaderOptions& options) {
   buffer << in.rdbuf();
   if (in.bad()) throw Error(path + ": read error");
   return read_table_from_string(buffer.str(), path, options);
+}
+
+namespace {
+
+// A cell of tsv / csv: a JSON array of strings or numbers is a list, anything
+// else its text.
+FieldValue cell_value(const std::string& cell) {
+  FieldValue value;
+  value.text = cell;
+  if (cell.empty() || cell.front() != '[') return value;
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(cell);
+    if (!parsed.is_array()) return value;
+    FieldValue list;
+    list.is_list = true;
+    for (const auto& item : parsed) {
+      if (item.is_string()) list.list.push_back(item.get<std::string>());
+      else if (item.is_number_integer()) list.list.push_back(std::to_string(item.get<int64_t>()));
+      else return value;
+    }
+    return list;
+  } catch (const nlohmann::json::exception&) {
+    return value;
+  }
+}
+
+// A JSON value as a field; nullopt (with `problem` set) when it is neither a
+// text, a number, nor an array of them.
+std::optional<FieldValue> json_value(const nlohmann::json& item, const std::string& key, std::string* problem) {
+  FieldValue value;
+  if (item.is_string()) {
+    value.text = item.get<std::string>();
+  } else if (item.is_number_integer()) {
+    value.text = std::to_string(item.get<int64_t>());
+  } else if (item.is_number()) {
+    value.text = item.dump();
+  } else if (item.is_boolean()) {
+    value.text = item.get<bool>() ? "true" : "false";
+  } else if (item.is_array()) {
+    value.is_list = true;
+    for (const auto& element : item) {
+      if (element.is_string()) value.list.push_back(element.get<std::string>());
+      else if (element.is_number_integer()) value.list.push_back(std::to_string(element.get<int64_t>()));
+      else {
+        *problem = "field '" + key + "' holds an item that is neither a string nor an integer";
+        return std::nullopt;
+      }
+    }
+  } else {
+    *problem = "field '" + key + "' is not a string, a number or a list";
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace
+
+FieldRows read_fields(const std::string& content, const std::string& path, FileFormat format,
+                      const std::vector<FieldSpec>& fields, BadRowPolicy on_bad_row) {
+  FieldRows out;
+  out.path = path;
+  auto bad_row = [&](int64_t line, const std::string& what) {
+    if (on_bad_row == BadRowPolicy::kError)
+      throw Error(str_format("%s:%lld: %s", path.c_str(), static_cast<long long>(line), shorten(what, 400).c_str()));
+    ++out.num_bad_rows;
+  };
+  std::string text = content;
+  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+  if (format == FileFormat::kAuto) format = format_from_extension(path);
+  if (format == FileFormat::kTsv || format == FileFormat::kCsv) {
+    const std::vector<Record> records = format == FileFormat::kTsv ? split_tsv(text) : split_csv(text);
+    if (records.empty()) throw Error(path + ": empty file (expected a header row)");
+    const Record& header = records[0];
+    if (header.error)
+      throw Error(str_format("%s:%lld: header: %s", path.c_str(), (long long)header.line, header.error->c_str()));
+    std::vector<int> columns;
+    for (const FieldSpec& f : fields) columns.push_back(resolve_column(header.fields, f.column, f.key.c_str(), path));
+    for (size_t r = 1; r < records.size(); ++r) {
+      const Record& rec = records[r];
+      if (rec.error) { bad_row(rec.line, *rec.error); continue; }
+      if (rec.fields.size() != header.fields.size()) {
+        bad_row(rec.line, str_format("expected %zu columns, found %zu", header.fields.size(), rec.fields.size()));
+        continue;
+      }
+      bool utf8_ok = true;
+      for (const auto& cell : rec.fields) utf8_ok = utf8_ok && is_valid_utf8(cell.data(), cell.size());
+      if (!utf8_ok) { bad_row(rec.line, "invalid UTF-8"); continue; }
+      std::vector<FieldValue> row;
+      for (int column : columns) row.push_back(cell_value(rec.fields[static_cast<size_t>(column)]));
+      out.line_numbers.push_back(rec.line);
+      out.rows.push_back(std::move(row));
+    }
+    return out;
+  }
+  if (format != FileFormat::kJsonl)
+    throw Error(path + ": this reader takes tsv, csv or jsonl (data.format = \"" + choice_name(format) + "\")");
+  for_each_line(text, [&](int64_t line, const std::string& row_text) {
+    if (std::all_of(row_text.begin(), row_text.end(), [](unsigned char c) { return std::isspace(c); })) return;
+    if (!is_valid_utf8(row_text.data(), row_text.size())) { bad_row(line, "invalid UTF-8"); return; }
+    nlohmann::json object;
+    try {
+      object = nlohmann::json::parse(row_text);
+    } catch (const nlohmann::json::exception& e) {
+      bad_row(line, std::string("malformed JSON: ") + e.what());
+      return;
+    }
+    if (!object.is_object()) { bad_row(line, "malformed JSON: expected an object per line"); return; }
+    std::vector<FieldValue> row;
+    for (const FieldSpec& f : fields) {
+      auto it = object.find(f.column);
+      if (it == object.end() || it->is_null()) {
+        bad_row(line, "missing field '" + f.column + "' (" + f.key + ")");
+        return;
+      }
+      std::string problem;
+      std::optional<FieldValue> value = json_value(*it, f.column, &problem);
+      if (!value) { bad_row(line, problem); return; }
+      row.push_back(std::move(*value));
+    }
+    out.line_numbers.push_back(line);
+    out.rows.push_back(std::move(row));
+  });
+  return out;
+}
+
+std::string read_data_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open data file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  std::string text = buffer.str();
+  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+  return text;
 }
 
 }  // namespace shardtrain

@@ -71,6 +71,8 @@ struct SequenceClassifier::Impl {
                   const std::function<at::Tensor(const at::Tensor&)>& pool_mean, const at::Tensor& hidden) const {
     const detail::UnitWeights& w = units[head_unit()];
     before(head_unit());
+    if (config.task == Task::kTokenClassification)  // every token: [B, L, C] or [T, C]
+      return after(head_unit(), detail::token_head(config, w, hidden, training));
     at::Tensor pooled;
     if (config.family == ModelFamily::kModernBert) {
       // final_norm is token-wise: for "cls" pooling normalise only the first
@@ -304,9 +306,28 @@ at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const
 }
 
 at::Tensor SequenceClassifier::forward_batch(const Batch& batch) {
-  if (!impl_->unpadded) return forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
-  const PackedBatch p = pack_batch(batch).to(batch.input_ids.device());
-  return forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
+  const Task task = impl_->config.task;
+  at::Tensor logits;
+  if (!impl_->unpadded) {
+    logits = forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
+  } else {
+    const PackedBatch p = pack_batch(batch).to(batch.input_ids.device());
+    logits = forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
+    if (task == Task::kTokenClassification) {
+      // [T, C] -> the padded batch's [B, L, C] (zeros at padding, which the
+      // labels ignore): token p of sequence b is padded row b * L + p.
+      const int64_t rows = batch.input_ids.size(0), width = batch.input_ids.size(1);
+      const at::Tensor lengths = p.cu_seqlens.slice(0, 1) - p.cu_seqlens.slice(0, 0, -1);
+      const at::Tensor sequence = at::repeat_interleave(at::arange(rows, p.cu_seqlens.options()), lengths);
+      const at::Tensor padded_rows = sequence * width + p.position_ids;
+      logits = at::zeros({rows * width, logits.size(1)}, logits.options())
+                   .index_copy(0, padded_rows, logits)
+                   .view({rows, width, -1});
+    }
+  }
+  // Multiple choice: one logit per choice, [B * choices, 1] -> [B, choices].
+  if (task == Task::kMultipleChoice) logits = logits.view({-1, batch.num_choices});
+  return logits;
 }
 
 at::Tensor SequenceClassifier::forward_layer(int64_t i, const at::Tensor& hidden, const at::Tensor& additive_mask) {
@@ -358,6 +379,10 @@ at::Tensor SequenceClassifier::loss(const at::Tensor& logits_in, const at::Tenso
   const EncoderConfig& config = impl_->config;
   // The loss in float32 whatever the logits' dtype, as torch.autocast computes it.
   const at::Tensor logits = logits_in.to(at::kFloat);
+  if (config.task == Task::kTokenClassification)  // tokens labelled -100 are ignored
+    return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}).to(at::kLong));
+  if (config.task == Task::kMultipleChoice)  // logits [B, choices], labels [B]
+    return at::cross_entropy_loss(logits, labels.view({-1}).to(at::kLong));
   std::string problem = config.problem_type;
   if (problem.empty()) {
     if (config.num_labels == 1)

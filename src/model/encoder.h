@@ -134,9 +134,13 @@ at::Tensor embed(const EncoderConfig& config, const UnitWeights& w, const at::Te
 // or [T] with the packed layout.
 at::Tensor roberta_positions(const at::Tensor& input_ids, int64_t pad_token_id, const PackedLayout* layout);
 
-// The head unit on the pooled input: pooled [B, D] -> logits [B, C]. For
-// ModernBERT, `pooled` is already final-normed and pooled.
+// The head unit of a sequence-level task (sequence classification, multiple
+// choice) on the pooled input: pooled [B, D] -> logits [B, C] ([B, 1] per
+// choice). For ModernBERT, `pooled` is already final-normed and pooled.
 at::Tensor classifier_head(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& pooled, bool training);
+// The head unit of token classification on the last hidden states [..., D]
+// -> [..., C] (ModernBERT's final_norm included).
+at::Tensor token_head(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& hidden, bool training);
 
 // LayerNorm in float32 for 16-bit activations (and parameters), cast back, as
 // torch.autocast runs layer_norm; bias may be undefined (norm_bias = false).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -100,11 +101,11 @@ std::set<std::string> modelled_keys(ModelFamily family) {
       add({"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
            "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "type_vocab_size",
            "layer_norm_eps", "position_embedding_type"});
-      if (family == ModelFamily::kElectra) add({"embedding_size"});
+      if (family == ModelFamily::kElectra) add({"embedding_size", "summary_last_dropout"});
       break;
     case ModelFamily::kDistilBert:
       add({"dim", "n_layers", "n_heads", "hidden_dim", "activation", "dropout", "attention_dropout",
-           "seq_classif_dropout", "sinusoidal_pos_embds"});
+           "seq_classif_dropout", "sinusoidal_pos_embds", "qa_dropout"});
       break;
     case ModelFamily::kModernBert:
       add({"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_activation",
@@ -130,7 +131,48 @@ void read_bert_style(const json& j, EncoderConfig& c, const std::string& source)
   c.type_vocab_size = read_int(j, "type_vocab_size", c.type_vocab_size, source);
   c.layer_norm_eps = read_double(j, "layer_norm_eps", c.layer_norm_eps, source);
   c.position_embedding_type = read_string(j, "position_embedding_type", c.position_embedding_type, source);
-  if (c.family == ModelFamily::kElectra) c.embedding_size = read_int(j, "embedding_size", c.embedding_size, source);
+  if (c.family == ModelFamily::kElectra) {
+    c.embedding_size = read_int(j, "embedding_size", c.embedding_size, source);
+    c.summary_last_dropout = read_double(j, "summary_last_dropout", c.summary_last_dropout, source);
+  }
+}
+
+// The task of config.json's first architecture, when it is one of the task
+// classes ("...ForTokenClassification" etc.).
+std::optional<Task> task_of_architectures(const json& j) {
+  if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
+      !j["architectures"][0].is_string())
+    return std::nullopt;
+  const std::string name = j["architectures"][0].get<std::string>();
+  auto ends_with = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends_with("ForSequenceClassification")) return Task::kSequenceClassification;
+  if (ends_with("ForTokenClassification")) return Task::kTokenClassification;
+  if (ends_with("ForMultipleChoice")) return Task::kMultipleChoice;
+  return std::nullopt;
+}
+
+// ELECTRA's multiple-choice head is transformers' SequenceSummary with
+// ElectraConfig's settings (first token, a projection to hidden_size, GELU,
+// the last dropout); other settings would change its shapes or maths.
+void check_electra_summary(const json& j, const std::string& source) {
+  auto expect = [&](const char* key, const json& wanted) {
+    if (j.contains(key) && j[key] != wanted)
+      config_key_error(source, key,
+                       "is " + clip_for_message(j[key].dump(), 40) + "; ELECTRA's multiple-choice head is built for " +
+                           wanted.dump() + " (ElectraConfig's default) only");
+  };
+  expect("summary_type", "first");
+  expect("summary_use_proj", true);
+  expect("summary_activation", "gelu");
+  if (j.contains("summary_proj_to_labels") && j["summary_proj_to_labels"] == true)
+    config_key_error(source, "summary_proj_to_labels",
+                     "is true; ELECTRA's multiple-choice head projects to hidden_size (the key unset)");
+  if (j.contains("summary_first_dropout") && j["summary_first_dropout"].is_number() &&
+      j["summary_first_dropout"].get<double>() > 0)
+    config_key_error(source, "summary_first_dropout", "is set; only summary_last_dropout is supported");
 }
 
 void read_distilbert(const json& j, EncoderConfig& c, const std::string& source) {
@@ -142,6 +184,7 @@ void read_distilbert(const json& j, EncoderConfig& c, const std::string& source)
   c.hidden_dropout_prob = read_double(j, "dropout", c.hidden_dropout_prob, source);
   c.attention_probs_dropout_prob = read_double(j, "attention_dropout", c.attention_probs_dropout_prob, source);
   c.classifier_dropout = read_double(j, "seq_classif_dropout", c.classifier_dropout, source);
+  c.qa_dropout = read_double(j, "qa_dropout", c.qa_dropout, source);
   c.sinusoidal_pos_embds = read_bool(j, "sinusoidal_pos_embds", c.sinusoidal_pos_embds, source);
 }
 
@@ -244,6 +287,12 @@ EncoderConfig EncoderConfig::from_json(const std::string& text, const std::strin
     c.set_num_labels(n);
   }
 
+  if (const std::optional<Task> task = task_of_architectures(j)) {
+    c.task = *task;
+    c.has_task_head = true;
+  }
+  if (c.family == ModelFamily::kElectra) check_electra_summary(j, source);
+
   const std::set<std::string> modelled = modelled_keys(c.family);
   json extra = json::object();
   for (const auto& item : j.items())
@@ -335,6 +384,8 @@ void EncoderConfig::validate(const std::string& source) const {
   probability(distil || modern ? "attention_dropout" : "attention_probs_dropout_prob", attention_probs_dropout_prob);
   if (classifier_dropout >= 0) probability(distil ? "seq_classif_dropout" : "classifier_dropout", classifier_dropout);
   if (modern) probability("embedding_dropout", embedding_dropout);
+  if (distil) probability("qa_dropout", qa_dropout);
+  if (family == ModelFamily::kElectra) probability("summary_last_dropout", summary_last_dropout);
   if (!(initializer_range >= 0.0)) config_key_error(source, "initializer_range", "must be >= 0");
   if (!(layer_norm_eps > 0.0)) config_key_error(source, modern ? "norm_eps" : "layer_norm_eps", "must be > 0");
   if (pad_token_id < 0 || pad_token_id >= vocab_size)
@@ -379,17 +430,20 @@ void EncoderConfig::validate(const std::string& source) const {
 }
 
 std::string EncoderConfig::architecture() const {
+  const char* suffix = task == Task::kTokenClassification ? "ForTokenClassification"
+                       : task == Task::kMultipleChoice    ? "ForMultipleChoice"
+                                                          : "ForSequenceClassification";
+  std::string base;
   switch (family) {
-    case ModelFamily::kBert: return "BertForSequenceClassification";
+    case ModelFamily::kBert: base = "Bert"; break;
     case ModelFamily::kRoberta:
-      return model_type == "xlm-roberta" ? "XLMRobertaForSequenceClassification"
-             : model_type == "camembert" ? "CamembertForSequenceClassification"
-                                         : "RobertaForSequenceClassification";
-    case ModelFamily::kDistilBert: return "DistilBertForSequenceClassification";
-    case ModelFamily::kElectra: return "ElectraForSequenceClassification";
-    case ModelFamily::kModernBert: return "ModernBertForSequenceClassification";
+      base = model_type == "xlm-roberta" ? "XLMRoberta" : model_type == "camembert" ? "Camembert" : "Roberta";
+      break;
+    case ModelFamily::kDistilBert: base = "DistilBert"; break;
+    case ModelFamily::kElectra: base = "Electra"; break;
+    case ModelFamily::kModernBert: base = "ModernBert"; break;
   }
-  return "";
+  return base + suffix;
 }
 
 std::string EncoderConfig::base_prefix() const {
@@ -419,6 +473,7 @@ std::string EncoderConfig::to_json() const {
       j["dropout"] = hidden_dropout_prob;
       j["attention_dropout"] = attention_probs_dropout_prob;
       j["seq_classif_dropout"] = effective_classifier_dropout();
+      j["qa_dropout"] = qa_dropout;
       j["sinusoidal_pos_embds"] = sinusoidal_pos_embds;
       break;
     case ModelFamily::kModernBert:
@@ -457,7 +512,10 @@ std::string EncoderConfig::to_json() const {
       j["type_vocab_size"] = type_vocab_size;
       j["layer_norm_eps"] = layer_norm_eps;
       j["position_embedding_type"] = position_embedding_type;
-      if (family == ModelFamily::kElectra) j["embedding_size"] = embedding_size;
+      if (family == ModelFamily::kElectra) {
+        j["embedding_size"] = embedding_size;
+        j["summary_last_dropout"] = summary_last_dropout;
+      }
       break;
   }
   if (!problem_type.empty()) j["problem_type"] = problem_type;

@@ -1,5 +1,5 @@
-// Each family's classification head on the pooled [B, D] input
-// (docs/DESIGN.md, "Model families"); transformers' names in comments.
+// Each family's head per task (docs/DESIGN.md, "Model families" and "Tasks");
+// transformers' names in comments.
 #include <ATen/ATen.h>
 
 #include "model/encoder.h"
@@ -14,19 +14,49 @@ at::Tensor classifier_head(const EncoderConfig& c, const UnitWeights& w, const a
   auto classify = [&](const at::Tensor& x) {
     return at::linear(x, w[Slot::kClassifierWeight], w[Slot::kClassifierBias]);
   };
+  const bool choice = c.task == Task::kMultipleChoice;
   switch (c.family) {
-    case ModelFamily::kBert:  // BertPooler (tanh), dropout, classifier
+    case ModelFamily::kBert:  // BertPooler (tanh), dropout, classifier (both tasks)
       return classify(shardtrain::dropout(at::tanh(dense(pooled)), p, training));
-    case ModelFamily::kRoberta:  // RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj
+    case ModelFamily::kRoberta:
+      // RobertaForMultipleChoice: the pooler, dropout (hidden_dropout_prob), classifier.
+      if (choice) return classify(shardtrain::dropout(at::tanh(dense(pooled)), c.hidden_dropout_prob, training));
+      // RobertaClassificationHead: dropout, dense, tanh, dropout, out_proj.
       return classify(shardtrain::dropout(at::tanh(dense(shardtrain::dropout(pooled, p, training))), p, training));
-    case ModelFamily::kElectra:  // ElectraClassificationHead: the same with GELU
+    case ModelFamily::kElectra:
+      // ElectraForMultipleChoice: SequenceSummary (first token, summary, GELU,
+      // last dropout), classifier.
+      if (choice) return classify(shardtrain::dropout(at::gelu(dense(pooled)), c.summary_last_dropout, training));
+      // ElectraClassificationHead: as RoBERTa's with GELU.
       return classify(shardtrain::dropout(at::gelu(dense(shardtrain::dropout(pooled, p, training))), p, training));
-    case ModelFamily::kDistilBert:  // pre_classifier, ReLU, dropout (seq_classif_dropout), classifier
+    case ModelFamily::kDistilBert:  // pre_classifier, ReLU, dropout (seq_classif_dropout), classifier (both tasks)
       return classify(shardtrain::dropout(at::relu(dense(pooled)), p, training));
-    case ModelFamily::kModernBert: {  // ModernBertPredictionHead: norm(act(dense)); drop; classifier
+    case ModelFamily::kModernBert: {  // ModernBertPredictionHead: norm(act(dense)); drop; classifier (both tasks)
       const at::Tensor head = layer_norm(apply_activation(c.classifier_activation, dense(pooled)),
                                          w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias], c.layer_norm_eps);
       return classify(shardtrain::dropout(head, p, training));
+    }
+  }
+  return {};
+}
+
+at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Tensor& hidden, bool training) {
+  auto classify = [&](const at::Tensor& x) {
+    return at::linear(x, w[Slot::kClassifierWeight], w[Slot::kClassifierBias]);
+  };
+  switch (c.family) {
+    case ModelFamily::kBert:
+    case ModelFamily::kRoberta:
+    case ModelFamily::kElectra:  // dropout (classifier_dropout, else hidden_dropout_prob), classifier
+      return classify(shardtrain::dropout(hidden, c.effective_classifier_dropout(), training));
+    case ModelFamily::kDistilBert:  // dropout (config.dropout), classifier
+      return classify(shardtrain::dropout(hidden, c.hidden_dropout_prob, training));
+    case ModelFamily::kModernBert: {  // final_norm (the model's), head, drop, classifier
+      const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
+      const at::Tensor dense = at::linear(normed, w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
+      const at::Tensor head = layer_norm(apply_activation(c.classifier_activation, dense), w[Slot::kHeadNormWeight],
+                                         w[Slot::kHeadNormBias], c.layer_norm_eps);
+      return classify(shardtrain::dropout(head, c.effective_classifier_dropout(), training));
     }
   }
   return {};

@@ -99,6 +99,11 @@ std::string HfLoadReport::message() const {
            " from the checkpoint of a model that you expect to be exactly identical (initializing a "
            "BertForSequenceClassification model from a BertForSequenceClassification model).";
   }
+  if (!replaced_head.empty()) {
+    if (!out.empty()) out += "\n";
+    out += folder + " holds a " + replaced_head + " head; its weights are not used and a new " + architecture +
+           " head is initialized as transformers initializes it";
+  }
   if (!missing_keys.empty()) {
     if (!out.empty()) out += "\n";
     out += "Some weights of " + architecture + " were not initialized from the model checkpoint at " +
@@ -189,7 +194,25 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   if (options.attention_probs_dropout_prob)
     out.config.attention_probs_dropout_prob = *options.attention_probs_dropout_prob;
 
-  const NamedTensors checkpoint = read_hf_weights(folder);
+  NamedTensors checkpoint = read_hf_weights(folder);
+  std::string replaced_head;
+  if (options.task && *options.task != out.config.task) {
+    if (out.config.has_task_head) {
+      // The folder's head belongs to another task: its own tensors (not the
+      // base model's, such as BERT's pooler) stay unused, and the new task's
+      // head is initialised.
+      replaced_head = out.config.architecture();
+      std::set<std::string> head;
+      for (const ParameterSpec& p : parameter_plan(out.config))
+        if (p.unit == out.config.num_hidden_layers + 1 && p.name.rfind(out.config.base_prefix(), 0) != 0)
+          head.insert(p.name);
+      NamedTensors kept;
+      for (auto& [name, tensor] : checkpoint)
+        if (!head.count(model_key(name, out.config))) kept.emplace_back(name, tensor);
+      checkpoint = std::move(kept);
+    }
+    out.config.task = *options.task;
+  }
   if (options.num_labels && *options.num_labels != out.config.num_labels) {
     std::string classifier;
     for (const ParameterSpec& p : parameter_plan(out.config))
@@ -208,6 +231,7 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   out.config.validate(config_path);
   out.model = std::make_shared<SequenceClassifier>(out.config);
   out.report = load_hf_weights(*out.model, checkpoint, options.init_seed, folder);
+  out.report.replaced_head = replaced_head;
   return out;
 }
 

@@ -91,12 +91,25 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
     b.norm(layer + "output.LayerNorm", D, Slot::kMlpNormWeight);
   }
   b.set_unit(c.num_hidden_layers + 1);
-  if (c.family == ModelFamily::kBert) {
-    b.linear("bert.pooler.dense", D, D, Slot::kHeadDenseWeight);
-    b.linear("classifier", c.num_labels, D, Slot::kClassifierWeight);
-  } else {  // RobertaClassificationHead / ElectraClassificationHead
-    b.linear("classifier.dense", D, D, Slot::kHeadDenseWeight);
-    b.linear("classifier.out_proj", c.num_labels, D, Slot::kClassifierWeight);
+  const int64_t C = c.head_outputs();
+  switch (c.task) {
+    case Task::kSequenceClassification:
+      if (c.family == ModelFamily::kBert) {
+        b.linear("bert.pooler.dense", D, D, Slot::kHeadDenseWeight);
+        b.linear("classifier", C, D, Slot::kClassifierWeight);
+      } else {  // RobertaClassificationHead / ElectraClassificationHead
+        b.linear("classifier.dense", D, D, Slot::kHeadDenseWeight);
+        b.linear("classifier.out_proj", C, D, Slot::kClassifierWeight);
+      }
+      break;
+    case Task::kTokenClassification:  // no pooler: dropout, classifier on every token
+      b.linear("classifier", C, D, Slot::kClassifierWeight);
+      break;
+    case Task::kMultipleChoice:  // BERT and RoBERTa: the pooler; ELECTRA: SequenceSummary's projection
+      b.linear(c.family == ModelFamily::kElectra ? "sequence_summary.summary" : base + "pooler.dense", D, D,
+               Slot::kHeadDenseWeight);
+      b.linear("classifier", C, D, Slot::kClassifierWeight);
+      break;
   }
 }
 
@@ -127,8 +140,10 @@ void distilbert(const EncoderConfig& c, PlanBuilder& b) {
     b.norm(layer + "output_layer_norm", D, Slot::kMlpNormWeight);
   }
   b.set_unit(c.num_hidden_layers + 1);
-  b.linear("pre_classifier", D, D, Slot::kHeadDenseWeight);
-  b.linear("classifier", c.num_labels, D, Slot::kClassifierWeight);
+  // Token classification: dropout and classifier on every token; the others:
+  // pre_classifier, ReLU, dropout, classifier on the first token.
+  if (c.task != Task::kTokenClassification) b.linear("pre_classifier", D, D, Slot::kHeadDenseWeight);
+  b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
 
 // ModernBertPreTrainedModel._init_weights: truncated normal with std
@@ -164,7 +179,9 @@ void modernbert(const EncoderConfig& c, PlanBuilder& b) {
   b.linear("head.dense", D, D, Slot::kHeadDenseWeight, c.classifier_bias);
   b.norm("head.norm", D, Slot::kHeadNormWeight, c.norm_bias);
   b.weights(InitKind::kTruncatedNormal, 1.0 / std::sqrt(static_cast<double>(D)));
-  b.linear("classifier", c.num_labels, D, Slot::kClassifierWeight);  // always with a bias in transformers
+  // Every task: the same head (per token for token classification), then the
+  // classifier, always with a bias in transformers.
+  b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
 
 }  // namespace

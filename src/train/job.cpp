@@ -12,6 +12,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
 #include "shardtrain/data/reader.h"
+#include "shardtrain/data/task_datasets.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/evaluate.h"
@@ -106,14 +107,121 @@ void load_tokenizer(TrainJob& job) {
              static_cast<long long>(job.config->data.max_length), static_cast<long long>(job.tokenizer->model_max_length()));
 }
 
+// The data files as read, by task: sequence classification's text tables,
+// token classification's sentences of words, multiple choice's rows of choices.
 struct Tables {
   RawTable train;
   std::optional<RawTable> eval;
+  std::optional<WordTable> words_train, words_eval;
+  std::optional<MultipleChoiceTable> choices_train, choices_eval;
 };
+
+void warn_skipped(const std::string& path, int64_t n) {
+  if (n > 0)
+    log_warn("%s: skipped %lld bad rows (data.on_bad_row = skip)", path.c_str(), static_cast<long long>(n));
+}
+
+// The folder's id2label when model.path's config.json names its labels (not
+// HF's LABEL_<i>), else empty: run_ner keeps a fine-tuned model's tag order
+// when the data has the same tags.
+std::vector<std::string> named_model_labels(const ModelConfig& m) {
+  if (m.init != ModelInit::kPretrained || m.path.empty()) return {};
+  const EncoderConfig folder = EncoderConfig::from_file(model_config_path(m));
+  for (size_t i = 0; i < folder.id2label.size(); ++i)
+    if (folder.id2label[i] != "LABEL_" + std::to_string(i)) return folder.id2label;
+  return {};
+}
+
+// Token classification: the sentences, with the tags' names and order from
+// data.labels, else the model's own named labels when they are the data's
+// tags, else the training data's sorted tags (run_ner_no_trainer.py).
+void read_word_tables(TrainJob& job, Tables& t) {
+  const RunConfig& config = *job.config;
+  const DataConfig& d = config.data;
+  WordTableOptions options;
+  options.format = d.format;
+  options.words_column = d.text_a;
+  options.tags_column = d.label;
+  options.tag_names = d.labels;
+  options.on_bad_row = d.on_bad_row;
+  t.words_train = read_word_table(d.train_file, options);
+  WordTable& train = *t.words_train;
+  warn_skipped(d.train_file, train.num_bad_rows);
+  if (train.size() == 0) throw Error(d.train_file + ": no sentences to train on");
+  if (d.labels.empty()) {
+    const std::vector<std::string> model_labels = named_model_labels(config.model);
+    std::vector<std::string> sorted_model = model_labels;
+    std::sort(sorted_model.begin(), sorted_model.end());
+    if (!model_labels.empty() && sorted_model == train.tag_names) {
+      // train.tag_names is sorted: renumber its ids into the model's order.
+      std::vector<int32_t> to_model(train.tag_names.size());
+      for (size_t i = 0; i < train.tag_names.size(); ++i)
+        to_model[i] = static_cast<int32_t>(std::find(model_labels.begin(), model_labels.end(), train.tag_names[i]) -
+                                           model_labels.begin());
+      for (auto& sentence : train.tags)
+        for (int32_t& tag : sentence) tag = to_model[static_cast<size_t>(tag)];
+      train.tag_names = model_labels;
+      log_info("token classification: the tags in the order of %s's id2label", config.model.path.c_str());
+    } else if (!model_labels.empty()) {
+      log_warn("%s's id2label (%s) are not the data's tags; the model's head is trained for the data's %zu tags",
+               config.model.path.c_str(), shorten(quoted_list(model_labels), 200).c_str(), train.tag_names.size());
+    }
+  }
+  job.label_names = train.tag_names;
+  job.num_labels = static_cast<int64_t>(train.tag_names.size());
+  if (config.model.num_labels > 0 && config.model.num_labels != job.num_labels)
+    throw Error(str_format("model.num_labels = %lld, but %s has %lld tags (%s); leave model.num_labels out",
+                           static_cast<long long>(config.model.num_labels), d.train_file.c_str(),
+                           static_cast<long long>(job.num_labels), shorten(quoted_list(train.tag_names), 200).c_str()));
+  if (!d.eval_file.empty()) {
+    options.tag_names = train.tag_names;
+    t.words_eval = read_word_table(d.eval_file, options);
+    warn_skipped(d.eval_file, t.words_eval->num_bad_rows);
+    if (t.words_eval->size() == 0) throw Error(d.eval_file + ": no sentences to evaluate");
+  }
+}
+
+MultipleChoiceOptions choice_options(const DataConfig& d) {
+  MultipleChoiceOptions options;
+  options.format = d.format;
+  options.context_column = d.text_a;
+  options.prefix_column = d.text_b;
+  options.choice_columns = d.choices;
+  options.label_column = d.label;
+  options.preset = d.preset;
+  options.on_bad_row = d.on_bad_row;
+  return options;
+}
+
+void read_choice_tables(TrainJob& job, Tables& t) {
+  const DataConfig& d = job.config->data;
+  MultipleChoiceOptions options = choice_options(d);
+  t.choices_train = read_multiple_choice(d.train_file, options);
+  warn_skipped(d.train_file, t.choices_train->num_bad_rows);
+  if (t.choices_train->size() == 0) throw Error(d.train_file + ": no rows to train on");
+  if (!d.eval_file.empty()) {
+    options.num_choices = t.choices_train->num_choices;
+    t.choices_eval = read_multiple_choice(d.eval_file, options);
+    warn_skipped(d.eval_file, t.choices_eval->num_bad_rows);
+    if (t.choices_eval->size() == 0) throw Error(d.eval_file + ": no rows to evaluate");
+  }
+}
 
 // Reads the data files and settles the number of labels.
 Tables read_tables(TrainJob& job) {
   const RunConfig& config = *job.config;
+  if (config.model.task != Task::kSequenceClassification) {
+    Tables t;
+    if (config.model.task == Task::kTokenClassification) {
+      read_word_tables(job, t);
+    } else {
+      read_choice_tables(job, t);
+      job.num_labels = 0;  // the model's own (a multiple-choice head scores each choice with one logit)
+    }
+    check_score_attribute(config.checkpoint.score_attribute, config.model.task, job.num_labels,
+                          !config.data.eval_file.empty());
+    return t;
+  }
   const bool regression = config.model.num_labels == 1;
   const LabelMode label_mode = regression ? LabelMode::kRegression : LabelMode::kAuto;
   // Integer labels: below model.num_labels, or (0) exactly the ids 0..K-1 of
@@ -127,7 +235,8 @@ Tables read_tables(TrainJob& job) {
              static_cast<long long>(t.train.num_bad_rows));
   job.num_labels = config.model.num_labels > 0 ? config.model.num_labels
                                                 : std::max<int64_t>(t.train.labels.num_classes(), 2);
-  check_score_attribute(config.checkpoint.score_attribute, job.num_labels, !config.data.eval_file.empty());
+  check_score_attribute(config.checkpoint.score_attribute, config.model.task, job.num_labels,
+                        !config.data.eval_file.empty());
   if (!config.data.eval_file.empty()) {
     ReaderOptions r = reader_options(config.data, label_mode);
     r.label_names = t.train.labels.names;
@@ -151,8 +260,12 @@ void preflight(const TrainJob& job) {
   const RunConfig& config = *job.config;
   const std::string config_path = model_config_path(config.model);
   EncoderConfig model = EncoderConfig::from_file(config_path);
-  model.set_num_labels(job.num_labels);
-  check_model_for_data(model, config.data, job.tokenizer->max_token_type(!config.data.text_b.empty()), config_path);
+  model.task = config.model.task;
+  if (job.num_labels > 0) model.set_num_labels(job.num_labels);
+  // Multiple choice encodes (context, choice) pairs whatever data.text_b is.
+  DataConfig data = config.data;
+  if (config.model.task == Task::kMultipleChoice && data.text_b.empty()) data.text_b = data.choices.front();
+  check_model_for_data(model, data, job.tokenizer->max_token_type(!data.text_b.empty()), config_path);
   const int world = job.topology.world_size;
   if (job.topology.rank == 0) log_info("%s", describe_estimate(estimate_memory(config, model, world)).c_str());
   if (config.run.device == Device::kCpu) {
@@ -174,7 +287,8 @@ void build_model(TrainJob& job, const Tables& tables) {
   const RunConfig& config = *job.config;
   if (config.model.init == ModelInit::kPretrained) {
     HfLoadOptions load;
-    load.num_labels = job.num_labels;
+    load.task = config.model.task;
+    if (job.num_labels > 0) load.num_labels = job.num_labels;
     load.hidden_dropout_prob = config.model.hidden_dropout_prob;
     load.attention_probs_dropout_prob = config.model.attention_probs_dropout_prob;
     load.init_seed = static_cast<uint64_t>(config.train.seed);
@@ -184,7 +298,8 @@ void build_model(TrainJob& job, const Tables& tables) {
     job.model = hf.model;
   } else {
     EncoderConfig bc = EncoderConfig::from_file(model_config_path(config.model));
-    bc.set_num_labels(job.num_labels);
+    bc.task = config.model.task;
+    if (job.num_labels > 0) bc.set_num_labels(job.num_labels);
     if (config.model.hidden_dropout_prob) bc.hidden_dropout_prob = *config.model.hidden_dropout_prob;
     if (config.model.attention_probs_dropout_prob)
       bc.attention_probs_dropout_prob = *config.model.attention_probs_dropout_prob;
@@ -192,7 +307,9 @@ void build_model(TrainJob& job, const Tables& tables) {
     job.model->init_weights(static_cast<uint64_t>(config.train.seed));
   }
   job.saved_config = job.model->config();
+  if (job.num_labels <= 0) job.num_labels = job.saved_config.num_labels;
   if (!tables.train.labels.names.empty()) job.saved_config.id2label = tables.train.labels.names;
+  if (!job.label_names.empty()) job.saved_config.id2label = job.label_names;
   if (job.tokenizer->vocab_size() > job.saved_config.vocab_size)
     throw Error(str_format("model.vocab: %lld tokens, but the model's vocab_size is %lld",
                            static_cast<long long>(job.tokenizer->vocab_size()),
@@ -274,6 +391,11 @@ void plan_steps(TrainJob& job) {
 
 }  // namespace
 
+bool token_task_prefix_space(const EncoderConfig& model) {
+  // run_ner_no_trainer.py: add_prefix_space=True for model_type bloom, gpt2, roberta.
+  return model.model_type == "roberta";
+}
+
 std::vector<Batch> TrainJob::next_micro_batches() {
   std::vector<Batch> micro;
   const int32_t pad_id = tokenizer->pad_id();
@@ -311,9 +433,38 @@ TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions
   preflight(job);
   build_model(job, tables);
   // Tokenize across ranks.
-  const EncodeFn encode = make_encoder(*job.tokenizer, static_cast<int>(config.data.max_length));
-  job.train_data = build_dataset(tables.train, encode, comm, BuildOptions{});
-  if (tables.eval) job.eval_data = build_dataset(*tables.eval, encode, comm, BuildOptions{});
+  const int max_length = static_cast<int>(config.data.max_length);
+  switch (config.model.task) {
+    case Task::kSequenceClassification: {
+      const EncodeFn encode = make_encoder(*job.tokenizer, max_length);
+      job.train_data = build_dataset(tables.train, encode, comm, BuildOptions{});
+      if (tables.eval) job.eval_data = build_dataset(*tables.eval, encode, comm, BuildOptions{});
+      break;
+    }
+    case Task::kTokenClassification: {
+      TokenTaskOptions options;
+      options.max_length = max_length;
+      options.add_prefix_space = token_task_prefix_space(job.saved_config);
+      options.label_all_tokens = config.data.label_all_tokens;
+      const auto build = [&](const WordTable& table) {
+        TokenAlignment stats;
+        TokenizedDataset data = build_token_dataset(table, *job.tokenizer, options, comm, &stats);
+        if (stats.truncated_words > 0)
+          log_warn("%s: %lld sentences longer than data.max_length = %d tokens lost %lld words (neither trained "
+                   "on nor scored)", table.path.c_str(), static_cast<long long>(stats.truncated_sentences), max_length,
+                   static_cast<long long>(stats.truncated_words));
+        return data;
+      };
+      job.train_data = build(*tables.words_train);
+      if (tables.words_eval) job.eval_data = build(*tables.words_eval);
+      break;
+    }
+    case Task::kMultipleChoice:
+      job.train_data = build_choice_dataset(*tables.choices_train, *job.tokenizer, max_length, comm);
+      if (tables.choices_eval)
+        job.eval_data = build_choice_dataset(*tables.choices_eval, *job.tokenizer, max_length, comm);
+      break;
+  }
   build_strategy(job);
   plan_steps(job);
   return job;

@@ -48,6 +48,14 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
   const TrainConfig& t = job.config->train;
   const TrainPlan& plan = job.plan;
   const TrainState state = checkpoints.restore(path, *job.strategy, job.flat_layout, [&](const TrainState& s) {
+    if (!s.model_config_json.empty()) {
+      const EncoderConfig stored = EncoderConfig::from_json(s.model_config_json, path + " (attribute model_config_json)");
+      if (stored.task != job.saved_config.task)
+        throw Error(path + " holds a " + stored.architecture() + " (model.task = \"" + choice_name(stored.task) +
+                    "\"); this job trains a " + job.saved_config.architecture() + " (model.task = \"" +
+                    choice_name(job.saved_config.task) + "\"): resume it with its own task, or start the new task "
+                    "from an exported folder (shardtrain export, then model.path) under another run.name");
+    }
     if (s.global_batch_size != plan.examples_per_step())
       throw Error(str_format("%s was trained with global batch %lld (batch x ranks x accumulation); this job has %lld "
                              "(train.batch_size %lld x %lld ranks x %lld): set train.batch_size so that they match to "
@@ -180,9 +188,9 @@ class Reporter {
       PhaseGuard phase(job_.comm, str_format("evaluation at step %lld", static_cast<long long>(at.step)),
                        PhaseGuard::kNoDeadline);
       const TrainConfig& t = job_.config->train;
-      const std::vector<float> logits = sharded_logits(*job_.model, *job_.eval_data, t.eval_batch_size,
-                                                       job_.tokenizer->pad_id(), job_.device, job_.comm);
-      for (const auto& kv : eval_metrics(logits, job_.eval_data->labels, job_.num_labels)) report.metrics[kv.first] = kv.second;
+      for (const auto& kv : evaluate_task(*job_.model, *job_.eval_data, t.eval_batch_size, job_.tokenizer->pad_id(),
+                                          job_.device, job_.comm, job_.label_names))
+        report.metrics[kv.first] = kv.second;
       report.metrics["eval_seconds"] = MPI_Wtime() - start;
       if (early_.enabled()) update_early_stopping(at, report, last);
     }
@@ -475,8 +483,15 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   result.stopped_early = at.early.stopped;
   result.stop_reason = at.stop_reason;
   result.finished = !stopped && (at.step >= job.plan.total_steps || at.early.stopped);
-  if (job.eval_data && job.num_labels >= 2 && job.train_data.labels.kind == LabelKind::kClass)
-    result.baseline = majority_baseline(job.train_data.labels, job.eval_data->labels, job.num_labels);
+  if (job.eval_data) {
+    const Task task = job.config->model.task;
+    if (task == Task::kTokenClassification)
+      result.baseline = outside_baseline(job.train_data, *job.eval_data, job.label_names);
+    else if (task == Task::kMultipleChoice)
+      result.baseline = chance_baseline(job.eval_data->sequences_per_example);
+    else if (job.num_labels >= 2 && job.train_data.labels.kind == LabelKind::kClass)
+      result.baseline = majority_baseline(job.train_data.labels, job.eval_data->labels, job.num_labels);
+  }
   result.best_checkpoint = checkpoints.best();
   result.last_checkpoint = checkpoints.newest();
   result.final_params = job.strategy->flat_params().narrow(0, 0, job.strategy->layout().numel()).to(at::kCPU).clone();

@@ -22,7 +22,11 @@
 namespace shardtrain {
 
 enum class ModelInit { kPretrained, kRandom };
-enum class FileFormat { kAuto, kTsv, kCsv, kJsonl };
+// What the model is fine-tuned for (model.task): transformers' AutoModelFor<Task> classes.
+enum class Task { kSequenceClassification, kTokenClassification, kMultipleChoice };
+// Column layouts of well-known multiple-choice data sets (data.preset).
+enum class DataPreset { kNone, kSwag, kCopa };
+enum class FileFormat { kAuto, kTsv, kCsv, kJsonl, kConll };
 enum class BadRowPolicy { kError, kSkip };
 enum class Precision { kNo, kBf16, kFp16 };
 enum class StrategyKind { kDdp, kZero1, kZero2, kZero3, kFsdp, kHybrid };
@@ -57,7 +61,10 @@ struct ChoiceTable;
 
 ST_CHOICES(ModelInit, {ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"});
 ST_CHOICES(FileFormat, {FileFormat::kAuto, "auto"}, {FileFormat::kTsv, "tsv"}, {FileFormat::kCsv, "csv"},
-           {FileFormat::kJsonl, "jsonl"});
+           {FileFormat::kJsonl, "jsonl"}, {FileFormat::kConll, "conll"});
+ST_CHOICES(Task, {Task::kSequenceClassification, "sequence_classification"},
+           {Task::kTokenClassification, "token_classification"}, {Task::kMultipleChoice, "multiple_choice"});
+ST_CHOICES(DataPreset, {DataPreset::kNone, "none"}, {DataPreset::kSwag, "swag"}, {DataPreset::kCopa, "copa"});
 ST_CHOICES(BadRowPolicy, {BadRowPolicy::kError, "error"}, {BadRowPolicy::kSkip, "skip"});
 ST_CHOICES(Precision, {Precision::kNo, "no"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"});
 ST_CHOICES(StrategyKind, {StrategyKind::kDdp, "ddp"}, {StrategyKind::kZero1, "zero1"},

@@ -21,6 +21,7 @@
 namespace shardtrain {
 
 struct ModelConfig {
+  Task task = Task::kSequenceClassification;
   std::string path;              // HF model folder: config.json, vocab.txt, model.safetensors
   std::string config;            // HF config.json for a randomly initialised model
   ModelInit init = ModelInit::kPretrained;
@@ -41,9 +42,26 @@ struct DataConfig {
   std::string train_file;
   std::string eval_file;
   FileFormat format = FileFormat::kAuto;  // kAuto: from the file extension
-  std::string text_a = "#1 String";  // column name or 0-based index
+  // Columns (name or 0-based index). Sequence classification: the texts and
+  // the label. Token classification: the words (a list per row) and their
+  // tags; defaults "tokens" / "ner_tags" (HF datasets' names) unless set;
+  // CoNLL files take columns by index only. Multiple choice: text_a the
+  // context, text_b an optional text put before every choice, data.choices.
+  std::string text_a = "#1 String";
   std::string text_b = "#2 String";  // empty = single-sentence task
   std::string label = "Quality";
+  // Token classification: the tag names in id order; empty = the sorted tags
+  // of the training data (or the model's id2label when it has names).
+  std::vector<std::string> labels;
+  // Token classification: every sub-word token of a word carries its tag (B-
+  // turned into I- after the first), not only the first (HF label_all_tokens).
+  bool label_all_tokens = false;
+  // Multiple choice: the choice columns (ending0, ending1, ...), or one column
+  // that holds a list of choices per row.
+  std::vector<std::string> choices;
+  // Multiple choice: the columns of SWAG (sent1, sent2, ending0..3, label) or
+  // COPA / XCOPA (premise, question, choice1, choice2, label).
+  DataPreset preset = DataPreset::kNone;
   int64_t max_length = 128;
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
   bool drop_last = false;        // train: drop the incomplete last global batch instead of padding it
@@ -177,17 +195,21 @@ struct RunConfig {
 
 // Metric names that checkpoint.score_attribute may name.
 inline const std::vector<std::string>& known_metric_names() {
-  static const std::vector<std::string> names = {"eval_accuracy", "eval_f1", "eval_macro_f1", "eval_mcc",
+  static const std::vector<std::string> names = {"eval_accuracy", "eval_f1", "eval_macro_f1", "eval_mcc", "eval_precision", "eval_recall",
                                                  "eval_loss", "eval_mse", "eval_pearson", "train_loss"};
   return names;
 }
 
 // Calls visit(key, field, help) for every key, in file order. A field's type
 // says what it takes: std::string, int64_t, double, std::optional<double>,
-// bool, or one of the choice enums of core/choices.h (whose names are the
+// bool, std::vector<std::string> (a TOML array of strings; on the command
+// line, comma-separated), or one of the choice enums of core/choices.h (whose names are the
 // allowed values). Works for const and non-const configs.
 template <class Config, class Visitor>
 void visit_config_keys(Config& c, Visitor&& visit) {
+  visit("model.task", c.model.task,
+        "what the model is fine-tuned for (transformers' AutoModelFor<Task>: a sequence's label, each token's tag, "
+        "or the right choice among several)");
   visit("model.path", c.model.path, "HF model folder (config.json, vocab.txt, model.safetensors)");
   visit("model.config", c.model.config, "HF config.json for a randomly initialised model");
   visit("model.init", c.model.init, "weights: from model.path, or random");
@@ -206,10 +228,23 @@ void visit_config_keys(Config& c, Visitor&& visit) {
 
   visit("data.train_file", c.data.train_file, "training data (.tsv, .csv, .jsonl)");
   visit("data.eval_file", c.data.eval_file, "evaluation data; empty = no evaluation");
-  visit("data.format", c.data.format, "file format");
-  visit("data.text_a", c.data.text_a, "first text column (name or 0-based index)");
-  visit("data.text_b", c.data.text_b, "second text column; empty for single sentences");
-  visit("data.label", c.data.label, "label column (name or 0-based index)");
+  visit("data.format", c.data.format, "file format (conll: a token and its tag per line, a blank line between sentences)");
+  visit("data.text_a", c.data.text_a,
+        "first text column (name or 0-based index); token classification: the words (default \"tokens\"); "
+        "multiple choice: the context");
+  visit("data.text_b", c.data.text_b,
+        "second text column; empty for single sentences; multiple choice: a text put before every choice");
+  visit("data.label", c.data.label,
+        "label column (name or 0-based index); token classification: the tags (default \"ner_tags\")");
+  visit("data.labels", c.data.labels,
+        "token classification: the tag names in id order; empty = the sorted tags of the training data");
+  visit("data.label_all_tokens", c.data.label_all_tokens,
+        "token classification: every sub-word carries its word's tag (B- becomes I-), not only the first");
+  visit("data.choices", c.data.choices,
+        "multiple choice: the choice columns, or one column holding a list of choices");
+  visit("data.preset", c.data.preset,
+        "multiple choice: the columns of SWAG (sent1, sent2, ending0-3, label) or COPA / XCOPA (premise, "
+        "question, choice1, choice2, label)");
   visit("data.max_length", c.data.max_length, "truncate pairs to this many tokens (longest first)");
   visit("data.on_bad_row", c.data.on_bad_row, "a malformed row stops the run, or is skipped and counted");
   visit("data.drop_last", c.data.drop_last, "drop the incomplete last global batch instead of padding it");

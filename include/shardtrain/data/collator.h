@@ -5,7 +5,13 @@
 //   token_type_ids  [B, L] int64, padded with 0
 //   attention_mask  [B, L] int64, 1 for real tokens, 0 for padding
 //   labels          [B]    int64 class ids, or float32 for regression;
+//                   [B, L] int64 token labels (token classification; -100 at
+//                          padding and at tokens without a label);
+//                   [B, 2] int64 answer start and end tokens (extractive QA);
 //                          undefined when the dataset has no labels
+// Multiple choice: an example is num_choices sequences (data/dataset.h), and
+// a batch of B examples has B x num_choices rows, example b's choices at rows
+// [b * num_choices, (b+1) * num_choices); labels [B] are the right choices.
 // Padding is dynamic (to the longest row of this batch, as HF's
 // DataCollatorWithPadding does). Length bucketing, which makes batches of
 // similar lengths, lives in the sampler (SamplerOptions::bucket_window_batches)
@@ -22,7 +28,7 @@
 //   position_ids    [T]    int64, 0..n_b-1 within each row
 //   cu_seqlens      [B+1]  int64, row b is tokens [cu_seqlens[b], cu_seqlens[b+1])
 //   max_seqlen             the longest row (the padded layout's L)
-//   labels          [B]    as above
+//   labels          [B]    as above ([T] for token labels, [B, 2] for spans)
 //
 //   PackedBatch packed = collate_packed(dataset, indices);
 //   at::Tensor logits = model->forward_packed(packed.input_ids, packed.token_type_ids,
@@ -44,11 +50,15 @@ struct Batch {
   at::Tensor input_ids;       // [B, L] int64
   at::Tensor token_type_ids;  // [B, L] int64
   at::Tensor attention_mask;  // [B, L] int64
-  at::Tensor labels;          // [B] int64 / float32, or undefined
+  at::Tensor labels;          // [B] int64 / float32, [B, L] or [B, 2] int64 (above), or undefined
+  int64_t num_choices = 1;    // sequences per example (multiple choice)
   int64_t num_real_tokens = 0;
-  int64_t num_total_tokens = 0;  // B * L
+  int64_t num_total_tokens = 0;  // rows * L
 
+  // Rows (sequences) in the batch.
   int64_t size() const { return input_ids.defined() ? input_ids.size(0) : 0; }
+  // Examples in the batch: rows / num_choices.
+  int64_t num_examples() const { return size() / num_choices; }
 };
 
 // Builds the batch for `indices` (rows of `dataset`, in that order; repeats
@@ -64,7 +74,8 @@ struct PackedBatch {
   at::Tensor position_ids;    // [T] int64
   at::Tensor cu_seqlens;      // [B+1] int64
   int64_t max_seqlen = 0;
-  at::Tensor labels;          // [B] int64 / float32, or undefined
+  at::Tensor labels;          // [B] int64 / float32, [T] token labels, [B, 2] spans, or undefined
+  int64_t num_choices = 1;    // as Batch::num_choices
   int64_t num_real_tokens = 0;   // T
   int64_t num_total_tokens = 0;  // B * max_seqlen: what the padded batch holds
 

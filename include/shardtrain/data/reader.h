@@ -130,6 +130,42 @@ RawTable read_table(const std::string& path, const ReaderOptions& options);
 RawTable read_table_from_string(const std::string& content, const std::string& path,
                                 const ReaderOptions& options);
 
+// ---- Fields of any layout (the token-classification and multiple-choice
+// readers, data/word_table.h and data/multiple_choice.h, build on these) -------
+
+// One field of a row: a text, or a list of texts (a JSON array, in JSON Lines
+// natively, in a tsv / csv cell as JSON text; numbers in it become their text).
+struct FieldValue {
+  bool is_list = false;
+  std::string text;               // !is_list
+  std::vector<std::string> list;  // is_list
+};
+
+// A column to read: `column` (header name / JSON key, or a 0-based index for
+// tsv / csv), named in messages by `key` (the config key that chose it).
+struct FieldSpec {
+  std::string key;
+  std::string column;
+};
+
+struct FieldRows {
+  std::string path;
+  std::vector<int64_t> line_numbers;          // per row
+  std::vector<std::vector<FieldValue>> rows;  // per row, one per FieldSpec in order
+  int64_t num_bad_rows = 0;
+};
+
+// Reads every row's `fields` from a tsv, csv or jsonl file held in `content`
+// (`path` names it). A missing field, a row of the wrong width, invalid UTF-8
+// or malformed JSON is a bad row (policy: throw "file:line: ..." or count and
+// skip); an unknown column throws naming its key.
+FieldRows read_fields(const std::string& content, const std::string& path, FileFormat format,
+                      const std::vector<FieldSpec>& fields, BadRowPolicy on_bad_row);
+
+// The whole file at `path` (a regular file; Error naming it otherwise), a
+// UTF-8 byte-order mark removed.
+std::string read_data_file(const std::string& path);
+
 // True when `text` is well-formed UTF-8 (no overlong forms, surrogates or
 // code points above U+10FFFF).
 bool is_valid_utf8(const char* data, size_t size);

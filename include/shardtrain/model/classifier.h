@@ -1,7 +1,8 @@
-// An encoder sequence classifier in LibTorch, numerically equal to Hugging
-// Face transformers' eager <Family>ForSequenceClassification for BERT,
-// RoBERTa (XLM-R, CamemBERT), DistilBERT, ELECTRA and ModernBERT
-// (docs/DESIGN.md, "Model families").
+// An encoder with a task head in LibTorch, numerically equal to Hugging
+// Face transformers' eager <Family>For<Task> (SequenceClassification,
+// TokenClassification, MultipleChoice; config.task) for BERT, RoBERTa
+// (XLM-R, CamemBERT), DistilBERT, ELECTRA and ModernBERT (docs/DESIGN.md,
+// "Model families" and "Tasks"). The class keeps its first task's name.
 //
 //   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
 //   SequenceClassifier model(config);
@@ -62,7 +63,8 @@ class SequenceClassifier : public UnitModel {
   // input_ids [B, L] int64; token_type_ids [B, L] int64 (undefined = all 0;
   // ignored by families without token types); attention_mask [B, L] (1 keep,
   // 0 padding; any dtype; undefined = all 1). Returns logits [B, C] in the
-  // parameters' dtype. Dropout is active only in train() mode. Throws
+  // parameters' dtype ([B, L, C] for token classification, [B, 1] for
+  // multiple choice: one logit per sequence, i.e. per choice). Dropout is active only in train() mode. Throws
   // shardtrain::Error if L exceeds the model's positions.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids = {},
                      const at::Tensor& attention_mask = {});
@@ -71,7 +73,8 @@ class SequenceClassifier : public UnitModel {
   // (undefined = 0..n_b-1 within each sequence; RoBERTa computes its own from
   // the ids, as HF does); cu_seqlens [B+1] int64, sequence b = tokens
   // [cu_seqlens[b], cu_seqlens[b+1]); max_seqlen = the longest sequence.
-  // Returns logits [B, C], equal to forward() on the padded batch. The unit
+  // Returns logits [B, C] ([T, C] for token classification), equal to
+  // forward() on the padded batch. The unit
   // hooks run around the same units, with [T, D] outputs for the embeddings
   // and the layers. Throws shardtrain::Error for inconsistent shapes or
   // cu_seqlens, or a sequence longer than the model's positions.
@@ -82,6 +85,9 @@ class SequenceClassifier : public UnitModel {
   // host round trip on a GPU), or with set_unpadded(false) (model.unpadded)
   // forward() on its padded tensors. Both give the same logits to fp32
   // rounding; in training the dropout masks differ (drawn per token kept).
+  // In HF's shapes for the task: sequence classification [B, C]; token
+  // classification [B, L, C] (zeros at padding when packed); multiple choice
+  // [B, choices] (the batch's rows are B x batch.num_choices sequences).
   at::Tensor forward_batch(const Batch& batch);
   void set_unpadded(bool on);
   bool unpadded() const;
@@ -107,7 +113,10 @@ class SequenceClassifier : public UnitModel {
   // (model/activation_checkpoint.h). Gradients equal the plain run's.
   void set_gradient_checkpointing(bool on);
   bool gradient_checkpointing() const;
-  // The mean loss as HF computes it for config().problem_type:
+  // The mean loss as HF computes it for the task (forward_batch's logits):
+  // token classification: cross-entropy over the tokens, labels int64 [B, L]
+  // (-100 ignored); multiple choice: cross-entropy over the choices, labels
+  // int64 [B]; sequence classification by config().problem_type:
   //   regression (num_labels == 1): MSE(logits.squeeze(), labels.squeeze()), labels float [B];
   //   single-label: cross-entropy, labels int64 [B] (-100 ignored);
   //   multi-label: BCE-with-logits, labels float [B, C].

@@ -13,6 +13,9 @@
 //   config.set_num_labels(3);
 //   std::string json = config.to_json();   // what from_pretrained reads back
 //
+// config.task picks the head (sequence classification, token classification,
+// multiple choice) and the class name written to architectures.
+//
 // One struct holds every family's fields, under BERT's names; each family's
 // config.json keys are read into them (DistilBERT's dim / n_layers / n_heads /
 // hidden_dim / dropout / attention_dropout / seq_classif_dropout, ModernBERT's
@@ -24,6 +27,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "shardtrain/core/choices.h"  // Task
 
 namespace shardtrain {
 
@@ -103,6 +108,17 @@ struct EncoderConfig {
   bool tie_word_embeddings = true;         // for the MLM head only; kept and written back
 
   // --- the task ---
+  // What the head does (model/parameter_plan.h lists each family's head per
+  // task): read from config.json's architectures ("BertForTokenClassification"
+  // -> kTokenClassification; any other class, e.g. BertForMaskedLM, reads as
+  // kSequenceClassification and has_task_head false), written back by to_json.
+  Task task = Task::kSequenceClassification;
+  // Whether config.json's architectures named one of the task classes.
+  bool has_task_head = false;
+  // DistilBERT's qa_dropout (question answering); ELECTRA's SequenceSummary
+  // summary_last_dropout (multiple choice).
+  double qa_dropout = 0.1;
+  double summary_last_dropout = 0.1;
   int64_t num_labels = 2;
   std::vector<std::string> id2label;  // id2label[i] = name of label i; size num_labels
   // "" (infer as HF does: regression when num_labels == 1, else single- or
@@ -137,8 +153,12 @@ struct EncoderConfig {
   double effective_classifier_dropout() const {
     return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob;
   }
-  // HF's class name: "BertForSequenceClassification", "XLMRobertaForSequenceClassification", ...
+  // HF's class name for the family and task: "BertForSequenceClassification",
+  // "XLMRobertaForTokenClassification", "ModernBertForMultipleChoice", ...
   std::string architecture() const;
+  // The logits per sequence (sequence classification: num_labels; multiple
+  // choice: 1 per choice) or per token (token classification: num_labels).
+  int64_t head_outputs() const { return task == Task::kMultipleChoice ? 1 : num_labels; }
   // The prefix of the encoder's parameters in HF's state dict: "bert.",
   // "roberta.", "distilbert.", "electra.", "model." (ModernBERT).
   std::string base_prefix() const;

@@ -39,6 +39,13 @@ namespace shardtrain {
 class SequenceClassifier;
 
 struct HfLoadOptions {
+  // The task to build (model.task); unset = the folder's (config.json's
+  // architectures). When the folder holds another task's head (e.g. a
+  // BertForSequenceClassification fine-tuned before), that head's tensors are
+  // left unused and reported, and a new head is initialised: an encoder
+  // fine-tuned for one task starts another, as HF does with
+  // ignore_mismatched_sizes.
+  std::optional<Task> task;
   // Number of labels for the classifier. Allowed to differ from config.json only
   // when the checkpoint has no classifier head (then the head is new anyway);
   // otherwise a mismatch is an error (HF's ignore_mismatched_sizes is not offered).
@@ -56,6 +63,7 @@ struct HfLoadReport {
   std::vector<std::string> unexpected_keys;  // checkpoint tensors the model does not use
   std::vector<std::string> renamed_keys;     // "old -> new" for gamma/beta and base-prefix fixes
   std::string architecture;                  // "BertForSequenceClassification", ...
+  std::string replaced_head;                 // the folder's other-task class whose head was not used, or ""
   // The log lines transformers prints for missing / unexpected keys (empty if neither).
   std::string message() const;
 };

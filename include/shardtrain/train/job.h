@@ -69,7 +69,8 @@ struct TrainJob {
   std::string tokenizer_files;  // Tokenizer::saved_files(): what checkpoints store to rebuild it
   TokenizedDataset train_data;
   std::optional<TokenizedDataset> eval_data;
-  int64_t num_labels = 2;
+  int64_t num_labels = 2;           // classes or tags (multiple choice: the model's, unused)
+  std::vector<std::string> label_names;  // token classification: the tags in id order
   std::shared_ptr<SequenceClassifier> model;
   EncoderConfig saved_config;  // what checkpoints and exports record (label names of the data)
   std::unique_ptr<Strategy> strategy;
@@ -97,6 +98,10 @@ struct TrainJobOptions {
 // Throws shardtrain::Error, the same on every rank where it can, for anything
 // the user can fix: files, columns, labels, a model that does not fit.
 TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions& options = {});
+
+// Token classification: whether words get byte-level BPE's prefix space, as
+// run_ner_no_trainer.py decides it (RoBERTa).
+bool token_task_prefix_space(const EncoderConfig& model);
 
 // The loss scaler train.fp16.* describes: dynamic (loss_scale 0: starts at
 // 2^initial_scale_power) or static (loss_scale > 0).

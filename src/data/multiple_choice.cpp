@@ -1,0 +1,132 @@
+// Multiple-choice readers (data/multiple_choice.h).
+#include "shardtrain/data/multiple_choice.h"
+
+#include <algorithm>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/core/log.h"
+
+namespace shardtrain {
+namespace {
+
+// jiant's COPA questions.
+std::optional<std::string> copa_question(const std::string& question) {
+  if (question == "cause") return std::string("What was the cause of this?");
+  if (question == "effect") return std::string("What happened as a result?");
+  return std::nullopt;
+}
+
+}  // namespace
+
+MultipleChoiceTable read_multiple_choice_from_string(const std::string& content, const std::string& path,
+                                          const MultipleChoiceOptions& options) {
+  if (options.context_column.empty()) throw Error("data.text_a: no context column given for " + path);
+  if (options.choice_columns.empty()) throw Error("data.choices: no choice column given for " + path);
+  std::vector<FieldSpec> fields = {{"data.text_a", options.context_column}};
+  if (!options.prefix_column.empty()) fields.push_back({"data.text_b", options.prefix_column});
+  const size_t first_choice = fields.size();
+  for (const std::string& column : options.choice_columns) fields.push_back({"data.choices", column});
+  const bool labelled = !options.label_column.empty();
+  if (labelled) fields.push_back({"data.label", options.label_column});
+  const FileFormat format = options.format == FileFormat::kAuto ? format_from_extension(path) : options.format;
+  const FieldRows rows = read_fields(content, path, format, fields, options.on_bad_row);
+
+  MultipleChoiceTable table;
+  table.path = path;
+  table.num_bad_rows = rows.num_bad_rows;
+  table.num_choices = options.num_choices;
+  table.labels.kind = labelled ? LabelKind::kClass : LabelKind::kNone;
+  auto bad_row = [&](int64_t line, const std::string& what) {
+    if (options.on_bad_row == BadRowPolicy::kError)
+      throw Error(str_format("%s:%lld: %s", path.c_str(), static_cast<long long>(line), shorten(what, 400).c_str()));
+    ++table.num_bad_rows;
+  };
+  for (size_t r = 0; r < rows.rows.size(); ++r) {
+    const std::vector<FieldValue>& row = rows.rows[r];
+    const int64_t line = rows.line_numbers[r];
+    auto text = [&](size_t i, const char* key) -> std::optional<std::string> {
+      if (row[i].is_list) {
+        bad_row(line, std::string(key) + ": expected a text, found a list");
+        return std::nullopt;
+      }
+      return row[i].text;
+    };
+    std::optional<std::string> context = text(0, "data.text_a");
+    if (!context) continue;
+    std::string prefix;
+    if (!options.prefix_column.empty()) {
+      std::optional<std::string> p = text(1, "data.text_b");
+      if (!p) continue;
+      prefix = *p;
+    }
+    std::vector<std::string> choices;
+    if (options.choice_columns.size() == 1 && row[first_choice].is_list) {
+      choices = row[first_choice].list;
+    } else {
+      bool ok = true;
+      for (size_t c = 0; c < options.choice_columns.size() && ok; ++c) {
+        std::optional<std::string> choice = text(first_choice + c, "data.choices");
+        ok = choice.has_value();
+        if (ok) choices.push_back(*choice);
+      }
+      if (!ok) continue;
+    }
+    if (table.num_choices == 0) table.num_choices = static_cast<int64_t>(choices.size());
+    if (static_cast<int64_t>(choices.size()) != table.num_choices) {
+      bad_row(line, str_format("%zu choices, but the data has %lld per row", choices.size(),
+                               static_cast<long long>(table.num_choices)));
+      continue;
+    }
+    if (table.num_choices < 2) {
+      bad_row(line, str_format("%zu choice(s): a multiple-choice row needs at least 2", choices.size()));
+      continue;
+    }
+    int64_t label = -1;
+    if (labelled) {
+      const FieldValue& value = row.back();
+      const std::string& t = value.text;
+      const bool integer = !value.is_list && !t.empty() && t.size() < 10 &&
+                           std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); });
+      if (!integer) {
+        bad_row(line, "data.label: '" + shorten(value.is_list ? std::string("a list") : t, 40) +
+                          "' is not a choice index (0, 1, ...)");
+        continue;
+      }
+      label = std::stoll(t);
+      if (label >= table.num_choices) {
+        bad_row(line, str_format("data.label = %lld, but the row has %lld choices (indices from 0)",
+                                 static_cast<long long>(label), static_cast<long long>(table.num_choices)));
+        continue;
+      }
+    }
+    std::string first = *context;
+    std::vector<std::string> second;
+    if (options.preset == DataPreset::kCopa) {
+      const std::optional<std::string> question = copa_question(prefix);
+      if (!question) {
+        bad_row(line, "data.text_b (COPA's question): '" + shorten(prefix, 40) + "' is neither \"cause\" nor \"effect\"");
+        continue;
+      }
+      first += " " + *question;
+      second = choices;
+    } else {
+      // run_swag: f"{header} {ending}", a space even when the header is empty.
+      for (const std::string& choice : choices)
+        second.push_back(options.prefix_column.empty() ? choice : prefix + " " + choice);
+    }
+    bool utf8 = is_valid_utf8(first.data(), first.size());
+    for (const std::string& s : second) utf8 = utf8 && is_valid_utf8(s.data(), s.size());
+    if (!utf8) { bad_row(line, "invalid UTF-8"); continue; }
+    table.first.push_back(std::move(first));
+    table.second.push_back(std::move(second));
+    table.line_numbers.push_back(line);
+    if (labelled) table.labels.class_ids.push_back(label);
+  }
+  return table;
+}
+
+MultipleChoiceTable read_multiple_choice(const std::string& path, const MultipleChoiceOptions& options) {
+  return read_multiple_choice_from_string(read_data_file(path), path, options);
+}
+
+}  // namespace shardtrain
