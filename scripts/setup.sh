@@ -21,6 +21,7 @@ packages=(
   libopenmpi-dev openmpi-bin                # MPI
   libhdf5-openmpi-dev                       # parallel HDF5 (MPI-IO)
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev
+  libsentencepiece-dev                      # SentencePiece tokenizers (DeBERTa-v2/v3, XLM-R)
   libprotobuf-dev protobuf-compiler         # TensorBoard event files (protobuf lite runtime, protoc)
   librsvg2-dev                              # `shardtrain plot --output X.png`; in this set so that
                                             # --tests does not change the executable (no rebuild)
@@ -32,6 +33,8 @@ test_packages=(
   python3 python3-protobuf                  # test helpers; protobuf: the TensorBoard test's own decoder
   librsvg2-bin fonts-dejavu-core            # rsvg-convert and a font: the curves rendering test
   clang libclang-rt-14-dev                  # libFuzzer and the sanitizer runtimes (fuzz targets)
+  sentencepiece python3-sentencepiece       # spm_train and the reference ids: tests/fixtures/make_spm_fixtures.py,
+                                            # data/vocab/sib200-xlmr-8k/make_model.sh (offline; their outputs are committed)
 )
 ((with_tests)) && packages+=("${test_packages[@]}")
 

@@ -140,7 +140,19 @@ fi
 mkdir -p "$TMP/unigram"
 echo '{"model": {"type": "Unigram", "vocab": []}}' >"$TMP/unigram/tokenizer.json"
 if run tok_unigram 2 "$BIN" tokenize --vocab "$TMP/unigram" --data "$DEV" --text-a 3 --text-b 4; then
-  expect_in "tok_unigram: file and type named" "$TMP/tok_unigram.err" "$TMP/unigram/tokenizer.json': tokenizer model type 'Unigram' is not supported"
+  expect_in "tok_unigram: file and field named" "$TMP/tok_unigram.err" "$TMP/unigram/tokenizer.json': model.vocab must be a non-empty list"
+fi
+# SentencePiece through the executable (its module, libshardtrain_sentencepiece.so, beside it):
+# DeBERTa-v3's ids for MRPC dev are the first 408 lines of the SentencePiece reference.
+if run tok_spm 0 "$BIN" tokenize --vocab "$SRC/data/vocab/deberta-v3" --data "$DEV" --text-a 3 --text-b 4; then
+  head -n 408 "$SRC/tests/data/spm/deberta-v3_ids.jsonl" | $PY -c '
+import json, sys
+for line in sys.stdin:
+    row = json.loads(line)
+    ids = row["input_ids"]
+    sep = ids.index(2)
+    print(json.dumps({"input_ids": ids, "token_type_ids": [0] * (sep + 1) + [1] * (len(ids) - sep - 1)}))' >"$TMP/spm_ref.jsonl"
+  REF=$TMP/spm_ref.jsonl same_ids tok_spm "$TMP/tok_spm.out"
 fi
 if run tok_bpe_lower 2 "$BIN" tokenize --vocab "$SRC/data/vocab/roberta-base" --lowercase --data "$DEV" --text-a 3; then
   expect_in "tok_bpe_lower: --lowercase is for vocab.txt" "$TMP/tok_bpe_lower.err" "do_lower_case in its tokenizer_config.json"

@@ -1,6 +1,7 @@
 // A tokenizer survives a training checkpoint (train/checkpoint_model.h):
 // the BPE tokenizer's files travel in the tokenizer_files attribute and
-// rebuild the same tokenizer on every rank; a checkpoint without the
+// rebuild the same tokenizer on every rank (a SentencePiece model as base64);
+// a checkpoint without the
 // attribute (written before it existed) still loads its WordPiece vocab_text.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
@@ -35,7 +36,7 @@ std::string ckpt_tok_write(const std::string& dir, int64_t index, const shardtra
 
 }  // namespace
 
-TEST_CASE("checkpoint round trip: BPE tokenizer_files, and old checkpoints with vocab_text only") {
+TEST_CASE("checkpoint round trip: BPE and SentencePiece tokenizer_files, and old checkpoints with vocab_text only") {
   using namespace shardtrain;
   const std::string dir = shardtrain_test::make_shared_temp_dir("tokenizer_ckpt");
   const Tokenizer roberta = Tokenizer::from_model_dir(kCkptTokSourceDir + "/data/vocab/roberta-base");
@@ -56,6 +57,24 @@ TEST_CASE("checkpoint round trip: BPE tokenizer_files, and old checkpoints with 
     CHECK(loaded.encode(a, std::string_view(b), 0).input_ids.front() == 0);
     CHECK(loaded.pad_id() == 1);
   }
+
+#if !defined(SHARDTRAIN_SANITIZED)  // no SentencePiece module there (src/data/sentencepiece_module.h)
+  // A SentencePiece model (binary) travels base64 in the same attribute.
+  const Tokenizer xlmr = Tokenizer::from_model_dir(kCkptTokSourceDir + "/data/vocab/sib200-xlmr-8k");
+  TrainState spm_state;
+  spm_state.tokenizer_files = xlmr.saved_files();
+  const std::string spm_path = ckpt_tok_write(dir, 3, spm_state);
+  {
+    CheckpointReader reader(spm_path, MPI_COMM_WORLD);
+    const Tokenizer loaded = checkpoint_tokenizer(read_train_state(reader), spm_path);
+    CHECK(std::string(loaded.type()) == "sentencepiece");
+    CHECK(loaded.vocab_size() == 8002);
+    CHECK(loaded.vocab_path() == spm_path + " (attribute tokenizer_files): sentencepiece.bpe.model");
+    const std::string zh = "\xE5\x9C\x9F\xE8\x80\xB3\xE5\x85\xB6\xE4\xB8\x89\xE9\x9D\xA2\xE7\x8E\xAF\xE6\xB5\xB7";
+    CHECK(loaded.encode(zh, std::string_view("Turkey is encircled by seas"), 0).input_ids ==
+          xlmr.encode(zh, std::string_view("Turkey is encircled by seas"), 0).input_ids);
+  }
+#endif
 
   // Before tokenizer_files: vocab_text + lowercase.
   TrainState old;

@@ -33,13 +33,6 @@
 #include "support/scratch_dir.h"
 #include "support/tokenizer_fixtures.h"
 
-namespace shardtrain {
-// How doctest prints a span (found by argument-dependent lookup).
-std::ostream& operator<<(std::ostream& out, const TokenSpan& span) {
-  return out << "(" << span.begin << "," << span.end << ")";
-}
-}  // namespace shardtrain
-
 namespace {
 
 using shardtrain::Encoding;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -60,7 +61,8 @@ void check_paths(const ExportFlags& flags) {
   if (fs::is_directory(flags.output, error) && !fs::is_empty(flags.output, error) && !flags.force)
     throw Error("--output '" + flags.output +
                 "' is not empty; refusing to write into it (pass --force to replace config.json, "
-                "model.safetensors, the tokenizer's files (vocab.txt, or tokenizer.json / vocab.json + merges.txt) and "
+                "model.safetensors, the tokenizer's files (vocab.txt, tokenizer.json, vocab.json + merges.txt or a "
+                "SentencePiece model) and "
                 "tokenizer_config.json there; other files are kept)");
 }
 
@@ -85,7 +87,8 @@ void write_file(const fs::path& path, const std::string& content) {
 // checkpoint written before they were saved, its vocab.txt; tokenizer_config.json
 // gets model_max_length and tokenizer_class when it lacks them. Returns the
 // names written, for the log line.
-std::string write_tokenizer_files(const fs::path& folder, const CheckpointExport& exported) {
+std::string write_tokenizer_files(const fs::path& folder, const CheckpointExport& exported,
+                                  const std::string& checkpoint) {
   nlohmann::json config = nlohmann::json::object();
   std::string written;
   const char* tokenizer_class = "BertTokenizer";
@@ -94,18 +97,19 @@ std::string write_tokenizer_files(const fs::path& folder, const CheckpointExport
     written = "vocab.txt";
     config["do_lower_case"] = exported.state.lowercase != 0;
   } else {
-    const nlohmann::json files = nlohmann::json::parse(exported.state.tokenizer_files);
-    for (auto it = files.begin(); it != files.end(); ++it) {
-      const std::string text = it.value().get<std::string>();
-      if (it.key() == "tokenizer_config.json") {
-        config = nlohmann::json::parse(text);
+    // Binary files (a SentencePiece model) are stored base64 (data/tokenizer.h).
+    const std::map<std::string, std::string> files =
+        Tokenizer::saved_file_contents(exported.state.tokenizer_files, checkpoint + " (attribute tokenizer_files)");
+    for (const auto& [name, bytes] : files) {
+      if (name == "tokenizer_config.json") {
+        config = nlohmann::json::parse(bytes);
         continue;
       }
-      write_file(folder / it.key(), text);
-      written += (written.empty() ? "" : ", ") + it.key();
+      write_file(folder / name, bytes);
+      written += (written.empty() ? "" : ", ") + name;
     }
-    if (files.contains("tokenizer.json")) tokenizer_class = "PreTrainedTokenizerFast";
-    if (files.contains("vocab.json")) tokenizer_class = "RobertaTokenizer";
+    if (files.count("tokenizer.json") != 0) tokenizer_class = "PreTrainedTokenizerFast";
+    if (files.count("vocab.json") != 0) tokenizer_class = "RobertaTokenizer";
   }
   // RoBERTa's positions start after padding_idx: 514 positions hold 512 tokens.
   const int64_t offset = exported.config.family == ModelFamily::kRoberta ? exported.config.pad_token_id + 1 : 0;
@@ -134,7 +138,7 @@ void run_export(const World& world, const ExportFlags& flags) {
     // checkpoint leaves no file behind.
     exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
     write_file(folder / "config.json", hf_config_json(exported.config, dtype));
-    tokenizer_files = write_tokenizer_files(folder, exported);
+    tokenizer_files = write_tokenizer_files(folder, exported, flags.checkpoint);
   });
   log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, %s); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
            flags.checkpoint.c_str(), static_cast<long long>(exported.state.step),

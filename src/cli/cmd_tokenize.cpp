@@ -116,7 +116,7 @@ void add_tokenize_command(CLI::App& root, World& world) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* sub = root.add_subcommand(
       "tokenize", "Encode a .tsv/.csv/.jsonl file with a WordPiece or byte-level BPE tokenizer; print one JSON line per row");
-  sub->add_option("--vocab", options->vocab, "vocab.txt, tokenizer.json, or a HF model folder (tokenizer.json, vocab.json + merges.txt, or vocab.txt)")
+  sub->add_option("--vocab", options->vocab, "vocab.txt, tokenizer.json, a SentencePiece spm.model / sentencepiece.bpe.model, or a HF model folder (tokenizer.json, vocab.json + merges.txt, vocab.txt, or a SentencePiece model)")
       ->required();
   sub->add_flag("--lowercase", options->lowercase, "lowercase and strip accents (uncased vocabularies)");
   sub->add_option("--data", options->data, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")

@@ -1,76 +1,14 @@
 #include "data/bpe_model.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <queue>
 
 #include "data/byte_level.h"
+#include "data/word_cache.h"
 #include "shardtrain/core/check.h"
 
 namespace shardtrain::bpe {
-
-namespace {
-
-inline uint64_t bpe_mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xFF51AFD7ED558CCDull;
-  h ^= h >> 33;
-  h *= 0xC4CEB9FE1A85EC53ull;
-  h ^= h >> 33;
-  return h;
-}
-
-inline uint64_t bpe_hash_bytes(const char* data, std::size_t length) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ length;
-  while (length >= 8) {
-    uint64_t chunk;
-    std::memcpy(&chunk, data, 8);
-    h = bpe_mix(h ^ chunk);
-    data += 8;
-    length -= 8;
-  }
-  uint64_t tail = 0;
-  for (std::size_t k = 0; k < length; ++k) tail |= static_cast<uint64_t>(static_cast<unsigned char>(data[k])) << (8 * k);
-  return bpe_mix(h ^ tail ^ 0xA5A5A5A5ull);
-}
-
-std::atomic<uint64_t> g_bpe_model_serial{1};
-
-// Per-thread word -> ids cache of one model (open addressing; emptied when
-// full or when another model uses the thread).
-struct BpeWordCache {
-  static constexpr std::size_t kSlots = 1 << 16;
-  static constexpr std::size_t kMaxEntries = kSlots / 2;
-  static constexpr std::size_t kMaxWordBytes = 256;
-  struct Slot {
-    uint32_t hash = 0;
-    uint32_t key_offset = 0;
-    uint32_t key_length = 0;  // 0 = empty (words are never empty)
-    uint32_t ids_offset = 0;
-    uint32_t ids_length = 0;
-  };
-  uint64_t owner = 0;
-  std::vector<Slot> slots;
-  std::string keys;
-  std::vector<int32_t> ids;
-  std::size_t entries = 0;
-
-  void reset(uint64_t new_owner) {
-    owner = new_owner;
-    slots.assign(kSlots, Slot{});
-    keys.clear();
-    ids.clear();
-    entries = 0;
-  }
-};
-
-BpeWordCache& bpe_word_cache() {
-  thread_local BpeWordCache cache;
-  return cache;
-}
-
-}  // namespace
 
 // (left id, right id) -> (rank, merged id), open addressing on the packed pair.
 struct BpeModel::MergeTable {
@@ -93,13 +31,13 @@ struct BpeModel::MergeTable {
   }
   void insert(int32_t left, int32_t right, int32_t rank, int32_t merged) {
     const uint64_t key = pack(left, right);
-    std::size_t index = bpe_mix(key) & mask;
+    std::size_t index = WordCache::mix(key) & mask;
     while (slots[index].key != ~0ull && slots[index].key != key) index = (index + 1) & mask;
     slots[index] = Slot{key, rank, merged};  // a repeated merge: the later rank wins, as in HF
   }
   const Slot* find(int32_t left, int32_t right) const {
     const uint64_t key = pack(left, right);
-    std::size_t index = bpe_mix(key) & mask;
+    std::size_t index = WordCache::mix(key) & mask;
     while (true) {
       const Slot& slot = slots[index];
       if (slot.key == key) return &slot;
@@ -113,7 +51,7 @@ BpeModel::BpeModel(const BpeModelSpec& spec)
     : merges_(std::make_unique<MergeTable>()),
       ignore_merges_(spec.ignore_merges),
       unk_id_(spec.unk_id),
-      cache_owner_(g_bpe_model_serial.fetch_add(1)) {
+      cache_owner_(WordCache::new_owner()) {
   std::unordered_map<std::string, int32_t> by_token;
   by_token.reserve(spec.vocab.size() * 2);
   std::string bytes;
@@ -233,38 +171,19 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.size() > BpeWordCache::kMaxWordBytes) {
+  if (word.size() > WordCache::kMaxWordBytes) {
     merge_word(word, out);
     return;
   }
-  BpeWordCache& cache = bpe_word_cache();
-  if (cache.owner != cache_owner_) cache.reset(cache_owner_);
-  const uint64_t h = bpe_hash_bytes(word.data(), word.size());
-  const std::size_t mask = BpeWordCache::kSlots - 1;
-  std::size_t index = h & mask;
-  while (true) {
-    const BpeWordCache::Slot& slot = cache.slots[index];
-    if (slot.key_length == 0) break;
-    if (slot.hash == static_cast<uint32_t>(h) && slot.key_length == word.size() &&
-        std::memcmp(cache.keys.data() + slot.key_offset, word.data(), word.size()) == 0) {
-      out.insert(out.end(), cache.ids.begin() + slot.ids_offset, cache.ids.begin() + slot.ids_offset + slot.ids_length);
-      return;
-    }
-    index = (index + 1) & mask;
+  WordCache& cache = WordCache::for_thread(cache_owner_);
+  const WordCache::Values hit = cache.find(word);
+  if (hit.data != nullptr) {
+    out.insert(out.end(), hit.data, hit.data + hit.size);
+    return;
   }
   const std::size_t first = out.size();
   merge_word(word, out);
-  if (cache.entries >= BpeWordCache::kMaxEntries || cache.keys.size() > (1u << 28)) {
-    cache.reset(cache_owner_);
-    index = h & mask;
-  }
-  BpeWordCache::Slot& slot = cache.slots[index];
-  slot = BpeWordCache::Slot{static_cast<uint32_t>(h), static_cast<uint32_t>(cache.keys.size()),
-                            static_cast<uint32_t>(word.size()), static_cast<uint32_t>(cache.ids.size()),
-                            static_cast<uint32_t>(out.size() - first)};
-  cache.keys.append(word.data(), word.size());
-  cache.ids.insert(cache.ids.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-  ++cache.entries;
+  cache.insert(word, out.data() + first, out.size() - first);
 }
 
 void BpeModel::encode_word_ranges(std::string_view word, std::vector<int32_t>& out,

@@ -9,6 +9,8 @@
 
 namespace shardtrain {
 
+Tokenizer::Tokenizer(std::shared_ptr<const Bpe> bpe) : bpe_(std::move(bpe)), core_(bpe_.get()) {}
+
 namespace {
 
 struct BpeScratch {
@@ -23,119 +25,13 @@ BpeScratch& bpe_scratch() {
   return buffers;
 }
 
-bool bpe_is_word_char(int32_t cp) { return cp == '_' || unicode::is_letter(cp) || unicode::is_number(cp); }
-
-// The code point that ends at text[end - 1] (end > 0), and where it starts.
-int32_t bpe_code_point_before(std::string_view text, std::size_t end, std::size_t* start) {
-  std::size_t begin = end - 1;
-  while (begin > 0 && end - begin < 4 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
-  std::size_t length;
-  const int32_t cp = unicode::decode_utf8(reinterpret_cast<const unsigned char*>(text.data()) + begin,
-                                          end - begin, &length);
-  if (cp < 0 || begin + length != end) {
-    *start = end - 1;
-    return -1;
-  }
-  *start = begin;
-  return cp;
-}
-
-int32_t bpe_code_point_at(std::string_view text, std::size_t position, std::size_t* length) {
-  return unicode::decode_utf8(reinterpret_cast<const unsigned char*>(text.data()) + position, text.size() - position,
-                              length);
-}
-
-// Splits `text` around the added tokens of `tokens` (HF AddedVocabulary:
-// leftmost-longest matches; single_word tokens only between non-word
-// characters; lstrip / rstrip take the whitespace beside the match). Calls
-// gap(segment, offset) for the text between matches and token(id, begin, end)
-// for each match with the bytes it took (lstrip / rstrip whitespace included,
-// as HF's offsets).
-template <class Gap, class Token>
-void bpe_split_added(std::string_view text, const BpeAddedSet& set, Gap gap, Token token) {
-  if (set.empty()) {
-    gap(text, std::size_t{0});
-    return;
-  }
-  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
-  std::size_t segment_start = 0;
-  std::size_t position = 0;
-  while (position < text.size()) {
-    const unsigned first = bytes[position];
-    const bool maybe = set.first_one[first] ||
-                       (position + 1 < text.size() && set.first_two[first * 256 + bytes[position + 1]]);
-    if (!maybe) {
-      ++position;
-      continue;
-    }
-    const BpeAddedToken* match = nullptr;
-    for (const BpeAddedToken& candidate : set.tokens) {  // longest first
-      if (text.compare(position, candidate.content.size(), candidate.content) != 0) continue;
-      if (candidate.single_word) {
-        std::size_t unused;
-        if (position > 0 && bpe_is_word_char(bpe_code_point_before(text, position, &unused))) continue;
-        const std::size_t end = position + candidate.content.size();
-        if (end < text.size() && bpe_is_word_char(bpe_code_point_at(text, end, &unused))) continue;
-      }
-      match = &candidate;
-      break;
-    }
-    if (match == nullptr) {
-      ++position;
-      continue;
-    }
-    std::size_t start = position;
-    std::size_t end = position + match->content.size();
-    if (match->lstrip) {
-      while (start > segment_start) {
-        std::size_t before;
-        const int32_t cp = bpe_code_point_before(text, start, &before);
-        if (cp < 0 || !unicode::is_whitespace(cp) || before < segment_start) break;
-        start = before;
-      }
-    }
-    if (match->rstrip) {
-      while (end < text.size()) {
-        std::size_t length;
-        const int32_t cp = bpe_code_point_at(text, end, &length);
-        if (cp < 0 || !unicode::is_whitespace(cp)) break;
-        end += length;
-      }
-    }
-    if (start > segment_start) gap(text.substr(segment_start, start - segment_start), segment_start);
-    token(match->id, start, end);
-    segment_start = end;
-    position = end;
-  }
-  if (segment_start < text.size()) gap(text.substr(segment_start), segment_start);
-}
-
 }  // namespace
 
-void BpeAddedSet::build(std::vector<BpeAddedToken> list) {
-  list.erase(std::remove_if(list.begin(), list.end(), [](const BpeAddedToken& t) { return t.content.empty(); }),
-             list.end());
-  std::stable_sort(list.begin(), list.end(), [](const BpeAddedToken& x, const BpeAddedToken& y) {
-    return x.content.size() > y.content.size();
-  });
-  tokens = std::move(list);
-  first_two.assign(65536, false);
-  std::fill(std::begin(first_one), std::end(first_one), false);
-  for (const BpeAddedToken& t : tokens) {
-    const auto first = static_cast<unsigned char>(t.content[0]);
-    if (t.content.size() == 1) {
-      first_one[first] = true;
-    } else {
-      first_two[first * 256u + static_cast<unsigned char>(t.content[1])] = true;
-    }
-  }
-}
-
 void Tokenizer::Bpe::finish() {
-  std::vector<BpeAddedToken> raw, normalized;
-  for (const BpeAddedToken& t : added) {
+  std::vector<AddedToken> raw, normalized;
+  for (const AddedToken& t : added) {
     if (t.normalized) {
-      BpeAddedToken copy = t;
+      AddedToken copy = t;
       normalize(copy.content);  // HF matches normalized added tokens in their normalized form
       normalized.push_back(std::move(copy));
     } else {
@@ -251,7 +147,7 @@ void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpa
 
 void Tokenizer::Bpe::normalized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const {
   auto added = [&](std::string_view normalized, const TokenSpan* normalized_spans) {
-    bpe_split_added(
+    split_added_tokens(
         normalized, normalized_added,
         [&](std::string_view gap, std::size_t offset) {
           pre_tokenized_segment(gap, normalized_spans ? normalized_spans + offset : nullptr, pass);
@@ -292,20 +188,10 @@ void Tokenizer::Bpe::tokenize(std::string_view text, std::vector<int32_t>& out, 
                               int prefix_space) const {
   Pass pass{out, spans, prefix_space < 0 ? add_prefix_space : prefix_space != 0};
   std::string valid;
-  std::vector<TokenSpan> text_spans;
-  if (spans) {
-    // Spans per byte of the (sanitized) text, each its character's.
-    if (unicode::sanitize_utf8(text, valid)) {
-      unicode::sanitize_utf8_aligned(text, valid, text_spans);
-      text = valid;
-    } else {
-      unicode::character_spans(text, 0, text_spans);
-    }
-  } else if (unicode::sanitize_utf8(text, valid)) {
-    text = valid;
-  }
+  std::vector<TokenSpan> text_spans;  // with spans: per byte of the text worked on
+  text = unicode::valid_text(text, valid, spans ? &text_spans : nullptr);
   const TokenSpan* base = spans ? text_spans.data() : nullptr;
-  bpe_split_added(
+  split_added_tokens(
       text, raw_added,
       [&](std::string_view gap, std::size_t offset) { normalized_segment(gap, base ? base + offset : nullptr, pass); },
       [&](int32_t id, std::size_t begin, std::size_t end) {

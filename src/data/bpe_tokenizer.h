@@ -11,51 +11,28 @@
 #include <unordered_map>
 #include <vector>
 
+#include "data/added_tokens.h"
 #include "data/bpe_model.h"
 #include "data/tokenizer_template.h"
 #include "shardtrain/data/tokenizer.h"
 
 namespace shardtrain {
 
-// A tokenizer.json added_tokens entry.
-struct BpeAddedToken {
-  std::string content;
-  int32_t id = -1;
-  bool special = false;
-  bool single_word = false;
-  bool lstrip = false;
-  bool rstrip = false;
-  bool normalized = true;
-};
-
 enum class BpeNormalizerStep { kNfc, kNfd, kNfkc, kNfkd, kLowercase };
 
-// Added tokens of one matching pass, longest first, with the byte pairs they
-// can start with (a quick filter: most positions start none).
-struct BpeAddedSet {
-  std::vector<BpeAddedToken> tokens;
-  std::vector<bool> first_two;  // 65536 entries: first byte * 256 + second byte
-  bool first_one[256] = {};     // one-byte tokens
-  void build(std::vector<BpeAddedToken> list);
-  bool empty() const { return tokens.empty(); }
-};
-
-struct Tokenizer::Bpe {
-  std::string source;                 // the file in messages (tokenizer.json or vocab.json)
-  std::vector<std::string> tokens;    // id -> token as the file writes it ("" where no token has the id)
+// Core: source is tokenizer.json or vocab.json; tokens as the file writes them.
+struct Tokenizer::Bpe : Tokenizer::Core {
   std::unordered_map<std::string, int32_t> token_ids;
   std::unique_ptr<bpe::BpeModel> model;
   std::vector<BpeNormalizerStep> normalizer;
   bool add_prefix_space = false;
   bool use_regex = true;
-  std::vector<BpeAddedToken> added;  // tokenizer.json added_tokens (or RoBERTa's specials)
+  std::vector<AddedToken> added;  // tokenizer.json added_tokens (or RoBERTa's specials)
   // Set by finish(): the added tokens cut out of the raw text (normalized =
   // false) and out of the normalized text (normalized = true; content
   // normalized).
-  BpeAddedSet raw_added;
-  BpeAddedSet normalized_added;
-  Tokenizer::Template post;
-  int32_t cls_id = -1, sep_id = -1, pad_id = -1, unk_id = -1, mask_id = -1;
+  AddedTokenSet raw_added;
+  AddedTokenSet normalized_added;
   // Set by finish(): per id, the spaces (Ġ or whitespace) its token string
   // starts and ends with, for ByteLevel offset trimming.
   std::vector<uint16_t> leading_spaces, trailing_spaces;

@@ -163,19 +163,14 @@ Scratch& scratch() {
 
 }  // namespace
 
-struct Tokenizer::Vocab {
-  std::string path;
-  std::vector<std::string> tokens;
+struct Tokenizer::Vocab : Tokenizer::Core {
   wordpiece_detail::StringIdMap whole;         // every token
   wordpiece_detail::StringIdMap continuation;  // "##piece" tokens, keyed by "piece"
-  int32_t unk_id = -1, cls_id = -1, sep_id = -1, pad_id = -1, mask_id = -1;
   // Tokens cut out of the raw text before normalisation, longest first.
   std::vector<std::pair<std::string, int32_t>> specials;
   std::array<bool, 256> special_first_byte{};
   // Id of each single ASCII character as a whole word (unk when absent).
   std::array<int32_t, 128> ascii_char_id{};
-  // [CLS] A [SEP] / [CLS] A [SEP] B:1 [SEP]:1 (BertProcessing).
-  Tokenizer::Template post;
 };
 
 // `path` names the vocabulary in messages and vocab_path() (a file, or where
@@ -183,7 +178,7 @@ struct Tokenizer::Vocab {
 std::shared_ptr<Tokenizer::Vocab> wordpiece_parse_vocab(const std::string& text, const std::string& path,
                                                         const WordPieceSpecialNames& names) {
   auto vocab = std::make_shared<Tokenizer::Vocab>();
-  vocab->path = path;
+  vocab->source = path;
   std::size_t position = 0;
   if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) position = 3;
   while (position < text.size()) {
@@ -247,9 +242,6 @@ std::shared_ptr<Tokenizer::Vocab> wordpiece_parse_vocab(const std::string& text,
   return vocab;
 }
 
-const Tokenizer::Template& wordpiece_template(const Tokenizer::Vocab& vocab) { return vocab.post; }
-const std::vector<std::string>& wordpiece_tokens(const Tokenizer::Vocab& vocab) { return vocab.tokens; }
-const std::string& wordpiece_source(const Tokenizer::Vocab& vocab) { return vocab.path; }
 int32_t wordpiece_token_id(const Tokenizer::Vocab& vocab, std::string_view token) {
   return vocab.whole.find(token.data(), token.size());
 }
@@ -535,9 +527,7 @@ class WordPiecer {
 }  // namespace
 
 Tokenizer::Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options)
-    : vocab_(std::move(vocab)), options_(options) {}
-
-Tokenizer::Tokenizer(std::shared_ptr<const Bpe> bpe) : bpe_(std::move(bpe)) {}
+    : vocab_(std::move(vocab)), core_(vocab_.get()), options_(options) {}
 
 void wordpiece_tokenize(const Tokenizer::Vocab& vocab, const TokenizerOptions& options, std::string_view text,
                         std::vector<int32_t>& out, std::vector<TokenSpan>* spans) {

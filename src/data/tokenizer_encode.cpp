@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "data/bpe_tokenizer.h"
+#include "data/spm_tokenizer.h"
 #include "data/tokenizer_template.h"
 #include "data/wordpiece_vocab.h"
 #include "shardtrain/core/check.h"
@@ -114,12 +115,12 @@ void Tokenizer::trim_kept(const std::vector<int32_t>& ids, std::vector<TokenSpan
                         add_prefix_space || bpe_->post.trim_add_prefix_space, text_of);
 }
 
-const Tokenizer::Template& Tokenizer::post() const { return bpe_ ? bpe_->post : wordpiece_template(*vocab_); }
-
 void Tokenizer::tokenize_text(std::string_view text, std::vector<int32_t>& ids, std::vector<TokenSpan>* spans,
                               int prefix_space) const {
   if (bpe_) {
     bpe_->tokenize(text, ids, spans, prefix_space);
+  } else if (spm_) {
+    spm_->tokenize(text, ids, spans);  // Metaspace: every text and word has its "▁" already
   } else {
     wordpiece_tokenize(*vocab_, options_, text, ids, spans);
   }
@@ -140,7 +141,7 @@ void Tokenizer::tokenize_with_offsets(std::string_view text, std::vector<int32_t
 
 Encoding Tokenizer::encode_texts(std::string_view text_a, std::optional<std::string_view> text_b, int max_length,
                                  bool with_offsets) const {
-  const Template& processor = post();
+  const Template& processor = core_->post;
   const int specials = processor.num_special(text_b.has_value());
   if (max_length < 0) throw Error(str_format("max_length must be >= 0 (0 = no truncation), got %d", max_length));
   if (max_length > 0 && max_length < specials) {
@@ -186,7 +187,7 @@ Encoding Tokenizer::encode_with_offsets(std::string_view text_a, std::optional<s
 
 Encoding Tokenizer::encode_words(const std::vector<std::string_view>& words, int max_length,
                                  bool add_prefix_space) const {
-  const Template& processor = post();
+  const Template& processor = core_->post;
   const int specials = processor.num_special(false);
   if (max_length < 0) throw Error(str_format("max_length must be >= 0 (0 = no truncation), got %d", max_length));
   if (max_length > 0 && max_length < specials)
@@ -215,42 +216,40 @@ Encoding Tokenizer::encode_words(const std::vector<std::string_view>& words, int
 Encoding Tokenizer::apply_template(const std::vector<int32_t>& a, const std::vector<int32_t>* b) const {
   const TokenRun run_a{a.data(), nullptr, nullptr, a.size()};
   const TokenRun run_b{b ? b->data() : nullptr, nullptr, nullptr, b ? b->size() : 0};
-  return assemble_template(post(), run_a, b ? &run_b : nullptr, EncodingParts{false, false, true});
+  return assemble_template(core_->post, run_a, b ? &run_b : nullptr, EncodingParts{false, false, true});
 }
 
 bool Tokenizer::truncation_left() const { return truncation_left_; }
 
-int32_t Tokenizer::cls_id() const { return bpe_ ? bpe_->cls_id : vocab_->cls_id; }
-int32_t Tokenizer::sep_id() const { return bpe_ ? bpe_->sep_id : vocab_->sep_id; }
-int32_t Tokenizer::pad_id() const { return bpe_ ? bpe_->pad_id : vocab_->pad_id; }
-int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id : vocab_->unk_id; }
-int32_t Tokenizer::mask_id() const { return bpe_ ? bpe_->mask_id : vocab_->mask_id; }
-int64_t Tokenizer::vocab_size() const {
-  return static_cast<int64_t>(bpe_ ? bpe_->tokens.size() : wordpiece_tokens(*vocab_).size());
-}
+int32_t Tokenizer::cls_id() const { return core_->cls_id; }
+int32_t Tokenizer::sep_id() const { return core_->sep_id; }
+int32_t Tokenizer::pad_id() const { return core_->pad_id; }
+int32_t Tokenizer::unk_id() const { return core_->unk_id; }
+int32_t Tokenizer::mask_id() const { return core_->mask_id; }
+int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(core_->tokens.size()); }
 const TokenizerOptions& Tokenizer::options() const { return options_; }
-const std::string& Tokenizer::vocab_path() const { return bpe_ ? bpe_->source : wordpiece_source(*vocab_); }
+const std::string& Tokenizer::vocab_path() const { return core_->source; }
 const std::string& Tokenizer::saved_files() const {
   static const std::string kNone;
   return saved_files_ ? *saved_files_ : kNone;
 }
 std::string Tokenizer::vocab_text() const {
   std::string text;
-  if (bpe_) return text;
-  for (const std::string& token : wordpiece_tokens(*vocab_)) {
+  if (!vocab_) return text;
+  for (const std::string& token : core_->tokens) {
     text += token;
     text += '\n';
   }
   return text;
 }
 
-const char* Tokenizer::type() const { return bpe_ ? "bpe" : "wordpiece"; }
-int Tokenizer::num_special_tokens(bool pair) const { return post().num_special(pair); }
-int Tokenizer::max_token_type(bool pair) const { return post().max_type_id(pair); }
+const char* Tokenizer::type() const { return bpe_ ? "bpe" : spm_ ? "sentencepiece" : "wordpiece"; }
+int Tokenizer::num_special_tokens(bool pair) const { return core_->post.num_special(pair); }
+int Tokenizer::max_token_type(bool pair) const { return core_->post.max_type_id(pair); }
 int64_t Tokenizer::model_max_length() const { return model_max_length_; }
 
 const std::string& Tokenizer::token(int32_t id) const {
-  const std::vector<std::string>& tokens = bpe_ ? bpe_->tokens : wordpiece_tokens(*vocab_);
+  const std::vector<std::string>& tokens = core_->tokens;
   if (id < 0 || static_cast<std::size_t>(id) >= tokens.size()) {
     throw Error(str_format("token id %d is outside the vocabulary [0, %zu) of '%s'", id, tokens.size(),
                            vocab_path().c_str()));
@@ -259,9 +258,10 @@ const std::string& Tokenizer::token(int32_t id) const {
 }
 
 int32_t Tokenizer::token_to_id(std::string_view token) const {
-  if (bpe_) {
-    const auto it = bpe_->token_ids.find(std::string(token));
-    return it == bpe_->token_ids.end() ? -1 : it->second;
+  if (bpe_ || spm_) {
+    const auto& ids = bpe_ ? bpe_->token_ids : spm_->token_ids;
+    const auto it = ids.find(std::string(token));
+    return it == ids.end() ? -1 : it->second;
   }
   return wordpiece_token_id(*vocab_, token);
 }

@@ -2,6 +2,7 @@
 // (include/shardtrain/data/tokenizer.h, docs/DESIGN.md "Tokenizers"): the
 // folder's files are read into memory first, so a folder, a lone
 // tokenizer.json and the files a checkpoint saved all load through one path.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
+#include "data/spm_files.h"
 #include "data/tokenizer_json.h"
 #include "data/wordpiece_vocab.h"
 #include "shardtrain/core/check.h"
@@ -26,7 +28,13 @@ struct Tokenizer::Loader {
   static Tokenizer finish(Tokenizer tokenizer, const tokjson::FileMap& files, int64_t model_max_length,
                           const tokjson::Where& where = tokjson::Where{}, const json* root = nullptr) {
     json saved = json::object();
-    for (const auto& [file, text] : files) saved[file] = text;
+    for (const auto& [file, text] : files) {
+      if (is_binary_file(file)) {
+        saved[file] = json{{"base64", tokjson::base64_encode(text)}};  // a SentencePiece ModelProto
+      } else {
+        saved[file] = text;
+      }
+    }
     tokenizer.saved_files_ =
         std::make_shared<const std::string>(saved.dump(-1, ' ', false, json::error_handler_t::replace));
     tokenizer.model_max_length_ = model_max_length;
@@ -146,23 +154,7 @@ struct Tokenizer::Loader {
     std::string model_unk;
     if (model.contains("unk_token") && model["unk_token"].is_string()) model_unk = model["unk_token"].get<std::string>();
 
-    if (root.contains("added_tokens")) {
-      const json& added = root["added_tokens"];
-      if (!added.is_array()) throw Error("'" + name + "': added_tokens must be a list");
-      for (const json& entry : added) {
-        if (!entry.is_object() || !entry.contains("id") || !entry.contains("content") || !entry["content"].is_string())
-          throw Error("'" + name + "': each added_tokens entry needs an integer \"id\" and a string \"content\"");
-        BpeAddedToken t;
-        t.id = tokjson::token_id_value(entry["id"], name, "added token '" + entry["content"].get<std::string>() + "'");
-        t.content = entry["content"].get<std::string>();
-        t.special = tokjson::get_bool(entry, "special", false, name);
-        t.single_word = tokjson::get_bool(entry, "single_word", false, name);
-        t.lstrip = tokjson::get_bool(entry, "lstrip", false, name);
-        t.rstrip = tokjson::get_bool(entry, "rstrip", false, name);
-        t.normalized = tokjson::get_bool(entry, "normalized", !t.special, name);
-        bpe->added.push_back(std::move(t));
-      }
-    }
+    bpe->added = tokjson::read_added_tokens(root, name);
     tokjson::index_tokens(*bpe, spec.vocab);
     if (!model_unk.empty()) {
       spec.unk_id = tokjson::lookup(bpe->token_ids, model_unk);
@@ -174,10 +166,10 @@ struct Tokenizer::Loader {
     tokjson::read_post_processor(root.value("post_processor", json()), name, bpe->post);
     std::vector<bool> has_token(bpe->tokens.size(), false);  // ids may leave holes
     for (const auto& entry : spec.vocab) has_token[static_cast<std::size_t>(entry.second)] = true;
-    for (const BpeAddedToken& t : bpe->added) has_token[static_cast<std::size_t>(t.id)] = true;
+    for (const AddedToken& t : bpe->added) has_token[static_cast<std::size_t>(t.id)] = true;
     tokjson::check_template_ids(bpe->post, has_token, name);
     apply_configs(*bpe, configs);
-    tokjson::resolve_specials(*bpe, configs, name, model_unk);
+    tokjson::resolve_specials(*bpe, bpe->token_ids, configs, name, model_unk);
     bpe->finish();
     return finish(Tokenizer(std::shared_ptr<const Bpe>(std::move(bpe))), files,
                   configs.has_config ? configs.model_max_length() : 0, where, &root);
@@ -236,7 +228,7 @@ struct Tokenizer::Loader {
       bool seen = false;
       for (const auto& t : bpe->added) seen = seen || t.content == token;
       if (seen) continue;
-      BpeAddedToken t;
+      AddedToken t;
       t.content = token;
       t.id = it->second;
       t.special = true;
@@ -256,13 +248,36 @@ struct Tokenizer::Loader {
     bpe->post.pair = {{-1, {cls}, 0}, {0, {}, 0}, {-1, {sep, sep}, 0}, {1, {}, 0}, {-1, {sep}, 0}};
     bpe->post.trim_offsets = true;  // RobertaConverter: RobertaProcessing(trim_offsets=True)
     apply_configs(*bpe, configs);
-    tokjson::resolve_specials(*bpe, configs, vocab_name, "");
+    tokjson::resolve_specials(*bpe, bpe->token_ids, configs, vocab_name, "");
     bpe->finish();
     return finish(Tokenizer(std::shared_ptr<const Bpe>(std::move(bpe))), files,
                   configs.has_config ? configs.model_max_length() : 0, where);
   }
 
-  static Tokenizer from_files(const tokjson::FileMap& files, const tokjson::Where& where, const std::string& dir);
+  static bool is_binary_file(const std::string& file) {
+    return file.size() > 6 && file.compare(file.size() - 6, 6, ".model") == 0;
+  }
+
+  // A SentencePiece model file with tokenizer_config.json (spm_files.h).
+  static Tokenizer spm_folder(const tokjson::FileMap& files, const tokjson::Where& where, const std::string& model_file,
+                              const std::string& model_type) {
+    std::string tokenizer_class;
+    std::shared_ptr<Spm> engine = spm_from_model_file(files, where, model_file, model_type, &tokenizer_class);
+    const tokjson::Configs configs = tokjson::read_configs(files, where);
+    // The class the layout came from goes with the saved files, so the copy
+    // (a checkpoint, an export) loads the same way without config.json.
+    tokjson::FileMap saved = files;
+    json config = configs.has_config ? configs.config : json::object();
+    if (!config.contains("tokenizer_class")) {
+      config["tokenizer_class"] = tokenizer_class;
+      saved["tokenizer_config.json"] = config.dump(2) + "\n";
+    }
+    return finish(Tokenizer(std::shared_ptr<const Spm>(std::move(engine))), saved,
+                  configs.has_config ? configs.model_max_length() : 0, where);
+  }
+
+  static Tokenizer from_files(const tokjson::FileMap& files, const tokjson::Where& where, const std::string& dir,
+                              const std::string& model_type = "");
   static Tokenizer wordpiece_from_tokenizer_json(const json& root, const tokjson::FileMap& files,
                                                  const tokjson::Where& where);
 };
@@ -341,7 +356,7 @@ Tokenizer Tokenizer::Loader::wordpiece_from_tokenizer_json(const json& root, con
 }
 
 Tokenizer Tokenizer::Loader::from_files(const tokjson::FileMap& files, const tokjson::Where& where,
-                                        const std::string& dir) {
+                                        const std::string& dir, const std::string& model_type) {
   if (const auto it = files.find("tokenizer.json"); it != files.end()) {
     const std::string name = where("tokenizer.json");
     const json root = tokjson::parse_object(it->second, name);
@@ -352,16 +367,23 @@ Tokenizer Tokenizer::Loader::from_files(const tokjson::FileMap& files, const tok
                            : model.is_object() && model.contains("merges") ? "BPE" : "";
     if (type == "BPE") return bpe_from_tokenizer_json(root, files, where);
     if (type == "WordPiece") return wordpiece_from_tokenizer_json(root, files, where);
+    if (type == "Unigram") {
+      const tokjson::Configs configs = tokjson::read_configs(files, where);
+      return finish(Tokenizer(std::shared_ptr<const Spm>(spm_from_tokenizer_json(root, files, where))), files,
+                    configs.has_config ? configs.model_max_length() : 0, where, &root);
+    }
     if (type.empty())
       throw Error("'" + name + "': model has no 'type' and no 'merges' (a BPE model needs its merges; a WordPiece "
                   "model says \"type\": \"WordPiece\")");
-    throw Error("'" + name + "': tokenizer model type '" + type + "' is not supported" +
-                (type == "Unigram" ? " (a SentencePiece Unigram tokenizer, e.g. xlm-roberta, camembert)" : "") +
-                "; shardtrain reads WordPiece and byte-level BPE tokenizers");
+    throw Error("'" + name + "': tokenizer model type '" + type +
+                "' is not supported; shardtrain reads WordPiece, byte-level BPE and Unigram (SentencePiece) tokenizers");
   }
   if (files.count("vocab.json") != 0) return bpe_from_vocab_merges(files, where);
   if (files.count("vocab.txt") != 0) return wordpiece_folder(files, where, dir);
-  throw Error("no tokenizer in '" + dir + "': it needs tokenizer.json, vocab.json + merges.txt, or vocab.txt");
+  for (const char* model : kSpmModelFiles)
+    if (files.count(model) != 0) return spm_folder(files, where, model, model_type);
+  throw Error("no tokenizer in '" + dir + "': it needs tokenizer.json, vocab.json + merges.txt, vocab.txt, or a "
+              "SentencePiece model (spm.model, sentencepiece.bpe.model)");
 }
 
 Tokenizer Tokenizer::from_vocab_text(const std::string& text, const TokenizerOptions& options,
@@ -407,14 +429,23 @@ Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
   } else if (std::filesystem::is_regular_file(prefix + "vocab.txt", error)) {
     take("vocab.txt");
   } else {
-    for (const char* model : {"sentencepiece.bpe.model", "spiece.model", "sentencepiece.model", "tokenizer.model"}) {
-      if (std::filesystem::is_regular_file(prefix + model, error))
-        throw Error("model folder '" + dir + "' has a SentencePiece tokenizer ('" + prefix + model +
-                    "'), which shardtrain does not read (WordPiece and byte-level BPE only); a tokenizer.json "
-                    "of another tokenizer type is refused too");
+    for (const char* model : kSpmModelFiles) {
+      if (!std::filesystem::is_regular_file(prefix + model, error)) continue;
+      take(model);
+      take("added_tokens.json");
+      // AutoTokenizer falls back on config.json's model_type when
+      // tokenizer_config.json names no class (spm_files.h).
+      std::string model_type;
+      if (const std::optional<std::string> config = tokjson::read_optional(prefix + "config.json")) {
+        const json parsed = tokjson::parse_object(*config, prefix + "config.json");
+        if (parsed.contains("model_type") && parsed["model_type"].is_string())
+          model_type = parsed["model_type"].get<std::string>();
+      }
+      return Loader::from_files(files, tokjson::Where{prefix, ""}, dir, model_type);
     }
     throw Error("model folder '" + dir + "' has no vocab.txt ('" + prefix +
-                "vocab.txt'), tokenizer.json or vocab.json + merges.txt");
+                "vocab.txt'), tokenizer.json, vocab.json + merges.txt or SentencePiece model (spm.model, "
+                "sentencepiece.bpe.model)");
   }
   return Loader::from_files(files, tokjson::Where{prefix, ""}, dir);
 }
@@ -431,16 +462,45 @@ Tokenizer Tokenizer::from_path(const std::string& path, const TokenizerOptions& 
       throw Error("'" + path + "': a tokenizer file is a tokenizer.json, a vocab.txt, or their folder");
     return Loader::from_files({{"tokenizer.json", std::move(*text)}}, tokjson::Where{folder, ""}, folder);
   }
+  if (file.extension() == ".model") {
+    // A SentencePiece model: its layout follows its name, or the
+    // tokenizer_config.json beside it (spm_files.h).
+    const std::string name = file.filename().string();
+    const bool known = std::find_if(std::begin(kSpmModelFiles), std::end(kSpmModelFiles),
+                                    [&](const char* model) { return name == model; }) != std::end(kSpmModelFiles);
+    if (!known)
+      throw Error("'" + path + "': a SentencePiece model is read as spm.model (DeBERTa-v2), sentencepiece.bpe.model "
+                  "(XLM-R) or from its folder (with tokenizer_config.json's tokenizer_class)");
+    std::optional<std::string> bytes = tokjson::read_optional(path);
+    if (!bytes) throw Error("cannot open tokenizer file '" + path + "'");
+    const std::string folder = file.has_parent_path() ? file.parent_path().string() + "/" : "";
+    tokjson::FileMap files{{name, std::move(*bytes)}};
+    for (const char* config : {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"})
+      if (std::optional<std::string> text = tokjson::read_optional(folder + config)) files[config] = std::move(*text);
+    return Loader::from_files(files, tokjson::Where{folder, ""}, folder);
+  }
   return from_vocab_file(path, options);
 }
 
-Tokenizer Tokenizer::from_saved_files(const std::string& text, const std::string& source) {
+std::map<std::string, std::string> Tokenizer::saved_file_contents(const std::string& text, const std::string& source) {
   const json saved = tokjson::parse_object(text, source);
-  tokjson::FileMap files;
+  std::map<std::string, std::string> files;
   for (auto it = saved.begin(); it != saved.end(); ++it) {
-    if (!it.value().is_string()) throw Error("'" + source + "': entry '" + it.key() + "' must be the file's text");
-    files[it.key()] = it.value().get<std::string>();
+    const json& value = it.value();
+    if (value.is_string()) {
+      files[it.key()] = value.get<std::string>();
+    } else if (value.is_object() && value.size() == 1 && value.contains("base64") && value["base64"].is_string()) {
+      files[it.key()] = tokjson::base64_decode(value["base64"].get<std::string>(), source, "entry '" + it.key() + "'");
+    } else {
+      throw Error("'" + source + "': entry '" + it.key() + "' must be the file's text or {\"base64\": its bytes}");
+    }
   }
+  return files;
+}
+
+Tokenizer Tokenizer::from_saved_files(const std::string& text, const std::string& source) {
+  const std::map<std::string, std::string> contents = saved_file_contents(text, source);
+  const tokjson::FileMap files(contents.begin(), contents.end());
   return Loader::from_files(files, tokjson::Where{"", source}, source);
 }
 

@@ -91,6 +91,27 @@ int32_t lookup(const std::unordered_map<std::string, int32_t>& ids, const std::s
   return it == ids.end() ? -1 : it->second;
 }
 
+std::vector<AddedToken> read_added_tokens(const json& root, const std::string& name) {
+  std::vector<AddedToken> tokens;
+  if (!root.contains("added_tokens")) return tokens;
+  const json& added = root["added_tokens"];
+  if (!added.is_array()) throw Error("'" + name + "': added_tokens must be a list");
+  for (const json& entry : added) {
+    if (!entry.is_object() || !entry.contains("id") || !entry.contains("content") || !entry["content"].is_string())
+      throw Error("'" + name + "': each added_tokens entry needs an integer \"id\" and a string \"content\"");
+    AddedToken t;
+    t.content = entry["content"].get<std::string>();
+    t.id = token_id_value(entry["id"], name, "added token '" + t.content + "'");
+    t.special = get_bool(entry, "special", false, name);
+    t.single_word = get_bool(entry, "single_word", false, name);
+    t.lstrip = get_bool(entry, "lstrip", false, name);
+    t.rstrip = get_bool(entry, "rstrip", false, name);
+    t.normalized = get_bool(entry, "normalized", !t.special, name);
+    tokens.push_back(std::move(t));
+  }
+  return tokens;
+}
+
 // Post-processor -> templates; the names of the [CLS]-like and [SEP]-like tokens.
 void read_post_processor(const json& processor, const std::string& name, Tokenizer::Template& post) {
   if (processor.is_null()) {
@@ -248,28 +269,28 @@ void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe
 
 // Special ids every tokenizer needs: pad (for batches), and cls / sep / unk /
 // mask where the tokens exist.
-void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::string& name,
-                                const std::string& model_unk) {
+void resolve_specials(Tokenizer::Core& core, const std::unordered_map<std::string, int32_t>& token_ids,
+                      const Configs& configs, const std::string& name, const std::string& model_unk) {
   auto resolve = [&](const char* key, std::initializer_list<const char*> defaults) {
     const std::string configured = configs.special_token(key);
     if (!configured.empty()) {
-      const int32_t id = lookup(bpe.token_ids, configured);
+      const int32_t id = lookup(token_ids, configured);
       if (id < 0)
         throw Error("'" + configs.config_name + "': " + key + " '" + configured + "' is not a token of '" + name + "'");
       return id;
     }
     for (const char* token : defaults) {
-      const int32_t id = lookup(bpe.token_ids, token);
+      const int32_t id = lookup(token_ids, token);
       if (id >= 0) return id;
     }
     return -1;
   };
-  bpe.pad_id = resolve("pad_token", {"<pad>", "[PAD]", "<|padding|>"});
-  if (bpe.pad_id < 0)
+  core.pad_id = resolve("pad_token", {"<pad>", "[PAD]", "<|padding|>"});
+  if (core.pad_id < 0)
     throw Error("'" + name + "' has no padding token (none of <pad>, [PAD], <|padding|>); set pad_token in " +
                 configs.config_name);
-  bpe.unk_id = model_unk.empty() ? resolve("unk_token", {"<unk>", "[UNK]"}) : lookup(bpe.token_ids, model_unk);
-  bpe.mask_id = resolve("mask_token", {"<mask>", "[MASK]"});
+  core.unk_id = model_unk.empty() ? resolve("unk_token", {"<unk>", "[UNK]"}) : lookup(token_ids, model_unk);
+  core.mask_id = resolve("mask_token", {"<mask>", "[MASK]"});
   auto first_special = [](const std::vector<TemplatePiece>& t, bool last) {
     int32_t id = -1;
     for (const auto& piece : t) {
@@ -279,8 +300,8 @@ void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::st
     }
     return id;
   };
-  bpe.cls_id = first_special(bpe.post.single, false);
-  bpe.sep_id = first_special(bpe.post.single, true);
+  core.cls_id = first_special(core.post.single, false);
+  core.sep_id = first_special(core.post.single, true);
 }
 
 void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, int32_t>>& vocab) {
@@ -313,6 +334,49 @@ std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, con
   for (auto it = vocab.begin(); it != vocab.end(); ++it)
     out.emplace_back(it.key(), token_id_value(it.value(), name, field + " entry '" + it.key() + "'"));
   if (out.empty()) throw Error("'" + name + "': " + field + " is empty");
+  return out;
+}
+
+namespace {
+constexpr char kBase64Alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}  // namespace
+
+std::string base64_encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t group = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) group |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
+    out.push_back(kBase64Alphabet[(group >> 18) & 63]);
+    out.push_back(kBase64Alphabet[(group >> 12) & 63]);
+    out.push_back(i + 1 < bytes.size() ? kBase64Alphabet[(group >> 6) & 63] : '=');
+    out.push_back(i + 2 < bytes.size() ? kBase64Alphabet[group & 63] : '=');
+  }
+  return out;
+}
+
+std::string base64_decode(std::string_view text, const std::string& name, const std::string& field) {
+  int8_t value_of[256];
+  std::fill(std::begin(value_of), std::end(value_of), static_cast<int8_t>(-1));
+  for (int k = 0; k < 64; ++k) value_of[static_cast<unsigned char>(kBase64Alphabet[k])] = static_cast<int8_t>(k);
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  if (text.size() % 4 == 1) throw Error("'" + name + "': " + field + " is not base64 (its length)");
+  std::string out;
+  out.reserve(text.size() * 3 / 4);
+  uint32_t group = 0;
+  int bits = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const int8_t value = value_of[static_cast<unsigned char>(text[i])];
+    if (value < 0)
+      throw Error("'" + name + "': " + field + " is not base64 (character " + std::to_string(i) + ")");
+    group = (group << 6) | static_cast<uint32_t>(value);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((group >> bits) & 0xFF));
+    }
+  }
   return out;
 }
 

@@ -8,12 +8,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "data/added_tokens.h"
 #include "data/bpe_tokenizer.h"
 
 namespace shardtrain::tokjson {
@@ -62,6 +64,8 @@ std::vector<std::pair<std::string, int32_t>> vocab_object(const json& vocab, con
 // An integer id in [0, kMaxTokenId], or an Error naming `what` in `name`.
 int32_t token_id_value(const json& value, const std::string& name, const std::string& what);
 
+// tokenizer.json's added_tokens (empty when absent), each entry checked.
+std::vector<AddedToken> read_added_tokens(const json& root, const std::string& name);
 // The parts of a BPE tokenizer.json (tokenizer.h lists what is supported).
 void read_post_processor(const json& processor, const std::string& name, Tokenizer::Template& post);
 // Every special id of post.single / post.pair names a token: has_token[id], one
@@ -74,7 +78,12 @@ void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe
 void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, int32_t>>& vocab);
 // pad (required), unk, mask from the configs or the usual names; cls / sep
 // from the single template.
-void resolve_specials(Tokenizer::Bpe& bpe, const Configs& configs, const std::string& name,
-                      const std::string& model_unk);
+void resolve_specials(Tokenizer::Core& core, const std::unordered_map<std::string, int32_t>& token_ids,
+                      const Configs& configs, const std::string& name, const std::string& model_unk);
+// Base64 (RFC 4648, with or without padding): binary files in a checkpoint's
+// saved files, the Precompiled charsmap in a tokenizer.json. Decoding names
+// `field` in `name` when the text is not base64.
+std::string base64_encode(std::string_view bytes);
+std::string base64_decode(std::string_view text, const std::string& name, const std::string& field);
 
 }  // namespace shardtrain::tokjson

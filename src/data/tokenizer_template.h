@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,6 +36,15 @@ struct Tokenizer::Template {
 
   int num_special(bool is_pair) const;
   int max_type_id(bool is_pair) const;
+};
+
+// What every engine holds besides its model: where it was read from, its
+// tokens by id, the post-processor and the special ids (-1: none).
+struct Tokenizer::Core {
+  std::string source;               // the file named in messages and vocab_path()
+  std::vector<std::string> tokens;  // id -> token ("" where no token has the id)
+  Template post;
+  int32_t cls_id = -1, sep_id = -1, pad_id = -1, unk_id = -1, mask_id = -1;
 };
 
 // HF truncate_encodings, LongestFirst: how many of a's and b's tokens to keep

@@ -316,8 +316,13 @@ bool sanitize_utf8(std::string_view text, std::string& out) {
   return true;
 }
 
-void sanitize_utf8_aligned(std::string_view text, std::string& out, std::vector<TokenSpan>& byte_spans) {
-  replace_invalid_utf8(text, out, &byte_spans);
+std::string_view valid_text(std::string_view text, std::string& storage, std::vector<TokenSpan>* byte_spans) {
+  if (is_valid_utf8(text)) {
+    if (byte_spans) character_spans(text, 0, *byte_spans);
+    return text;
+  }
+  replace_invalid_utf8(text, storage, byte_spans);
+  return storage;
 }
 
 void character_spans(std::string_view text, int32_t base, std::vector<TokenSpan>& byte_spans) {

@@ -100,9 +100,11 @@ void lowercase_aligned(std::string& text, std::vector<TokenSpan>& byte_spans);
 // Replaces every invalid UTF-8 sequence by U+FFFD (as Python's
 // errors="replace" reads the bytes); returns false when the text was valid.
 bool sanitize_utf8(std::string_view text, std::string& out);
-// sanitize_utf8 with, per byte of `out`, the span of `text` its character
-// comes from (a U+FFFD spans the bytes it replaces).
-void sanitize_utf8_aligned(std::string_view text, std::string& out, std::vector<TokenSpan>& byte_spans);
+// The text a tokenizer works on: `text` itself when valid, else its
+// sanitize_utf8 form kept in `storage`; with `byte_spans`, one span of `text`
+// per byte of the result (each byte its character's; a U+FFFD spans the
+// bytes it replaced).
+std::string_view valid_text(std::string_view text, std::string& storage, std::vector<TokenSpan>* byte_spans);
 // One span per byte of valid UTF-8 `text`: each byte its character's span,
 // shifted by `base`.
 void character_spans(std::string_view text, int32_t base, std::vector<TokenSpan>& byte_spans);

@@ -24,11 +24,7 @@ bool wordpiece_vocabulary_is_cased(const Tokenizer::Vocab& vocab);
 // `out`; with `spans`, each token's span in `text` appended to it.
 void wordpiece_tokenize(const Tokenizer::Vocab& vocab, const TokenizerOptions& options, std::string_view text,
                         std::vector<int32_t>& out, std::vector<TokenSpan>* spans);
-// The vocabulary in id order, where it was read from, a token's id (-1: none).
-const std::vector<std::string>& wordpiece_tokens(const Tokenizer::Vocab& vocab);
-const std::string& wordpiece_source(const Tokenizer::Vocab& vocab);
+// A token's id (-1: none).
 int32_t wordpiece_token_id(const Tokenizer::Vocab& vocab, std::string_view token);
-// The [CLS] / [SEP] template.
-const Tokenizer::Template& wordpiece_template(const Tokenizer::Vocab& vocab);
 
 }  // namespace shardtrain

@@ -8,8 +8,8 @@
 // Each tokenizer kind is one entry of kTokenizerKinds: the files the first
 // section becomes in a model folder, read by from_model_dir. Every input is
 // tried as each kind: a vocab.txt (WordPiece), a tokenizer.json (byte-level
-// BPE, or WordPiece in HF's JSON form) and a vocab.json + merges.txt (the
-// first section split at "\n-----\n"). A kind added later is one more entry,
+// BPE, WordPiece in HF's JSON form, or Unigram), a vocab.json + merges.txt
+// (the first section split at "\n-----\n") and an spm.model. A kind added later is one more entry,
 // its seeds more files under corpus/tokenizer.
 #include <algorithm>
 #include <cstdint>
@@ -36,6 +36,9 @@ const TokenizerKind kTokenizerKinds[] = {
     {"vocab.txt", nullptr},
     {"tokenizer.json", nullptr},
     {"vocab.json", "merges.txt"},
+    // A SentencePiece ModelProto: parsed and checked field by field
+    // (src/data/spm_model.cpp), then refused (no module under the sanitizers).
+    {"spm.model", nullptr},
 };
 
 // Writes the model folder's files from the sections; returns the folder.

@@ -155,6 +155,38 @@ def tokenizer_corpus(root):
         "vocab_blank_lines": "\n\n" + vocab + "\n\n \n" + SEP + SEP + "\x06a",
     })
     files.update(bpe_tokenizer_seeds(root))
+    files.update(spm_tokenizer_seeds(root))
+    return files
+
+
+# ---- tokenizer, SentencePiece kinds: spm.model, tokenizer.json Unigram -------
+def spm_tokenizer_seeds(root):
+    # Bytes, not text: a ModelProto (the 13 KB BPE model of the SentencePiece
+    # tests), whole, cut short, and with bytes changed.
+    model = read(os.path.join(root, "tests/data/spm/bpe-1k/sentencepiece.bpe.model"))
+    tail = (SEP + '{"tokenizer_class": "DebertaV2Tokenizer"}' + SEP + "\x08Hello world [MASK]").encode()
+    files = {
+        "spm_model": model + tail,
+        "spm_model_truncated": model[:len(model) // 2] + tail,
+        "spm_model_damaged": model[:40] + b"\xff\xff\xff\xff\x0f" + model[45:] + tail,
+    }
+    unigram = {"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                         "vocab": [["<unk>", 0.0], ["<s>", 0.0], ["</s>", 0.0], ["\u2581", -2.0], ["\u2581the", -3.0],
+                                   ["a", -4.0], ["b", -4.5], ["\u2581ab", -5.0]]},
+               "added_tokens": [{"id": 1, "content": "<s>", "special": True}, {"id": 2, "content": "</s>", "special": True}],
+               "normalizer": {"type": "Sequence", "normalizers": [
+                   {"type": "Strip", "left": False, "right": True},
+                   {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}]},
+               "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+               "post_processor": {"type": "TemplateProcessing",
+                                  "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}},
+                                             {"SpecialToken": {"id": "</s>"}}],
+                                  "pair": [{"Sequence": {"id": "A"}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                                  "special_tokens": {"<s>": {"ids": [1]}, "</s>": {"ids": [2]}}}}
+    files["json_unigram"] = json.dumps(unigram, ensure_ascii=False) + SEP + SEP + "\x09the ab ba  the " + SEP + "ab"
+    files["json_unigram_old_schema"] = json.dumps(
+        dict(unigram, pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}),
+        ensure_ascii=False) + SEP + SEP + "\x07  the"
     return files
 
 

@@ -5,10 +5,18 @@
 
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "shardtrain/data/tokenizer.h"
+
+namespace shardtrain {
+// How doctest prints a span (found by argument-dependent lookup).
+inline std::ostream& operator<<(std::ostream& out, const TokenSpan& span) {
+  return out << "(" << span.begin << "," << span.end << ")";
+}
+}  // namespace shardtrain
 
 namespace shardtrain_test {
 

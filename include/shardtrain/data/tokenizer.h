@@ -1,14 +1,18 @@
 // The tokenizers of Hugging Face's fast (Rust) `tokenizers`, id for id, read
-// the way AutoTokenizer reads a model folder (docs/DESIGN.md "Tokenizers"):
+// the way AutoTokenizer reads a model folder (docs/DESIGN.md "Tokenizers",
+// docs/tokenizers.md):
 //   - tokenizer.json when the folder has one: a WordPiece model (BertNormalizer,
-//     BertPreTokenizer, BERT template) or a byte-level BPE model (see
-//     "Byte-level BPE" below); any other model type (Unigram / SentencePiece,
-//     WordLevel) is refused with an error naming the file and the type;
+//     BertPreTokenizer, BERT template), a byte-level BPE model (see
+//     "Byte-level BPE" below) or a Unigram model (see "SentencePiece" below);
+//     any other model type (WordLevel, non-byte-level BPE) is refused with an
+//     error naming the file and the type;
 //   - otherwise vocab.json + merges.txt: byte-level BPE with RoBERTa's
 //     <s> A </s></s> B </s> template;
-//   - otherwise vocab.txt: WordPiece, as below.
-// tokenizer_config.json adds do_lower_case, model_max_length, add_prefix_space
-// and the special-token names.
+//   - otherwise vocab.txt: WordPiece, as below;
+//   - otherwise a SentencePiece model file (spm.model, sentencepiece.bpe.model,
+//     spiece.model, sentencepiece.model, tokenizer.model), see "SentencePiece".
+// tokenizer_config.json adds do_lower_case, model_max_length, add_prefix_space,
+// truncation_side, tokenizer_class and the special-token names.
 //
 // WordPiece reproduces `BertTokenizerFast` (BertNormalizer + BertPreTokenizer +
 // WordPiece + BertProcessing).
@@ -58,6 +62,28 @@
 // (RobertaProcessing, BertProcessing, TemplateProcessing). Invalid UTF-8 reads
 // as U+FFFD per maximal subpart (Python errors="replace").
 //
+// SentencePiece (DeBERTa-v2/v3, XLM-R, CamemBERT): libsentencepiece (Debian's
+// libsentencepiece-dev, in a module of its own: src/data/sentencepiece_module.h)
+// normalizes (the model's charsmap, e.g. nmt_nfkc) and segments (Unigram or
+// BPE, byte_fallback), so the ids are SentencePiece's; around it, HF's fast
+// tokenizer's structure: added tokens cut out of the raw text first, then the
+// layout of transformers' converter for the tokenizer class
+// (tokenizer_config.json's tokenizer_class, else config.json's model_type,
+// else the file name: spm.model is DeBERTa-v2, sentencepiece.bpe.model XLM-R):
+//   - DebertaV2Tokenizer: the pieces' ids, [MASK] after them when the model
+//     lacks it; [CLS] A [SEP] B:1 [SEP]:1; do_lower_case, split_by_punct;
+//   - XLMRobertaTokenizer: fairseq's ids: <s> 0, <pad> 1, </s> 2, <unk> 3, the
+//     pieces one id up, <mask> last (lstrip); <s> A </s></s> B </s>, types 0;
+//   - CamembertTokenizer: <s>NOTUSED <pad> </s>NOTUSED <unk> <unk>NOTUSED,
+//     the pieces four ids up (<s> 5, </s> 6), <mask> last; XLM-R's template.
+// A tokenizer.json Unigram model (its vocab and scores, unk_id, byte_fallback;
+// a Precompiled charsmap; Replace / Strip / Lowercase; Metaspace with
+// add_prefix_space or prepend_scheme "always" / "never"; Punctuation;
+// its post-processor and added tokens) is handed to libsentencepiece as a
+// ModelProto. Where HF's fast tokenizer and SentencePiece differ (rare
+// inputs), the ids are SentencePiece's: docs/DESIGN.md "SentencePiece". A
+// damaged or unsupported model file is refused naming the file and the field.
+//
 // Offsets (encode_with_offsets, tokenize_with_offsets, encode_words): HF's
 // return_offsets_mapping as byte spans of the UTF-8 input. A token spans from
 // the original character of its first normalized character to that of its
@@ -71,7 +97,10 @@
 // lstrip / rstrip took). RoBERTa's post-processor (RobertaProcessing, or a
 // ByteLevel post-processor with trim_offsets) then trims the spaces a token
 // starts or ends with ("Ġworld" spans "world"); ModernBERT's
-// TemplateProcessing does not. docs/tokenizers.md has examples.
+// TemplateProcessing does not. SentencePiece: a token that starts with "▁"
+// spans from the whitespace that became the "▁" (the last of a run), or from
+// its first character when the "▁" is the dummy prefix; byte-fallback pieces
+// span the text they spell. docs/tokenizers.md has examples.
 //
 // Usage:
 //   auto tokenizer = shardtrain::Tokenizer::from_model_dir("models/bert-base-cased");
@@ -84,6 +113,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,10 +189,9 @@ class Tokenizer {
                                    const std::string& source = "vocab.txt");
 
   // HF model folder, in AutoTokenizer's order: tokenizer.json, else vocab.json
-  // + merges.txt, else vocab.txt (see the top of this file), with
-  // tokenizer_config.json and special_tokens_map.json when present. A folder
-  // with only a SentencePiece model (sentencepiece.bpe.model, spiece.model,
-  // tokenizer.model) is refused, naming the file.
+  // + merges.txt, else vocab.txt, else a SentencePiece model (see the top of
+  // this file), with tokenizer_config.json, special_tokens_map.json and
+  // (SentencePiece) added_tokens.json and config.json's model_type when present.
   // For vocab.txt, tokenizer_config.json keys used: do_lower_case, strip_accents (null/true/
   // false), tokenize_chinese_chars, and unk/cls/sep/pad/mask_token (a string or
   // {"content": ...}) when they rename the special tokens. Without a
@@ -174,25 +203,33 @@ class Tokenizer {
   static Tokenizer from_model_dir(const std::string& dir);
 
   // A folder (from_model_dir), a tokenizer.json (the folder's other files
-  // are not read: `options` do not apply either), or a vocab.txt with
-  // `options` (from_vocab_file). What a config's model.vocab names.
+  // are not read: `options` do not apply either), a SentencePiece model named
+  // spm.model / sentencepiece.bpe.model (with the tokenizer_config.json beside
+  // it, when there is one), or a vocab.txt with `options` (from_vocab_file).
+  // What a config's model.vocab names.
   static Tokenizer from_path(const std::string& path, const TokenizerOptions& options);
 
   // What a checkpoint stores to rebuild this tokenizer: a JSON object of the
   // files it was read from, {"tokenizer.json": "...", ...} (for a vocab.txt
-  // read with options, a tokenizer_config.json that records them). The same
-  // files written into a folder load as this tokenizer.
+  // read with options, a tokenizer_config.json that records them; for a
+  // SentencePiece model, a tokenizer_config.json naming the tokenizer_class
+  // its layout came from). A binary file (a SentencePiece *.model) is stored
+  // as {"base64": "<its bytes in base64>"} (RFC 4648, padded). The same files
+  // written into a folder load as this tokenizer.
   const std::string& saved_files() const;
   // The tokenizer of saved_files() text; `source` names it in errors.
   static Tokenizer from_saved_files(const std::string& json, const std::string& source);
+  // saved_files() text as file name -> the file's bytes (base64 decoded):
+  // what `export` writes into a folder.
+  static std::map<std::string, std::string> saved_file_contents(const std::string& json, const std::string& source);
 
   // WordPiece: the vocabulary as vocab.txt text (one token a line, in id
-  // order); BPE: empty.
+  // order); BPE, SentencePiece: empty.
   std::string vocab_text() const;
 
-  // "wordpiece" or "bpe".
+  // "wordpiece", "bpe" or "sentencepiece".
   const char* type() const;
-  // Special tokens the template adds: 2 / 3 (WordPiece), 2 / 4 (RoBERTa).
+  // Special tokens the template adds: 2 / 3 (WordPiece, DeBERTa), 2 / 4 (RoBERTa, XLM-R).
   int num_special_tokens(bool pair) const;
   // The largest token type id encode() gives a single text or a pair:
   // WordPiece 0 / 1, BPE its template's (RoBERTa's: 0 for both).
@@ -260,12 +297,13 @@ class Tokenizer {
   int32_t unk_id() const;
   // -1 when the vocabulary has no mask token.
   int32_t mask_id() const;
-  // Number of lines in vocab.txt (the embedding size of the model); BPE:
-  // 1 + the largest id of the vocabulary and the added tokens.
+  // Number of lines in vocab.txt (the embedding size of the model); BPE,
+  // SentencePiece: 1 + the largest id of the vocabulary and the added tokens.
   int64_t vocab_size() const;
   const TokenizerOptions& options() const;
   // The file the vocabulary was read from (from_vocab_text: its `source`;
-  // BPE: tokenizer.json or vocab.json).
+  // BPE: tokenizer.json or vocab.json; SentencePiece: the model file or
+  // tokenizer.json).
   const std::string& vocab_path() const;
 
   // id -> token string (for debugging / export). Throws shardtrain::Error for
@@ -276,17 +314,18 @@ class Tokenizer {
 
   struct Vocab;  // WordPiece, defined in tokenizer.cpp
   struct Bpe;    // byte-level BPE, defined in bpe_tokenizer.cpp
+  struct Spm;    // SentencePiece, defined in spm_tokenizer.h
   struct Loader;  // tokenizer_files.cpp: folders, tokenizer.json, saved files
   struct Template;  // the post-processor (src/data/tokenizer_template.h)
+  struct Core;      // what every engine holds (src/data/tokenizer_template.h)
 
  private:
   Tokenizer(std::shared_ptr<const Vocab> vocab, const TokenizerOptions& options);
   explicit Tokenizer(std::shared_ptr<const Bpe> bpe);
+  explicit Tokenizer(std::shared_ptr<const Spm> spm);
 
-  // tokenizer_encode.cpp: the engine's template, one text's ids (and spans)
-  // (`prefix_space`: BPE's add_prefix_space, -1 = the tokenizer's), and the
-  // post-processor's offset trimming of tokens [first, ids.size()).
-  const Template& post() const;
+  // tokenizer_encode.cpp: one text's ids (and spans) (`prefix_space`: BPE's
+  // add_prefix_space, -1 = the tokenizer's), and encode / encode_with_offsets.
   void tokenize_text(std::string_view text, std::vector<int32_t>& ids, std::vector<TokenSpan>* spans,
                      int prefix_space) const;
   Encoding encode_texts(std::string_view text_a, std::optional<std::string_view> text_b, int max_length,
@@ -297,8 +336,10 @@ class Tokenizer {
   void trim_kept(const std::vector<int32_t>& ids, std::vector<TokenSpan>& spans, std::size_t keep, TextOf text_of,
                  bool add_prefix_space = false) const;
 
-  std::shared_ptr<const Vocab> vocab_;  // exactly one of vocab_ and bpe_ is set
+  std::shared_ptr<const Vocab> vocab_;  // exactly one of vocab_, bpe_ and spm_ is set
   std::shared_ptr<const Bpe> bpe_;
+  std::shared_ptr<const Spm> spm_;
+  const Core* core_ = nullptr;          // the one that is set
   TokenizerOptions options_;
   std::shared_ptr<const std::string> saved_files_;
   int64_t model_max_length_ = 0;
