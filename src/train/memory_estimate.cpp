@@ -182,7 +182,8 @@ struct Unit {
 
 const char* unit_name(const EncoderConfig& c, int64_t unit) {
   if (unit == 0) return "embeddings";
-  return unit <= c.num_hidden_layers ? "encoder layer" : "head";
+  if (unit < c.layer_unit(0)) return "relative embeddings";
+  return unit < c.head_unit() ? "encoder layer" : "head";
 }
 
 int element_bytes(at::ScalarType t) { return t == at::kFloat ? 4 : 2; }
@@ -264,7 +265,7 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
   const std::vector<ParameterSpec> plan = parameter_plan(model);
   e.num_parameters = count_trainable(plan);
   // The largest forward unit (what zero3 / fsdp gather at once).
-  std::vector<int64_t> unit_numel(static_cast<size_t>(model.num_hidden_layers + 2), 0);
+  std::vector<int64_t> unit_numel(static_cast<size_t>(model.num_units()), 0);
   for (const ParameterSpec& p : plan)
     if (p.trainable) unit_numel[static_cast<size_t>(p.unit)] += p.numel();
   const auto largest = std::max_element(unit_numel.begin(), unit_numel.end());
@@ -300,8 +301,7 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
     default: {  // zero2, zero3, hybrid
       const ShardOptions o = shard_options_for(parallel, topology);
       const int group = topology.shard_group_size;
-      const std::vector<Unit> units = shard_units(plan, model.num_hidden_layers + 2, group, o.persistence_threshold,
-                                                  o.stage);
+      const std::vector<Unit> units = shard_units(plan, model.num_units(), group, o.persistence_threshold, o.stage);
       int64_t shard = 0, resident = 0, largest_padded = 0;
       for (const Unit& u : units) {
         shard += u.padded / group;
