@@ -273,7 +273,11 @@ at::Tensor disentangled_attention(const LayerSpec& spec, const at::Tensor& q, co
   const at::Tensor index_t = positions ? positions->index_t : at::Tensor();
   if (q.device().is_cpu() && spec.cpu_attention_kernel) {
     const double score_elements = static_cast<double>(q.size(0) * q.size(1) * q.size(2)) * static_cast<double>(k.size(2));
-    const bool recompute = score_elements > static_cast<double>(spec.attention_block_threshold);
+    // Without a backward to come (eval, no_grad) there is nothing to keep.
+    auto needs_grad = [](const at::Tensor& t) { return t.defined() && t.requires_grad(); };
+    const bool backward_follows = at::GradMode::is_enabled() && (needs_grad(q) || needs_grad(k) || needs_grad(v) ||
+                                                                 needs_grad(terms.key) || needs_grad(terms.query));
+    const bool recompute = !backward_follows || score_elements > static_cast<double>(spec.attention_block_threshold);
     auto or_empty = [&](const at::Tensor& t) { return t.defined() ? t : at::empty({0}, q.options()); };
     return DisentangledCpuAttention::apply(q, k, v, or_empty(terms.query), or_empty(terms.key), additive_mask,
                                            positions ? index : at::empty({0}, q.options().dtype(at::kLong)),
