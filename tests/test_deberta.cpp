@@ -46,27 +46,6 @@ EncoderConfig deberta_fixture_config(const std::string& name) {
 
 using DebertaStep = shardtrain_test::StepOutputs;
 
-// One training step from the same generator state: dropout draws the same seeds.
-DebertaStep deberta_step(SequenceClassifier& model, const Batch& batch) {
-  model.zero_grad();
-  at::manual_seed(77);
-  const at::Tensor logits = model.forward_batch(batch);
-  model.loss(logits, batch.labels).backward();
-  DebertaStep s{logits.detach().to(at::kDouble), {}};
-  for (const at::Tensor& p : model.parameters()) s.grads.push_back(p.grad().to(at::kDouble));
-  return s;
-}
-
-// Largest |a - b| - tol (1 + |b|) over logits and gradients: <= 0 passes.
-double deberta_excess(const DebertaStep& a, const DebertaStep& b, double tol) {
-  auto one = [tol](const at::Tensor& x, const at::Tensor& y) {
-    return ((x - y).abs() - tol * (1 + y.abs())).max().item<double>();
-  };
-  double worst = one(a.logits, b.logits);
-  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, one(a.grads[i], b.grads[i]));
-  return worst;
-}
-
 at::Tensor deberta_eval_logits(SequenceClassifier& model, const Batch& batch) {
   at::NoGradGuard no_grad;
   model.eval();
@@ -90,18 +69,18 @@ TEST_CASE("deberta: the CPU kernel equals the ATen ops, probabilities kept or re
       CAPTURE(unpadded);
       model.set_unpadded(unpadded);
       model.set_disentangled_attention_kernel(false);
-      const DebertaStep ops = deberta_step(model, batch);
+      const DebertaStep ops = shardtrain_test::training_step(model, batch);
       model.set_disentangled_attention_kernel(true);
       model.set_attention_block_threshold(-1);  // the default: keep the probabilities
-      const DebertaStep kept = deberta_step(model, batch);
+      const DebertaStep kept = shardtrain_test::training_step(model, batch);
       model.set_attention_block_threshold(0);  // recompute every matrix in backward
-      const DebertaStep recomputed = deberta_step(model, batch);
+      const DebertaStep recomputed = shardtrain_test::training_step(model, batch);
       model.set_attention_block_threshold(-1);
-      CHECK(deberta_excess(kept, ops, kDebertaFp32Tol) <= 0);
-      CHECK(deberta_excess(recomputed, ops, kDebertaFp32Tol) <= 0);
+      CHECK(shardtrain_test::excess_over(kept, ops, kDebertaFp32Tol) <= 0);
+      CHECK(shardtrain_test::excess_over(recomputed, ops, kDebertaFp32Tol) <= 0);
       // The attention dropout mask matters: without it the step is far from it.
       model.eval();
-      const DebertaStep no_dropout = deberta_step(model, batch);
+      const DebertaStep no_dropout = shardtrain_test::training_step(model, batch);
       model.train();
       CHECK(shardtrain_test::largest_difference(no_dropout, kept) > 1e-3);
     }
@@ -117,12 +96,12 @@ TEST_CASE("deberta: bf16 activations, kernel against ATen ops") {
   model.train();
   const Batch batch = shardtrain_test::padded_rows(config, {50, 12, 33}, 2);
   model.set_disentangled_attention_kernel(false);
-  const DebertaStep ops = deberta_step(model, batch);
+  const DebertaStep ops = shardtrain_test::training_step(model, batch);
   model.set_disentangled_attention_kernel(true);
   for (int64_t threshold : {int64_t{-1}, int64_t{0}}) {
     CAPTURE(threshold);
     model.set_attention_block_threshold(threshold);
-    CHECK(deberta_excess(deberta_step(model, batch), ops, kDebertaBf16Tol) <= 0);
+    CHECK(shardtrain_test::excess_over(shardtrain_test::training_step(model, batch), ops, kDebertaBf16Tol) <= 0);
   }
 }
 
@@ -136,9 +115,9 @@ TEST_CASE("deberta: activation checkpointing gives the plain run's gradients, th
     CAPTURE(unpadded);
     model.set_unpadded(unpadded);
     model.set_gradient_checkpointing(false);
-    const DebertaStep plain = deberta_step(model, batch);
+    const DebertaStep plain = shardtrain_test::training_step(model, batch);
     model.set_gradient_checkpointing(true);
-    const DebertaStep checkpointed = deberta_step(model, batch);
+    const DebertaStep checkpointed = shardtrain_test::training_step(model, batch);
     model.set_gradient_checkpointing(false);
     // The recomputation replays the same ops and dropout masks: bit for bit.
     CHECK(shardtrain_test::largest_difference(checkpointed, plain) == 0.0);

@@ -133,7 +133,9 @@ std::set<std::string> modelled_keys(ModelFamily family) {
   return keys;
 }
 
-void read_bert_style(const json& j, EncoderConfig& c, const std::string& source) {
+// The encoder's shape and dropouts under BERT's key names (BERT, RoBERTa,
+// ELECTRA, DeBERTa), read and written back.
+void read_bert_shape(const json& j, EncoderConfig& c, const std::string& source) {
   c.hidden_size = read_int(j, "hidden_size", c.hidden_size, source);
   c.num_hidden_layers = read_int(j, "num_hidden_layers", c.num_hidden_layers, source);
   c.num_attention_heads = read_int(j, "num_attention_heads", c.num_attention_heads, source);
@@ -142,9 +144,25 @@ void read_bert_style(const json& j, EncoderConfig& c, const std::string& source)
   c.hidden_dropout_prob = read_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, source);
   c.attention_probs_dropout_prob =
       read_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, source);
-  c.classifier_dropout = read_double(j, "classifier_dropout", -1.0, source);
   c.type_vocab_size = read_int(j, "type_vocab_size", c.type_vocab_size, source);
   c.layer_norm_eps = read_double(j, "layer_norm_eps", c.layer_norm_eps, source);
+}
+
+void write_bert_shape(const EncoderConfig& c, json& j) {
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["intermediate_size"] = c.intermediate_size;
+  j["hidden_act"] = c.hidden_act;
+  j["hidden_dropout_prob"] = c.hidden_dropout_prob;
+  j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
+  j["type_vocab_size"] = c.type_vocab_size;
+  j["layer_norm_eps"] = c.layer_norm_eps;
+}
+
+void read_bert_style(const json& j, EncoderConfig& c, const std::string& source) {
+  read_bert_shape(j, c, source);
+  c.classifier_dropout = read_double(j, "classifier_dropout", -1.0, source);
   c.position_embedding_type = read_string(j, "position_embedding_type", c.position_embedding_type, source);
   if (c.family == ModelFamily::kElectra) c.embedding_size = read_int(j, "embedding_size", c.embedding_size, source);
 }
@@ -205,17 +223,8 @@ std::string strip_spaces(const std::string& text) {
 // defaults (share_att_key, position_buckets, norm_rel_ebd). Keys of parts it
 // has that are not implemented here are refused, naming the key.
 void read_deberta_v2(const json& j, EncoderConfig& c, const std::string& source) {
-  c.hidden_size = read_int(j, "hidden_size", c.hidden_size, source);
-  c.num_hidden_layers = read_int(j, "num_hidden_layers", c.num_hidden_layers, source);
-  c.num_attention_heads = read_int(j, "num_attention_heads", c.num_attention_heads, source);
-  c.intermediate_size = read_int(j, "intermediate_size", c.intermediate_size, source);
-  c.hidden_act = read_string(j, "hidden_act", c.hidden_act, source);
-  c.hidden_dropout_prob = read_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, source);
-  c.attention_probs_dropout_prob =
-      read_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, source);
+  read_bert_shape(j, c, source);
   c.classifier_dropout = read_double(j, "cls_dropout", -1.0, source);
-  c.type_vocab_size = read_int(j, "type_vocab_size", c.type_vocab_size, source);
-  c.layer_norm_eps = read_double(j, "layer_norm_eps", c.layer_norm_eps, source);
   c.relative_attention = read_bool(j, "relative_attention", c.relative_attention, source);
   c.max_relative_positions = read_int(j, "max_relative_positions", c.max_relative_positions, source);
   c.position_buckets = read_int(j, "position_buckets", c.position_buckets, source);
@@ -580,16 +589,8 @@ std::string EncoderConfig::to_json() const {
       j["tie_word_embeddings"] = tie_word_embeddings;
       break;
     case ModelFamily::kDebertaV2:
-      j["hidden_size"] = hidden_size;
-      j["num_hidden_layers"] = num_hidden_layers;
-      j["num_attention_heads"] = num_attention_heads;
-      j["intermediate_size"] = intermediate_size;
-      j["hidden_act"] = hidden_act;
-      j["hidden_dropout_prob"] = hidden_dropout_prob;
-      j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
+      write_bert_shape(*this, j);
       if (classifier_dropout >= 0) j["cls_dropout"] = classifier_dropout;
-      j["type_vocab_size"] = type_vocab_size;
-      j["layer_norm_eps"] = layer_norm_eps;
       j["relative_attention"] = relative_attention;
       j["max_relative_positions"] = max_relative_positions;
       j["position_buckets"] = position_buckets;
@@ -602,16 +603,8 @@ std::string EncoderConfig::to_json() const {
       j["pooler_hidden_size"] = hidden_size;
       break;
     default:
-      j["hidden_size"] = hidden_size;
-      j["num_hidden_layers"] = num_hidden_layers;
-      j["num_attention_heads"] = num_attention_heads;
-      j["intermediate_size"] = intermediate_size;
-      j["hidden_act"] = hidden_act;
-      j["hidden_dropout_prob"] = hidden_dropout_prob;
-      j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
+      write_bert_shape(*this, j);
       j["classifier_dropout"] = classifier_p;
-      j["type_vocab_size"] = type_vocab_size;
-      j["layer_norm_eps"] = layer_norm_eps;
       j["position_embedding_type"] = position_embedding_type;
       if (family == ModelFamily::kElectra) j["embedding_size"] = embedding_size;
       break;

@@ -61,6 +61,16 @@ class PlanBuilder {
   double weight_std_ = 0.02;
 };
 
+// What follows the self-attention's projections in modeling_bert.py's layer
+// (and DeBERTa's): the attention output, the MLP, their LayerNorms.
+void bert_layer_after_attention(PlanBuilder& b, const std::string& layer, int64_t D, int64_t I) {
+  b.linear(layer + "attention.output.dense", D, D, Slot::kAttentionOutWeight);
+  b.norm(layer + "attention.output.LayerNorm", D, Slot::kAttentionNormWeight);
+  b.linear(layer + "intermediate.dense", I, D, Slot::kMlpInWeight);
+  b.linear(layer + "output.dense", D, I, Slot::kMlpOutWeight);
+  b.norm(layer + "output.LayerNorm", D, Slot::kMlpNormWeight);
+}
+
 // BERT, RoBERTa and ELECTRA share the embeddings and the post-norm encoder
 // layer of modeling_bert.py (RoBERTa and ELECTRA copy them), under their prefix.
 void bert_style(const EncoderConfig& c, PlanBuilder& b) {
@@ -84,11 +94,7 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
     b.linear(layer + "attention.self.query", D, D, Slot::kQueryWeight);
     b.linear(layer + "attention.self.key", D, D, Slot::kKeyWeight);
     b.linear(layer + "attention.self.value", D, D, Slot::kValueWeight);
-    b.linear(layer + "attention.output.dense", D, D, Slot::kAttentionOutWeight);
-    b.norm(layer + "attention.output.LayerNorm", D, Slot::kAttentionNormWeight);
-    b.linear(layer + "intermediate.dense", I, D, Slot::kMlpInWeight);
-    b.linear(layer + "output.dense", D, I, Slot::kMlpOutWeight);
-    b.norm(layer + "output.LayerNorm", D, Slot::kMlpNormWeight);
+    bert_layer_after_attention(b, layer, D, I);
   }
   b.set_unit(c.num_hidden_layers + 1);
   if (c.family == ModelFamily::kBert) {
@@ -200,11 +206,7 @@ void deberta_v2(const EncoderConfig& c, PlanBuilder& b) {
       if (c.has_position_term("p2c"))
         b.linear(layer + "attention.self.pos_query_proj", D, D, Slot::kPositionQueryWeight);
     }
-    b.linear(layer + "attention.output.dense", D, D, Slot::kAttentionOutWeight);
-    b.norm(layer + "attention.output.LayerNorm", D, Slot::kAttentionNormWeight);
-    b.linear(layer + "intermediate.dense", I, D, Slot::kMlpInWeight);
-    b.linear(layer + "output.dense", D, I, Slot::kMlpOutWeight);
-    b.norm(layer + "output.LayerNorm", D, Slot::kMlpNormWeight);
+    bert_layer_after_attention(b, layer, D, I);
   }
   b.set_unit(c.head_unit());
   b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);  // ContextPooler
