@@ -433,8 +433,8 @@ void EncoderConfig::validate(const std::string& source) const {
     const double parameters =
         (static_cast<double>(vocab_size) + static_cast<double>(max_position_embeddings) +
          static_cast<double>(type_vocab_size)) * E + E * D +
-        static_cast<double>(num_hidden_layers) * (6 * D * D + 3 * D * I) + D * static_cast<double>(num_labels) +
-        (deberta ? 2.0 * static_cast<double>(relative_span()) * D : 0.0);
+        static_cast<double>(num_hidden_layers) * ((deberta ? 6 : 4) * D * D + 3 * D * I) +
+        D * static_cast<double>(num_labels) + (deberta ? 2.0 * static_cast<double>(relative_span()) * D : 0.0);
     if (parameters > std::ldexp(1.0, 50))
       config_key_error(source, hidden_key,
                        str_format("this config makes a model of about %.3g parameters (vocab_size %lld, hidden size "
