@@ -266,3 +266,43 @@ TEST_CASE("deberta: config keys, deberta-v3-base's size, and what is refused") {
   fails(R"({"model_type": "deberta-v2", "norm_rel_ebd": "layer_norm"})", "\"norm_rel_ebd\"");
   fails(R"({"model_type": "deberta-v2", "type_vocab_size": -1})", "\"type_vocab_size\"");
 }
+
+TEST_CASE("deberta: without relative attention it is BERT with DeBERTa's names (content-only kernel)") {
+  // relative_attention false and no position terms: the scale is sqrt(Dh), the
+  // embeddings words + positions + types, and a tanh ContextPooler is BERT's
+  // pooler: BertForSequenceClassification on the same weights, renamed.
+  EncoderConfig deberta = EncoderConfig::from_json(
+      R"({"model_type": "deberta-v2", "vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 24, "max_position_embeddings": 32, "type_vocab_size": 2,
+          "layer_norm_eps": 1e-12, "pooler_hidden_act": "tanh", "hidden_dropout_prob": 0,
+          "attention_probs_dropout_prob": 0})");
+  EncoderConfig bert = EncoderConfig::from_json(
+      R"({"model_type": "bert", "vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 24, "max_position_embeddings": 32,
+          "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0})");
+  SequenceClassifier d(deberta), b(bert);
+  d.init_weights(3);
+  NamedTensors renamed;
+  for (const auto& [name, tensor] : d.state_dict()) {
+    std::string n = name == "pooler.dense.weight" || name == "pooler.dense.bias" ? "bert." + name : name;
+    if (n.rfind("deberta.", 0) == 0) n = "bert." + n.substr(8);
+    for (const char* proj : {"query", "key", "value"}) {
+      const std::string from = std::string(proj) + "_proj.", to = std::string(proj) + ".";
+      const size_t at = n.find(from);
+      if (at != std::string::npos) n.replace(at, from.size(), to);
+    }
+    renamed.emplace_back(n, tensor);
+  }
+  const HfLoadReport report = load_hf_weights(b, renamed);
+  CHECK(report.missing_keys.empty());
+  CHECK(report.unexpected_keys.empty());
+  Batch batch = shardtrain_test::padded_rows(deberta, {11, 4, 8}, 5);
+  batch.token_type_ids = (at::arange(11, at::kLong).unsqueeze(0) >= 3).to(at::kLong).expand({3, 11}).contiguous() *
+                         batch.attention_mask;
+  for (bool unpadded : {false, true}) {
+    CAPTURE(unpadded);
+    d.set_unpadded(unpadded);
+    b.set_unpadded(unpadded);
+    CHECK((deberta_eval_logits(d, batch) - deberta_eval_logits(b, batch)).abs().max().item<double>() < 1e-5);
+  }
+}
