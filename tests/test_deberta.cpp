@@ -46,6 +46,14 @@ EncoderConfig deberta_fixture_config(const std::string& name) {
 
 using DebertaStep = shardtrain_test::StepOutputs;
 
+// HF's init (std 0.02) leaves attention almost uniform, whatever its scores:
+// weights 15x larger make the scores, and so the position terms, matter.
+void deberta_sharpen(SequenceClassifier& model) {
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& p : model.parameters())
+    if (p.dim() == 2) p.mul_(15);
+}
+
 at::Tensor deberta_eval_logits(SequenceClassifier& model, const Batch& batch) {
   at::NoGradGuard no_grad;
   model.eval();
@@ -62,6 +70,7 @@ TEST_CASE("deberta: the CPU kernel equals the ATen ops, probabilities kept or re
     const EncoderConfig config = deberta_fixture_config(name);
     SequenceClassifier model(config);
     model.init_weights(5);
+    deberta_sharpen(model);
     model.train();
     const Batch batch = shardtrain_test::padded_rows(config, {37, 5, 64, 20}, 9);
     for (bool unpadded : {false, true}) {
@@ -92,6 +101,7 @@ TEST_CASE("deberta: bf16 activations, kernel against ATen ops") {
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
   SequenceClassifier model(config);
   model.init_weights(6);
+  deberta_sharpen(model);
   model.to(at::kBFloat16);
   model.train();
   const Batch batch = shardtrain_test::padded_rows(config, {50, 12, 33}, 2);
@@ -109,6 +119,7 @@ TEST_CASE("deberta: activation checkpointing gives the plain run's gradients, th
   const EncoderConfig config = deberta_fixture_config("deberta_v3_l2");
   SequenceClassifier model(config);
   model.init_weights(8);
+  deberta_sharpen(model);
   model.train();
   const Batch batch = shardtrain_test::padded_rows(config, {30, 7, 19}, 3);
   for (bool unpadded : {false, true}) {
@@ -282,6 +293,7 @@ TEST_CASE("deberta: without relative attention it is BERT with DeBERTa's names (
           "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0})");
   SequenceClassifier d(deberta), b(bert);
   d.init_weights(3);
+  deberta_sharpen(d);
   NamedTensors renamed;
   for (const auto& [name, tensor] : d.state_dict()) {
     std::string n = name == "pooler.dense.weight" || name == "pooler.dense.bias" ? "bert." + name : name;
