@@ -11,6 +11,13 @@
 //                    attention, at::dropout), on the layer's own parameters
 //   attention-only   the same two, dropout 0: isolates the attention kernel
 //                    and the fused projection from the dropout masks
+//   deberta-attention / deberta-layer
+//                    a DeBERTa-v3 encoder layer (both position terms, shared
+//                    keys, 256 buckets), dropout 0 / 0.1: its CPU kernel
+//                    against the same math in ATen ops (what other devices
+//                    run; set_disentangled_attention_kernel(false))
+//   deberta/bert     the DeBERTa-v3 layer against the BERT layer, both
+//                    shardtrain's, dropout 0: what the position terms cost
 //   dropout          dropout of attention probabilities [B, H, L, L]:
 //                    shardtrain::dropout against at::dropout
 //   qkv              the q/k/v projections of T packed tokens, forward +
@@ -165,6 +172,49 @@ int run(World& world, int argc, char** argv) {
     }
     rows.push_back(time_pair(p == 0.0 ? "attention-only" : "layer", "the encoder layer", ours,
                              "HF eager ops", theirs, reps));
+  }
+
+  // ---- DeBERTa-v3's layer: its kernel against ATen ops, and against BERT's ----
+  for (const double p : {0.0, 0.1}) {
+    EncoderConfig c = EncoderConfig::from_json(
+        R"({"model_type": "deberta-v2", "vocab_size": 1000, "hidden_size": 768, "num_hidden_layers": 1,
+            "num_attention_heads": 12, "intermediate_size": 3072, "relative_attention": true,
+            "position_buckets": 256, "pos_att_type": ["p2c", "c2p"], "share_att_key": true,
+            "norm_rel_ebd": "layer_norm", "position_biased_input": false})",
+        "bench deberta config");
+    c.hidden_dropout_prob = c.attention_probs_dropout_prob = p;
+    SequenceClassifier model(c);
+    model.init_weights(11);
+    model.train();
+    const at::Tensor query = model.parameter("deberta.encoder.layer.0.attention.self.query_proj.weight");
+    auto layer = [&](bool kernel) {
+      model.set_disentangled_attention_kernel(kernel);
+      return model.forward_layer(0, x, mask);
+    };
+    if (p == 0.0) {
+      const at::Tensor a = layer(true), b = layer(false);
+      check("deberta layer outputs", max_diff(a, b));
+      model.zero_grad();
+      a.backward(upstream);
+      const at::Tensor grad_a = query.grad().clone();
+      model.zero_grad();
+      b.backward(upstream);
+      check("deberta query_proj grads", max_diff(grad_a, query.grad()));
+    }
+    rows.push_back(time_pair(p == 0.0 ? "deberta-attention" : "deberta-layer", "disentangled CPU kernel",
+                             [&] { layer(true).backward(upstream); }, "ATen ops",
+                             [&] { layer(false).backward(upstream); }, reps));
+    if (p == 0.0) {
+      EncoderConfig b = config;
+      b.hidden_dropout_prob = b.attention_probs_dropout_prob = 0.0;
+      b.num_hidden_layers = 1;
+      SequenceClassifier bert(b);
+      bert.init_weights(11);
+      bert.train();
+      rows.push_back(time_pair("deberta/bert", "DeBERTa-v3 layer (kernel)", [&] { layer(true).backward(upstream); },
+                               "BERT layer (kernel)", [&] { bert.forward_layer(0, x, mask).backward(upstream); },
+                               reps));
+    }
   }
 
   // ---- dropout ----

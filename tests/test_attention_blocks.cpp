@@ -61,25 +61,11 @@ using Step = shardtrain_test::StepOutputs;
 
 // One training step from the same generator state: dropout draws the same seeds.
 Step step(SequenceClassifier& model, const Batch& batch, int64_t threshold) {
-  model.zero_grad();
   model.set_attention_block_threshold(threshold);
-  at::manual_seed(77);
-  const at::Tensor logits = model.forward_batch(batch);
-  model.loss(logits, batch.labels).backward();
-  Step s{logits.detach().to(at::kDouble), {}};
-  for (const at::Tensor& p : model.parameters()) s.grads.push_back(p.grad().to(at::kDouble));
-  return s;
+  return shardtrain_test::training_step(model, batch);
 }
 
-// Largest |a - b| - tol (1 + |b|) over logits and gradients: <= 0 passes.
-double excess(const Step& a, const Step& b, double tol) {
-  auto one = [tol](const at::Tensor& x, const at::Tensor& y) {
-    return ((x - y).abs() - tol * (1 + y.abs())).max().item<double>();
-  };
-  double worst = one(a.logits, b.logits);
-  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, one(a.grads[i], b.grads[i]));
-  return worst;
-}
+double excess(const Step& a, const Step& b, double tol) { return shardtrain_test::excess_over(a, b, tol); }
 
 }  // namespace
 }  // namespace attention_blocks_test

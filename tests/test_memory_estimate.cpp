@@ -56,6 +56,14 @@ double memory_estimate_status_bytes(const std::string& field) {
 // A model whose activations are large against the process's noise (tens of
 // MB), still fast: D 64, 4 layers, B 16 x L 128, dropout 0.1 as in training.
 EncoderConfig memory_estimate_model(const std::string& family) {
+  if (family == "deberta")
+    return EncoderConfig::from_json(
+        R"({"model_type": "deberta-v2", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 2, "intermediate_size": 256, "max_position_embeddings": 128,
+            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "relative_attention": true,
+            "position_buckets": 64, "pos_att_type": ["p2c", "c2p"], "share_att_key": true,
+            "norm_rel_ebd": "layer_norm", "position_biased_input": false, "num_labels": 2})",
+        "deberta test config");
   const std::string json =
       family == "modernbert"
           ? R"({"model_type": "modernbert", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4,
@@ -126,8 +134,8 @@ double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkp
 TEST_CASE("estimated activations are within 10% of the measured ones, with and without checkpointing" *
           doctest::skip(kSanitized)) {
   const int64_t B = 16, L = 128;
-  for (const std::string family : {"bert", "modernbert", "modernbert mean"}) {
-    EncoderConfig config = memory_estimate_model(family == "bert" ? "bert" : "modernbert");
+  for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta"}) {
+    EncoderConfig config = memory_estimate_model(family == "modernbert mean" ? "modernbert" : family);
     if (family == "modernbert mean") config.classifier_pooling = "mean";
     // Padded rows, and packed ones (model.unpadded, training's default; at
     // 128 tokens the ModernBERT model's local layers run in blocks of their

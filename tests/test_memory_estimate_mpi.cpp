@@ -93,7 +93,7 @@ TEST_CASE("estimated model states equal what each strategy allocates, every fami
   const int world = shardtrain_test::world_size(), rank = shardtrain_test::world_rank();
   MpiCommunicator comm(MPI_COMM_WORLD);
   for (const std::string family :
-       {"bert", "modernbert_cls_l4", "distilbert_sinusoidal_l1", "distilbert_l2", "electra_project_l2"}) {
+       {"bert", "modernbert_cls_l4", "distilbert_sinusoidal_l1", "distilbert_l2", "electra_project_l2", "deberta_v3_l2"}) {
     EncoderConfig config = memory_estimate_family(family);
     for (const Case& c : memory_estimate_cases(world)) {
       // DistilBERT's fixed sinusoidal positions stay fp32 and a bf16 forward

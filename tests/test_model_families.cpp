@@ -1,4 +1,4 @@
-// RoBERTa, DistilBERT, ELECTRA and ModernBERT classifiers against an
+// RoBERTa, DistilBERT, ELECTRA, ModernBERT and DeBERTa-v2 classifiers against an
 // independent float64 PyTorch reference of each (tests/fixtures/make_family_golden.py):
 // logits, loss and every parameter's gradient, padded and packed; HF folders
 // exported and read back; bf16 against fp32.
@@ -25,7 +25,9 @@ namespace families_test {
 
 const std::string kFamilyGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/fixtures/family_golden/";
 const char* const kFixtures[] = {"roberta_l2",        "electra_project_l2",      "distilbert_l2",
-                                 "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3"};
+                                 "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3",
+                                 "deberta_v3_l2",     "deberta_v2_separate_l2",  "deberta_c2p_l1",
+                                 "deberta_v3_buckets_l1"};
 
 // Tolerances as in tests/test_bert.cpp (same sizes, same depth): elementwise
 // |got - want| <= tol + tol |want| against the fp64 truth rounded to fp32.
@@ -137,7 +139,8 @@ TEST_CASE("families: names, units and folder contents are HF's") {
       CHECK(at::IntArrayRef(plan[i].shape) == file[i].second.sizes());
     }
     const SequenceClassifier& model = *f.hf.model;
-    CHECK(model.num_units() == f.hf.config.num_hidden_layers + 2);
+    CHECK(model.num_units() == f.hf.config.num_units());
+    CHECK(model.num_units() == f.hf.config.num_hidden_layers + (f.hf.config.has_relative_unit() ? 3 : 2));
     const std::string last = model.state_dict().back().first;
     CHECK(model.unit_of(last) == model.num_units() - 1);
     CHECK(model.unit_of(model.state_dict().front().first) == 0);

@@ -41,7 +41,7 @@ struct SequenceClassifier::Impl {
 
   // Encoder layer i on `hidden`, checkpointed when gradient_checkpointing is on.
   at::Tensor run_layer(int64_t i, const at::Tensor& hidden, const detail::AttentionContext& attention) const {
-    const int64_t unit = i + 1;
+    const int64_t unit = config.layer_unit(i);
     // The unit hooks stay outside the checkpoint: a sharded strategy gathers
     // the layer before its forward and again (its pre-backward hook on the
     // layer's output) before the recomputation (docs/DESIGN.md, "Activation
@@ -52,10 +52,33 @@ struct SequenceClassifier::Impl {
                     training = training](const at::Tensor& x) {
       return detail::encoder_layer(spec, weights, x, attention, training);
     };
-    at::Tensor out = gradient_checkpointing && training && at::GradMode::is_enabled()
-                         ? checkpointed_forward(forward, hidden, unit_tensors(unit))
-                         : forward(hidden);
+    at::Tensor out;
+    if (gradient_checkpointing && training && at::GradMode::is_enabled()) {
+      // DeBERTa's relative embeddings come from another unit: the
+      // recomputation's gradient for them must reach that unit's graph.
+      std::vector<at::Tensor> inputs = unit_tensors(unit);
+      if (attention.relative) inputs.push_back(attention.relative->embeddings);
+      out = checkpointed_forward(forward, hidden, inputs);
+    } else {
+      out = forward(hidden);
+    }
     return after(unit, std::move(out));
+  }
+
+  // DeBERTa with relative attention: the relative embeddings unit (unit 1,
+  // between the embeddings and layer 0, with its hooks unless `hooked` is
+  // false) and the relative positions of `length` tokens, which every layer
+  // reads; null for the other families.
+  std::shared_ptr<const detail::RelativeContext> relative_context(int64_t length, const at::Device& device,
+                                                                  bool hooked = true) const {
+    if (!config.has_relative_unit()) return nullptr;
+    const int64_t unit = config.layer_unit(0) - 1;
+    auto relative = std::make_shared<detail::RelativeContext>();
+    if (hooked) before(unit);
+    relative->embeddings = detail::relative_embeddings(config, units[static_cast<size_t>(unit)]);
+    if (hooked) relative->embeddings = after(unit, relative->embeddings);
+    relative->positions = detail::RelativePositions::build(config, length, device);
+    return relative;
   }
 
   std::vector<at::Tensor> unit_tensors(int64_t unit) const {
@@ -181,7 +204,7 @@ SequenceClassifier::SequenceClassifier(const EncoderConfig& config) : impl_(std:
                             static_cast<long long>(m.config.intermediate_size),
                             static_cast<long long>(m.config.num_labels)),
                  "; use a smaller model config");
-  m.units.resize(static_cast<size_t>(m.config.num_hidden_layers + 2));
+  m.units.resize(static_cast<size_t>(m.config.num_units()));
   for (size_t i = 0; i < m.plan.size(); ++i) {
     const ParameterSpec& spec = m.plan[i];
     at::Tensor t = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat));
@@ -222,10 +245,12 @@ at::Tensor SequenceClassifier::forward(const at::Tensor& input_ids, const at::Te
   // [B, 1, 1, L]: 0 where attended, finfo.min at padding (HF's extended mask).
   const at::Tensor keep = attention_mask.defined() ? attention_mask : at::ones({B, L}, input_ids.options());
   const at::Tensor mask = detail::extended_attention_mask(keep, dtype);
+  const auto relative = m.relative_context(L, input_ids.device());
   at::Tensor windowed;  // built once for every local layer
   for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) {
     const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
     detail::AttentionContext a;
+    a.relative = relative;
     if (spec.half_window >= 0) {
       if (!windowed.defined()) windowed = detail::windowed_attention_mask(mask, spec.half_window);
       a.additive_mask = windowed;
@@ -272,6 +297,8 @@ at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const
 
   m.before(0);
   at::Tensor hidden = m.after(0, detail::embed(m.config, m.units[0], input_ids, types, positions, m.training));
+  // Attention pads each sequence to Lmax: relative positions count within it.
+  const auto relative = m.relative_context(max_seqlen, input_ids.device());
   at::Tensor windowed;
   detail::BandedMask banded;
   std::unordered_map<double, detail::Rotary> rotary;  // one table per theta
@@ -279,6 +306,7 @@ at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const
     const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
     detail::AttentionContext a;
     a.layout = shared_layout;
+    a.relative = relative;
     if (spec.half_window >= 0 && m.banded_attention && detail::banded_pays(layout, spec.half_window)) {
       if (!banded.additive.defined()) banded = detail::banded_attention_mask(layout, spec.half_window, dtype);
       a.banded = banded;
@@ -337,10 +365,11 @@ at::Tensor SequenceClassifier::forward_layer(int64_t i, const at::Tensor& hidden
   detail::AttentionContext a;
   a.additive_mask = spec.half_window >= 0 ? detail::windowed_attention_mask(additive_mask, spec.half_window)
                                           : additive_mask;
+  a.relative = m.relative_context(hidden.size(1), hidden.device(), /*hooked=*/false);
   if (spec.rope_theta > 0)
     a.rotary = detail::Rotary::for_positions(at::arange(hidden.size(1), at::kLong), m.config.head_dim(),
                                              spec.rope_theta);
-  return detail::encoder_layer(spec, m.units[static_cast<size_t>(i + 1)], hidden, a, m.training);
+  return detail::encoder_layer(spec, m.units[static_cast<size_t>(m.config.layer_unit(i))], hidden, a, m.training);
 }
 
 at::Tensor SequenceClassifier::forward_embeddings(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
@@ -354,6 +383,9 @@ void SequenceClassifier::set_banded_attention(bool on) { impl_->banded_attention
 void SequenceClassifier::set_attention_block_threshold(int64_t score_elements) {
   const int64_t threshold = score_elements < 0 ? kAttentionBlockScores : score_elements;
   for (detail::LayerSpec& spec : impl_->layer_specs) spec.attention_block_threshold = threshold;
+}
+void SequenceClassifier::set_disentangled_attention_kernel(bool on) {
+  for (detail::LayerSpec& spec : impl_->layer_specs) spec.cpu_attention_kernel = on;
 }
 void SequenceClassifier::set_gradient_checkpointing(bool on) { impl_->gradient_checkpointing = on; }
 bool SequenceClassifier::gradient_checkpointing() const { return impl_->gradient_checkpointing; }

@@ -52,6 +52,12 @@ at::Tensor embed(const EncoderConfig& c, const UnitWeights& w, const at::Tensor&
   double p = c.hidden_dropout_prob;
   if (c.family == ModelFamily::kModernBert) {
     p = c.embedding_dropout;
+  } else if (c.family == ModelFamily::kDebertaV2) {
+    // DebertaV2Embeddings: words + positions (position_biased_input) + token
+    // types (type_vocab_size > 0). HF then multiplies padding rows by 0: only
+    // padding tokens change, which no real token attends to, so it is left out.
+    if (c.position_biased_input) x = x + at::embedding(w[Slot::kPositionEmbeddings], positions);
+    if (c.has_token_types()) x = x + at::embedding(w[Slot::kTokenTypeEmbeddings], token_type_ids);
   } else {
     // HF's order: words + token types, then + positions (BERT, RoBERTa,
     // ELECTRA); DistilBERT: words + positions.

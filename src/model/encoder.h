@@ -98,7 +98,37 @@ struct LayerSpec {
   // scores no longer stay in cache.
   int64_t attention_block_threshold = kAttentionBlockScores;
 
+  // DeBERTa-v2's disentangled attention (model/disentangled_attention.h).
+  bool disentangled = false;
+  bool content_to_position = false, position_to_content = false;  // pos_att_type's "c2p", "p2c"
+  bool share_att_key = false;       // position terms through the layer's own query / key projections
+  double attention_scale = 0.0;     // sqrt(Dh x (1 + number of terms)), for disentangled layers
+  double position_dropout = 0.0;    // pos_dropout on the relative embeddings
+  // CPU: the fused kernel (true) or the ATen ops other devices run (tests compare them).
+  bool cpu_attention_kernel = true;
+
   static LayerSpec of(const EncoderConfig& config, int64_t layer);
+};
+
+// DeBERTa-v2's relative positions of a batch's L (padded) or Lmax (packed)
+// positions: query i and key j of one sequence are d(i, j) = clamp(bucket(i -
+// j) + span, 0, 2 span - 1) apart in the relative embeddings' rows (HF's
+// build_relative_position and make_log_bucket_position; bucket(r) = r when
+// position_buckets <= 0). Only rows [first_row, first_row + num_rows) are
+// reached (at most 2 L - 1); the index counts from first_row.
+struct RelativePositions {
+  int64_t first_row = 0, num_rows = 0;
+  at::Tensor index;    // [L, L] int64: d(i, j) - first_row
+  at::Tensor index_t;  // [L, L] int64: index transposed (contiguous), for the p2c term
+
+  static RelativePositions build(const EncoderConfig& config, int64_t length, const at::Device& device);
+};
+
+// What every DeBERTa layer of one forward shares: the relative embeddings
+// unit's output and the positions. Shared: checkpointed layers keep it.
+struct RelativeContext {
+  at::Tensor embeddings;  // [2 span, D]: rel_embeddings, normalised when norm_rel_ebd is layer_norm
+  RelativePositions positions;
 };
 
 // RoPE tables for positions [N] and head size Dh: cos, sin [N, Dh] in fp32.
@@ -117,6 +147,7 @@ struct AttentionContext {
   at::Tensor packed_mask;               // packed: the layout's mask, windowed for local layers
   BandedMask banded;                    // packed local layers, when banded_pays: used instead of packed_mask
   Rotary rotary;                        // [B * L or T, Dh], rows in the hidden states' token order
+  std::shared_ptr<const RelativeContext> relative;  // DeBERTa-v2 (relative_attention)
 };
 
 // One encoder layer: hidden [B, L, D] or [T, D] -> the same shape.
@@ -133,6 +164,12 @@ at::Tensor embed(const EncoderConfig& config, const UnitWeights& w, const at::Te
 // pad + the running count of non-pad tokens, pad at pad tokens. ids [B, L],
 // or [T] with the packed layout.
 at::Tensor roberta_positions(const at::Tensor& input_ids, int64_t pad_token_id, const PackedLayout* layout);
+
+// DeBERTa-v2's relative embeddings unit (unit 1): rel_embeddings through
+// encoder.LayerNorm (norm_rel_ebd), or a copy of them, so that the unit's
+// output is an activation a sharded strategy may free the unit under
+// (docs/DESIGN.md, "DeBERTa-v2") -> [2 span, D].
+at::Tensor relative_embeddings(const EncoderConfig& config, const UnitWeights& w);
 
 // The head unit of a sequence-level task (sequence classification, multiple
 // choice) on the pooled input: pooled [B, D] -> logits [B, C] ([B, 1] per

@@ -1,7 +1,7 @@
 // EncoderConfig from and to HF config.json, per family (docs/DESIGN.md, "Model
 // families"). Each family's keys and defaults are those of its transformers
 // configuration class (BertConfig, RobertaConfig, DistilBertConfig,
-// ElectraConfig, ModernBertConfig).
+// ElectraConfig, ModernBertConfig, DebertaV2Config).
 #include "shardtrain/model/encoder_config.h"
 
 #include <algorithm>
@@ -48,7 +48,7 @@ constexpr FamilyName kModelTypes[] = {
     {"bert", ModelFamily::kBert},           {"roberta", ModelFamily::kRoberta},
     {"xlm-roberta", ModelFamily::kRoberta}, {"camembert", ModelFamily::kRoberta},
     {"distilbert", ModelFamily::kDistilBert}, {"electra", ModelFamily::kElectra},
-    {"modernbert", ModelFamily::kModernBert}};
+    {"modernbert", ModelFamily::kModernBert}, {"deberta-v2", ModelFamily::kDebertaV2}};
 
 // The defaults of each family's transformers config class.
 EncoderConfig family_defaults(ModelFamily family, const std::string& model_type) {
@@ -84,6 +84,15 @@ EncoderConfig family_defaults(ModelFamily family, const std::string& model_type)
       c.attention_probs_dropout_prob = 0.0;  // attention_dropout
       c.classifier_dropout = 0.0;
       break;
+    case ModelFamily::kDebertaV2:  // DebertaV2Config: deberta-v2-xlarge's shape
+      c.vocab_size = 128100;
+      c.hidden_size = 1536;
+      c.num_hidden_layers = 24;
+      c.num_attention_heads = 24;
+      c.intermediate_size = 6144;
+      c.type_vocab_size = 0;
+      c.layer_norm_eps = 1e-7;
+      break;
   }
   return c;
 }
@@ -114,11 +123,20 @@ std::set<std::string> modelled_keys(ModelFamily family) {
            "local_rope_theta", "attention_bias", "mlp_bias", "norm_bias", "classifier_bias", "classifier_pooling",
            "classifier_activation", "initializer_cutoff_factor", "tie_word_embeddings", "position_embedding_type"});
       break;
+    case ModelFamily::kDebertaV2:
+      add({"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+           "hidden_dropout_prob", "attention_probs_dropout_prob", "type_vocab_size", "layer_norm_eps",
+           "relative_attention", "max_relative_positions", "position_buckets", "pos_att_type", "share_att_key",
+           "norm_rel_ebd", "position_biased_input", "pooler_dropout", "pooler_hidden_act", "pooler_hidden_size",
+           "cls_dropout"});
+      break;
   }
   return keys;
 }
 
-void read_bert_style(const json& j, EncoderConfig& c, const std::string& source) {
+// The encoder's shape and dropouts under BERT's key names (BERT, RoBERTa,
+// ELECTRA, DeBERTa), read and written back.
+void read_bert_shape(const json& j, EncoderConfig& c, const std::string& source) {
   c.hidden_size = read_int(j, "hidden_size", c.hidden_size, source);
   c.num_hidden_layers = read_int(j, "num_hidden_layers", c.num_hidden_layers, source);
   c.num_attention_heads = read_int(j, "num_attention_heads", c.num_attention_heads, source);
@@ -127,9 +145,25 @@ void read_bert_style(const json& j, EncoderConfig& c, const std::string& source)
   c.hidden_dropout_prob = read_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, source);
   c.attention_probs_dropout_prob =
       read_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, source);
-  c.classifier_dropout = read_double(j, "classifier_dropout", -1.0, source);
   c.type_vocab_size = read_int(j, "type_vocab_size", c.type_vocab_size, source);
   c.layer_norm_eps = read_double(j, "layer_norm_eps", c.layer_norm_eps, source);
+}
+
+void write_bert_shape(const EncoderConfig& c, json& j) {
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["intermediate_size"] = c.intermediate_size;
+  j["hidden_act"] = c.hidden_act;
+  j["hidden_dropout_prob"] = c.hidden_dropout_prob;
+  j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
+  j["type_vocab_size"] = c.type_vocab_size;
+  j["layer_norm_eps"] = c.layer_norm_eps;
+}
+
+void read_bert_style(const json& j, EncoderConfig& c, const std::string& source) {
+  read_bert_shape(j, c, source);
+  c.classifier_dropout = read_double(j, "classifier_dropout", -1.0, source);
   c.position_embedding_type = read_string(j, "position_embedding_type", c.position_embedding_type, source);
   if (c.family == ModelFamily::kElectra) {
     c.embedding_size = read_int(j, "embedding_size", c.embedding_size, source);
@@ -222,12 +256,95 @@ void read_modernbert(const json& j, EncoderConfig& c, const std::string& source)
   }
 }
 
+std::string strip_spaces(const std::string& text) {
+  const size_t begin = text.find_first_not_of(" \t\n\r");
+  if (begin == std::string::npos) return "";
+  return text.substr(begin, text.find_last_not_of(" \t\n\r") - begin + 1);
+}
+
+// DebertaV2Config and the attributes modeling_deberta_v2.py reads with getattr
+// defaults (share_att_key, position_buckets, norm_rel_ebd). Keys of parts it
+// has that are not implemented here are refused, naming the key.
+void read_deberta_v2(const json& j, EncoderConfig& c, const std::string& source) {
+  read_bert_shape(j, c, source);
+  c.classifier_dropout = read_double(j, "cls_dropout", -1.0, source);
+  c.relative_attention = read_bool(j, "relative_attention", c.relative_attention, source);
+  c.max_relative_positions = read_int(j, "max_relative_positions", c.max_relative_positions, source);
+  c.position_buckets = read_int(j, "position_buckets", c.position_buckets, source);
+  c.share_att_key = read_bool(j, "share_att_key", c.share_att_key, source);
+  c.norm_rel_ebd = read_string(j, "norm_rel_ebd", c.norm_rel_ebd, source);
+  c.position_biased_input = read_bool(j, "position_biased_input", c.position_biased_input, source);
+  c.pooler_dropout = read_double(j, "pooler_dropout", c.pooler_dropout, source);
+  c.pooler_hidden_act = read_string(j, "pooler_hidden_act", c.pooler_hidden_act, source);
+  // pos_att_type: a list, or the older "p2c|c2p" string (DebertaV2Config splits it, lowercased).
+  if (j.contains("pos_att_type") && !j["pos_att_type"].is_null()) {
+    const json& types = j["pos_att_type"];
+    if (types.is_string()) {
+      std::string text = types.get<std::string>();
+      std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      std::stringstream parts(text);
+      for (std::string part; std::getline(parts, part, '|');) c.pos_att_type.push_back(strip_spaces(part));
+    } else if (types.is_array()) {
+      for (const json& t : types) {
+        if (!t.is_string()) config_key_error(source, "pos_att_type", "must be a list of strings (\"c2p\", \"p2c\")");
+        c.pos_att_type.push_back(t.get<std::string>());
+      }
+    } else {
+      config_key_error(source, "pos_att_type", "must be a list such as [\"p2c\", \"c2p\"] or a \"p2c|c2p\" string");
+    }
+  }
+  if (read_int(j, "pooler_hidden_size", c.hidden_size, source) != c.hidden_size)
+    config_key_error(source, "pooler_hidden_size",
+                     "must equal hidden_size (" + std::to_string(c.hidden_size) +
+                         "): the classifier reads the pooler's output as hidden_size wide");
+  // Parts of modeling_deberta_v2.py that DeBERTa-v3 checkpoints do not use.
+  if (read_int(j, "conv_kernel_size", 0, source) > 0)
+    config_key_error(source, "conv_kernel_size",
+                     "the convolution after layer 0 (deberta-v2-xlarge / xxlarge) is not supported; DeBERTa-v3 "
+                     "checkpoints have none");
+  if (read_int(j, "embedding_size", c.hidden_size, source) != c.hidden_size)
+    config_key_error(source, "embedding_size", "an embedding width other than hidden_size (embed_proj) is not supported");
+  if (read_int(j, "attention_head_size", c.hidden_size / std::max<int64_t>(c.num_attention_heads, 1), source) *
+          c.num_attention_heads != c.hidden_size)
+    config_key_error(source, "attention_head_size",
+                     "a head size other than hidden_size / num_attention_heads is not supported");
+}
+
 void check_activation(const std::string& name, const char* key, const std::string& source) {
   const auto& acts = supported_activations();
   if (std::find(acts.begin(), acts.end(), name) != acts.end()) return;
   std::string list;
   for (const auto& a : acts) list += (list.empty() ? "" : ", ") + a;
   config_key_error(source, key, "\"" + clip_for_message(name, 60) + "\" is not supported (supported: " + list + ")");
+}
+
+// What DeBERTa's attention can be (modeling_deberta_v2.py).
+void validate_deberta_v2(const EncoderConfig& c, const std::string& source) {
+  for (const std::string& type : c.pos_att_type)
+    if (type != "c2p" && type != "p2c")
+      config_key_error(source, "pos_att_type",
+                       "holds \"" + clip_for_message(type, 40) + "\"; DeBERTa-v2 has the terms \"c2p\" and \"p2c\"");
+  check_activation(c.pooler_hidden_act, "pooler_hidden_act", source);
+  if (!(c.pooler_dropout >= 0.0 && c.pooler_dropout < 1.0))
+    config_key_error(source, "pooler_dropout", "must be in [0, 1), got " + shortest_text(c.pooler_dropout));
+  if (c.position_buckets == 0 || c.position_buckets < -1)
+    config_key_error(source, "position_buckets", "must be -1 (no buckets) or positive, got " +
+                                                     std::to_string(c.position_buckets));
+  if (!c.relative_attention) {
+    // HF would create encoder.LayerNorm and never use it: a parameter without gradients.
+    if (c.norm_relative_embeddings())
+      config_key_error(source, "norm_rel_ebd", "is \"layer_norm\" but relative_attention is false (nothing to normalise)");
+    return;
+  }
+  if (c.pos_att_type.empty())
+    config_key_error(source, "pos_att_type",
+                     "is empty but relative_attention is true: rel_embeddings would be unused (give [\"p2c\", \"c2p\"])");
+  // make_log_bucket_position divides by log((max_relative_positions - 1) / (position_buckets / 2)).
+  if (c.position_buckets > 0 && c.relative_positions_limit() - 1 <= c.position_buckets / 2)
+    config_key_error(source, "position_buckets",
+                     std::to_string(c.position_buckets) + " needs max_relative_positions (or max_position_embeddings) above " +
+                         std::to_string(c.position_buckets / 2 + 1) + ", got " +
+                         std::to_string(c.relative_positions_limit()));
 }
 
 }  // namespace
@@ -239,6 +356,7 @@ const char* family_name(ModelFamily family) {
     case ModelFamily::kDistilBert: return "distilbert";
     case ModelFamily::kElectra: return "electra";
     case ModelFamily::kModernBert: return "modernbert";
+    case ModelFamily::kDebertaV2: return "deberta-v2";
   }
   return "?";
 }
@@ -270,6 +388,7 @@ EncoderConfig EncoderConfig::from_json(const std::string& text, const std::strin
   switch (c.family) {
     case ModelFamily::kDistilBert: read_distilbert(j, c, source); break;
     case ModelFamily::kModernBert: read_modernbert(j, c, source); break;
+    case ModelFamily::kDebertaV2: read_deberta_v2(j, c, source); break;
     default: read_bert_style(j, c, source); break;
   }
 
@@ -324,6 +443,7 @@ void EncoderConfig::set_num_labels(int64_t n) {
 
 void EncoderConfig::validate(const std::string& source) const {
   const bool distil = family == ModelFamily::kDistilBert, modern = family == ModelFamily::kModernBert;
+  const bool deberta = family == ModelFamily::kDebertaV2;
   // Errors name the key as this family's config.json spells it.
   const char* hidden_key = distil ? "dim" : "hidden_size";
   const char* layers_key = distil ? "n_layers" : "num_hidden_layers";
@@ -342,6 +462,8 @@ void EncoderConfig::validate(const std::string& source) const {
   if (family == ModelFamily::kElectra) positive("embedding_size", embedding_size);
   if (distil || modern) {
     if (type_vocab_size != 0) config_key_error(source, "type_vocab_size", "this family has no token types");
+  } else if (deberta) {
+    if (type_vocab_size < 0) config_key_error(source, "type_vocab_size", "must be >= 0 (0: no token types)");
   } else {
     positive("type_vocab_size", type_vocab_size);
   }
@@ -360,7 +482,8 @@ void EncoderConfig::validate(const std::string& source) const {
     const double parameters =
         (static_cast<double>(vocab_size) + static_cast<double>(max_position_embeddings) +
          static_cast<double>(type_vocab_size)) * E + E * D +
-        static_cast<double>(num_hidden_layers) * (4 * D * D + 3 * D * I) + D * static_cast<double>(num_labels);
+        static_cast<double>(num_hidden_layers) * ((deberta ? 6 : 4) * D * D + 3 * D * I) +
+        D * static_cast<double>(num_labels) + (deberta ? 2.0 * static_cast<double>(relative_span()) * D : 0.0);
     if (parameters > std::ldexp(1.0, 50))
       config_key_error(source, hidden_key,
                        str_format("this config makes a model of about %.3g parameters (vocab_size %lld, hidden size "
@@ -396,7 +519,7 @@ void EncoderConfig::validate(const std::string& source) const {
     config_key_error(source, "max_position_embeddings",
                      "RoBERTa positions start after pad_token_id (" + std::to_string(pad_token_id) +
                          "), so max_position_embeddings must exceed pad_token_id + 1");
-  if (!distil && !modern && position_embedding_type != "absolute")
+  if (!distil && !modern && !deberta && position_embedding_type != "absolute")
     config_key_error(source, "position_embedding_type",
                      "\"" + clip_for_message(position_embedding_type, 60) +
                          "\" is not supported; only \"absolute\" is implemented");
@@ -414,6 +537,7 @@ void EncoderConfig::validate(const std::string& source) const {
                        "\"" + clip_for_message(classifier_pooling, 40) + "\" is not \"cls\" or \"mean\"");
     if (!(initializer_cutoff_factor > 0)) config_key_error(source, "initializer_cutoff_factor", "must be > 0");
   }
+  if (deberta) validate_deberta_v2(*this, source);
   if (!problem_type.empty() && problem_type != "regression" && problem_type != "single_label_classification" &&
       problem_type != "multi_label_classification")
     config_key_error(source, "problem_type",
@@ -442,12 +566,31 @@ std::string EncoderConfig::architecture() const {
     case ModelFamily::kDistilBert: base = "DistilBert"; break;
     case ModelFamily::kElectra: base = "Electra"; break;
     case ModelFamily::kModernBert: base = "ModernBert"; break;
+    case ModelFamily::kDebertaV2: base = "DebertaV2"; break;
   }
   return base + suffix;
 }
 
 std::string EncoderConfig::base_prefix() const {
-  return family == ModelFamily::kModernBert ? "model." : std::string(family_name(family)) + ".";
+  switch (family) {
+    case ModelFamily::kModernBert: return "model.";
+    case ModelFamily::kDebertaV2: return "deberta.";
+    default: return std::string(family_name(family)) + ".";
+  }
+}
+
+bool EncoderConfig::has_position_term(const std::string& type) const {
+  return std::find(pos_att_type.begin(), pos_att_type.end(), type) != pos_att_type.end();
+}
+
+bool EncoderConfig::norm_relative_embeddings() const {
+  // modeling_deberta_v2.py: [x.strip() for x in norm_rel_ebd.lower().split("|")]
+  std::string text = norm_rel_ebd;
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  std::stringstream parts(text);
+  for (std::string part; std::getline(parts, part, '|');)
+    if (strip_spaces(part) == "layer_norm") return true;
+  return false;
 }
 
 bool EncoderConfig::is_global_layer(int64_t i) const {
@@ -500,17 +643,23 @@ std::string EncoderConfig::to_json() const {
       j["initializer_cutoff_factor"] = initializer_cutoff_factor;
       j["tie_word_embeddings"] = tie_word_embeddings;
       break;
+    case ModelFamily::kDebertaV2:
+      write_bert_shape(*this, j);
+      if (classifier_dropout >= 0) j["cls_dropout"] = classifier_dropout;
+      j["relative_attention"] = relative_attention;
+      j["max_relative_positions"] = max_relative_positions;
+      j["position_buckets"] = position_buckets;
+      j["pos_att_type"] = pos_att_type;
+      j["share_att_key"] = share_att_key;
+      j["norm_rel_ebd"] = norm_rel_ebd;
+      j["position_biased_input"] = position_biased_input;
+      j["pooler_dropout"] = pooler_dropout;
+      j["pooler_hidden_act"] = pooler_hidden_act;
+      j["pooler_hidden_size"] = hidden_size;
+      break;
     default:
-      j["hidden_size"] = hidden_size;
-      j["num_hidden_layers"] = num_hidden_layers;
-      j["num_attention_heads"] = num_attention_heads;
-      j["intermediate_size"] = intermediate_size;
-      j["hidden_act"] = hidden_act;
-      j["hidden_dropout_prob"] = hidden_dropout_prob;
-      j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
+      write_bert_shape(*this, j);
       j["classifier_dropout"] = classifier_p;
-      j["type_vocab_size"] = type_vocab_size;
-      j["layer_norm_eps"] = layer_norm_eps;
       j["position_embedding_type"] = position_embedding_type;
       if (family == ModelFamily::kElectra) {
         j["embedding_size"] = embedding_size;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/attention.h"
+#include "model/disentangled_attention.h"
 #include "model/encoder.h"
 #include "model/low_precision.h"
 #include "shardtrain/model/classifier.h"
@@ -46,18 +47,26 @@ at::Tensor apply_rotary(const at::Tensor& qkv, const Rotary& rotary) {
   return at::stack({q_rot, k_rot, v}, -3);
 }
 
+// DeBERTa's position terms of one layer (model/disentangled_attention.h).
+struct Disentangled {
+  PositionTerms terms;
+  const RelativePositions* positions = nullptr;
+};
+
 // qkv [B, L, 3D] -> context [B, L, D].
 at::Tensor attend_padded(const LayerSpec& spec, const at::Tensor& qkv, const at::Tensor& additive_mask,
-                         const Rotary* rotary, bool training) {
+                         const Rotary* rotary, const Disentangled* disentangled, bool training) {
   const int64_t B = qkv.size(0), L = qkv.size(1), D = qkv.size(2) / 3;
   const int64_t H = spec.num_heads, Dh = D / H;
   at::Tensor split = qkv.view({B, L, 3, H, Dh});
   if (rotary) split = apply_rotary(split, *rotary);
   // view + permute is a stride change, not a copy.
   const at::Tensor heads = split.permute({2, 0, 3, 1, 4});  // [3, B, H, L, Dh]
-  const at::Tensor context = scaled_dot_attention(heads[0], heads[1], heads[2], additive_mask,
-                                                  spec.attention_probs_dropout, training,
-                                                  spec.attention_block_threshold);
+  const at::Tensor context =
+      disentangled ? disentangled_attention(spec, heads[0], heads[1], heads[2], additive_mask, disentangled->terms,
+                                            disentangled->positions, training)
+                   : scaled_dot_attention(heads[0], heads[1], heads[2], additive_mask, spec.attention_probs_dropout,
+                                          training, spec.attention_block_threshold);
   // reshape: the one copy, heads back to [B, L, D].
   return context.transpose(1, 2).reshape({B, L, D});
 }
@@ -106,14 +115,15 @@ struct ScatterRows : public torch::autograd::Function<ScatterRows> {
 // qkv [T, 3D] of a packed batch -> context [T, D]. Attention pads per
 // sequence for its matmuls only (MosaicBERT's pad_input / unpad_input):
 // padding rows are zero, and the mask gives them zero attention weight.
-at::Tensor attend_packed(const LayerSpec& spec, at::Tensor qkv, const AttentionContext& a, bool training) {
+at::Tensor attend_packed(const LayerSpec& spec, at::Tensor qkv, const AttentionContext& a,
+                         const Disentangled* disentangled, bool training) {
   const PackedLayout& layout = *a.layout;
   const int64_t D = qkv.size(1) / 3, B = layout.num_sequences, Lmax = layout.max_seqlen;
   const int64_t H = spec.num_heads, Dh = D / H;
   if (a.rotary.cos.defined()) qkv = apply_rotary(qkv.view({qkv.size(0), 3, H, Dh}), a.rotary).view({-1, 3 * D});
   if (a.banded.additive.defined()) return attend_banded(spec, qkv, a.banded, training);
   const at::Tensor padded = ScatterRows::apply(qkv, layout.padded_rows, B * Lmax);
-  return attend_padded(spec, padded.view({B, Lmax, 3 * D}), a.packed_mask, nullptr, training)
+  return attend_padded(spec, padded.view({B, Lmax, 3 * D}), a.packed_mask, nullptr, disentangled, training)
       .reshape({B * Lmax, D})
       .index_select(0, layout.padded_rows);  // [T, D]
 }
@@ -154,6 +164,19 @@ LayerSpec LayerSpec::of(const EncoderConfig& c, int64_t layer) {
       s.half_window = global ? -1 : c.local_attention / 2;
       break;
     }
+    case ModelFamily::kDebertaV2: {
+      s.attention_out_dropout = c.hidden_dropout_prob;
+      s.mlp_out_dropout = c.hidden_dropout_prob;
+      s.disentangled = true;
+      // HF counts the terms named in pos_att_type, with or without relative_attention.
+      const int terms = (c.has_position_term("c2p") ? 1 : 0) + (c.has_position_term("p2c") ? 1 : 0);
+      s.attention_scale = std::sqrt(static_cast<double>(c.head_dim() * (1 + terms)));
+      s.content_to_position = c.relative_attention && c.has_position_term("c2p");
+      s.position_to_content = c.relative_attention && c.has_position_term("p2c");
+      s.share_att_key = c.share_att_key;
+      s.position_dropout = c.hidden_dropout_prob;
+      break;
+    }
     default:
       s.attention_out_dropout = c.hidden_dropout_prob;
       s.mlp_out_dropout = c.hidden_dropout_prob;
@@ -179,9 +202,15 @@ at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::
                          const AttentionContext& a, bool training) {
   auto attention = [&](const at::Tensor& x) {
     const at::Tensor qkv = project_qkv(w, x);
-    const at::Tensor context = a.layout ? attend_packed(spec, qkv, a, training)
+    Disentangled disentangled;
+    if (spec.disentangled && a.relative) {
+      disentangled.terms = position_terms(spec, w, *a.relative, training);
+      disentangled.positions = &a.relative->positions;
+    }
+    const Disentangled* terms = spec.disentangled ? &disentangled : nullptr;
+    const at::Tensor context = a.layout ? attend_packed(spec, qkv, a, terms, training)
                                         : attend_padded(spec, qkv, a.additive_mask,
-                                                        a.rotary.cos.defined() ? &a.rotary : nullptr, training);
+                                                        a.rotary.cos.defined() ? &a.rotary : nullptr, terms, training);
     return shardtrain::dropout(linear(context, w[Slot::kAttentionOutWeight], w[Slot::kAttentionOutBias]),
                    spec.attention_out_dropout, training);
   };

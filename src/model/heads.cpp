@@ -36,6 +36,10 @@ at::Tensor classifier_head(const EncoderConfig& c, const UnitWeights& w, const a
                                          w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias], c.layer_norm_eps);
       return classify(shardtrain::dropout(head, p, training));
     }
+    case ModelFamily::kDebertaV2: {  // ContextPooler (dropout, dense, act), dropout (cls_dropout), classifier
+      const at::Tensor pooled_dense = dense(shardtrain::dropout(pooled, c.pooler_dropout, training));
+      return classify(shardtrain::dropout(apply_activation(c.pooler_hidden_act, pooled_dense), p, training));
+    }
   }
   return {};
 }

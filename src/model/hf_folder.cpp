@@ -37,6 +37,7 @@ std::vector<std::string> base_parts(const EncoderConfig& config) {
     case ModelFamily::kDistilBert: return {"embeddings.", "transformer."};
     case ModelFamily::kElectra: return {"embeddings.", "embeddings_project.", "encoder."};
     case ModelFamily::kModernBert: return {"embeddings.", "layers.", "final_norm."};
+    case ModelFamily::kDebertaV2: return {"embeddings.", "encoder."};  // its pooler belongs to the classifier
     default: return {"embeddings.", "encoder.", "pooler."};
   }
 }
@@ -176,8 +177,12 @@ HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& chec
       used.insert(name);
     }
   }
+  // DebertaV2PreTrainedModel._keys_to_ignore_on_load_unexpected: position
+  // embeddings of a checkpoint whose model has none (position_biased_input false).
+  const bool ignore_positions = model.config().family == ModelFamily::kDebertaV2;
   for (const auto& [name, tensor] : checkpoint) {
     const std::string key = model_key(name, model.config());
+    if (ignore_positions && key.find("position_embeddings") != std::string::npos) continue;
     if (!key.empty() && !used.count(key)) report.unexpected_keys.push_back(name);
   }
   if (!report.missing_keys.empty()) model.init_weights(init_seed, report.missing_keys);

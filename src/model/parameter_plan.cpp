@@ -61,6 +61,16 @@ class PlanBuilder {
   double weight_std_ = 0.02;
 };
 
+// What follows the self-attention's projections in modeling_bert.py's layer
+// (and DeBERTa's): the attention output, the MLP, their LayerNorms.
+void bert_layer_after_attention(PlanBuilder& b, const std::string& layer, int64_t D, int64_t I) {
+  b.linear(layer + "attention.output.dense", D, D, Slot::kAttentionOutWeight);
+  b.norm(layer + "attention.output.LayerNorm", D, Slot::kAttentionNormWeight);
+  b.linear(layer + "intermediate.dense", I, D, Slot::kMlpInWeight);
+  b.linear(layer + "output.dense", D, I, Slot::kMlpOutWeight);
+  b.norm(layer + "output.LayerNorm", D, Slot::kMlpNormWeight);
+}
+
 // BERT, RoBERTa and ELECTRA share the embeddings and the post-norm encoder
 // layer of modeling_bert.py (RoBERTa and ELECTRA copy them), under their prefix.
 void bert_style(const EncoderConfig& c, PlanBuilder& b) {
@@ -84,11 +94,7 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
     b.linear(layer + "attention.self.query", D, D, Slot::kQueryWeight);
     b.linear(layer + "attention.self.key", D, D, Slot::kKeyWeight);
     b.linear(layer + "attention.self.value", D, D, Slot::kValueWeight);
-    b.linear(layer + "attention.output.dense", D, D, Slot::kAttentionOutWeight);
-    b.norm(layer + "attention.output.LayerNorm", D, Slot::kAttentionNormWeight);
-    b.linear(layer + "intermediate.dense", I, D, Slot::kMlpInWeight);
-    b.linear(layer + "output.dense", D, I, Slot::kMlpOutWeight);
-    b.norm(layer + "output.LayerNorm", D, Slot::kMlpNormWeight);
+    bert_layer_after_attention(b, layer, D, I);
   }
   b.set_unit(c.num_hidden_layers + 1);
   const int64_t C = c.head_outputs();
@@ -184,6 +190,46 @@ void modernbert(const EncoderConfig& c, PlanBuilder& b) {
   b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
 
+// DeBERTa-v2 (modeling_deberta_v2.py). One deviation from HF's order: the
+// encoder's rel_embeddings and LayerNorm come right after the embeddings, in
+// their own unit, where they run (HF lists them after the last layer), so the
+// flat layout's gradient buckets fill in backward order (docs/DESIGN.md,
+// "DeBERTa-v2"). Names are HF's; a folder's order does not matter to loading.
+void deberta_v2(const EncoderConfig& c, PlanBuilder& b) {
+  const int64_t D = c.hidden_size, I = c.intermediate_size;
+  const bool relative = c.relative_attention;
+  b.weights(InitKind::kNormal, c.initializer_range);
+  b.set_unit(0);
+  b.embedding("deberta.embeddings.word_embeddings.weight", c.vocab_size, D, Slot::kWordEmbeddings, c.pad_token_id);
+  if (c.position_biased_input)
+    b.embedding("deberta.embeddings.position_embeddings.weight", c.max_position_embeddings, D,
+                Slot::kPositionEmbeddings);
+  if (c.has_token_types())
+    b.embedding("deberta.embeddings.token_type_embeddings.weight", c.type_vocab_size, D, Slot::kTokenTypeEmbeddings);
+  b.norm("deberta.embeddings.LayerNorm", D, Slot::kEmbeddingNormWeight);
+  if (relative) {
+    b.set_unit(1);
+    b.embedding("deberta.encoder.rel_embeddings.weight", 2 * c.relative_span(), D, Slot::kRelativeEmbeddings);
+    if (c.norm_relative_embeddings()) b.norm("deberta.encoder.LayerNorm", D, Slot::kRelativeNormWeight);
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    b.set_unit(c.layer_unit(i));
+    const std::string layer = "deberta.encoder.layer." + std::to_string(i) + ".";
+    b.linear(layer + "attention.self.query_proj", D, D, Slot::kQueryWeight);
+    b.linear(layer + "attention.self.key_proj", D, D, Slot::kKeyWeight);
+    b.linear(layer + "attention.self.value_proj", D, D, Slot::kValueWeight);
+    if (relative && !c.share_att_key) {
+      if (c.has_position_term("c2p")) b.linear(layer + "attention.self.pos_key_proj", D, D, Slot::kPositionKeyWeight);
+      if (c.has_position_term("p2c"))
+        b.linear(layer + "attention.self.pos_query_proj", D, D, Slot::kPositionQueryWeight);
+    }
+    bert_layer_after_attention(b, layer, D, I);
+  }
+  b.set_unit(c.head_unit());
+  b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);  // ContextPooler
+  b.linear("classifier", c.num_labels, D, Slot::kClassifierWeight);
+}
+
 }  // namespace
 
 int64_t ParameterSpec::numel() const {
@@ -197,6 +243,7 @@ std::vector<ParameterSpec> parameter_plan(const EncoderConfig& config) {
   switch (config.family) {
     case ModelFamily::kDistilBert: distilbert(config, b); break;
     case ModelFamily::kModernBert: modernbert(config, b); break;
+    case ModelFamily::kDebertaV2: deberta_v2(config, b); break;
     default: bert_style(config, b); break;
   }
   return b.take();

@@ -71,6 +71,11 @@ LocalAttention local_attention(const EncoderConfig& c, double B, int64_t L, bool
   return a;
 }
 
+// DeBERTa: the relative-embedding rows a row of L tokens reaches.
+double relative_rows(const EncoderConfig& c, double L) {
+  return std::min(2 * L - 1, 2 * static_cast<double>(c.relative_span()));
+}
+
 // What autograd keeps of one encoder layer, in bytes (e = the parameters'
 // element size; LayerNorm saves an fp32 copy of its input in mixed precision,
 // and the attention kernel saves fp32 probabilities):
@@ -94,6 +99,11 @@ LocalAttention local_attention(const EncoderConfig& c, double B, int64_t L, bool
 // A dropout multiplies by a mask that needs no gradient, so autograd keeps
 // only the mask (x * mask saves mask). The layer's output is the next layer's
 // input and is counted there.
+//   DeBERTa-v2 with relative attention, besides (docs/DESIGN.md, "DeBERTa-v2";
+//   R = the relative-embedding rows a row of L tokens reaches, at most
+//   min(2 L - 1, 2 span))
+//     the position projections, kept by the attention kernel   2 R D e
+//     pos_dropout's mask and the dropped rows [p > 0]          2 R D e
 //   a local layer of a packed batch in blocks (banded_attention_pays; nb
 //   blocks of Bq queries against W = Bq + 2 half_window keys, nb Bq >= T)
 //     q, and each block's keys and values                     (nb Bq D + 2 nb W D) e
@@ -120,8 +130,22 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
     return norms + attention_core + mlp;
   }
   const double qkv_weight = (3 * D * D + 3 * D) * e;
-  return TD * e + attention_core + (TD * 4 + TD * e) + 2 * T * I * e + (p.mlp_out > 0 ? TD * e : 0.0) + TD * 4 +
+  double position_terms = 0;
+  if (c.has_relative_unit()) {
+    const double R = relative_rows(c, L);
+    position_terms = 2 * R * D * e + (c.hidden_dropout_prob > 0 ? 2 * R * D * e : 0.0);
+  }
+  return position_terms + TD * e + attention_core + (TD * 4 + TD * e) + 2 * T * I * e + (p.mlp_out > 0 ? TD * e : 0.0) + TD * 4 +
          qkv_weight;
+}
+
+// What DeBERTa's layers share (relative attention): the relative embeddings
+// unit's output [2 span, D] (and in 16-bit the fp32 copy its LayerNorm
+// saves), and the relative positions' index and its transpose, [L, L] int64 each.
+double relative_shared_bytes(const EncoderConfig& c, double L, double e) {
+  if (!c.has_relative_unit()) return 0.0;
+  const double table = 2 * static_cast<double>(c.relative_span()) * static_cast<double>(c.hidden_size);
+  return table * e + (e != 4 && c.norm_relative_embeddings() ? table * 4 : 0.0) + 2 * L * L * 8;
 }
 
 // The embeddings: the LayerNorm input (fp32), its dropout mask, and ELECTRA's
@@ -182,7 +206,8 @@ struct Unit {
 
 const char* unit_name(const EncoderConfig& c, int64_t unit) {
   if (unit == 0) return "embeddings";
-  return unit <= c.num_hidden_layers ? "encoder layer" : "head";
+  if (unit < c.layer_unit(0)) return "relative embeddings";
+  return unit < c.head_unit() ? "encoder layer" : "head";
 }
 
 int element_bytes(at::ScalarType t) { return t == at::kFloat ? 4 : 2; }
@@ -264,7 +289,7 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
   const std::vector<ParameterSpec> plan = parameter_plan(model);
   e.num_parameters = count_trainable(plan);
   // The largest forward unit (what zero3 / fsdp gather at once).
-  std::vector<int64_t> unit_numel(static_cast<size_t>(model.num_hidden_layers + 2), 0);
+  std::vector<int64_t> unit_numel(static_cast<size_t>(model.num_units()), 0);
   for (const ParameterSpec& p : plan)
     if (p.trainable) unit_numel[static_cast<size_t>(p.unit)] += p.numel();
   const auto largest = std::max_element(unit_numel.begin(), unit_numel.end());
@@ -300,8 +325,7 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, int world
     default: {  // zero2, zero3, hybrid
       const ShardOptions o = shard_options_for(parallel, topology);
       const int group = topology.shard_group_size;
-      const std::vector<Unit> units = shard_units(plan, model.num_hidden_layers + 2, group, o.persistence_threshold,
-                                                  o.stage);
+      const std::vector<Unit> units = shard_units(plan, model.num_units(), group, o.persistence_threshold, o.stage);
       int64_t shard = 0, resident = 0, largest_padded = 0;
       for (const Unit& u : units) {
         shard += u.padded / group;
@@ -360,6 +384,7 @@ ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batc
       device_is_cpu && local.scores(static_cast<double>(model.num_attention_heads)) > static_cast<double>(kAttentionBlockScores);
   if (local.any && (checkpointing || local_blocked)) a.layers_bytes += local.mask_bytes(e);
   a.layers_bytes += rotary_table_bytes(model, B * L, e, checkpointing, unpadded);
+  a.layers_bytes += relative_shared_bytes(model, L, e);
   a.kept_bytes = a.embeddings_bytes + a.layers_bytes + a.head_bytes;
   // Backward: the gradients flowing between layers and a layer's temporaries
   // (about 4 T D, bench_activation_memory's peak over the kept figure), and a

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardtrain/data/collator.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/encoder_config.h"
 
 namespace shardtrain_test {
@@ -39,6 +40,29 @@ struct StepOutputs {
   at::Tensor logits;
   std::vector<at::Tensor> grads;
 };
+
+// One training step of `model` on `batch` from the generator state of
+// at::manual_seed(77), so two calls draw the same dropout masks: logits and
+// gradients in float64.
+inline StepOutputs training_step(shardtrain::SequenceClassifier& model, const shardtrain::Batch& batch) {
+  model.zero_grad();
+  at::manual_seed(77);
+  const at::Tensor logits = model.forward_batch(batch);
+  model.loss(logits, batch.labels).backward();
+  StepOutputs s{logits.detach().to(at::kDouble), {}};
+  for (const at::Tensor& p : model.parameters()) s.grads.push_back(p.grad().to(at::kDouble));
+  return s;
+}
+
+// Largest |a - b| - tol (1 + |b|) over logits and gradients: <= 0 passes.
+inline double excess_over(const StepOutputs& a, const StepOutputs& b, double tol) {
+  auto one = [tol](const at::Tensor& x, const at::Tensor& y) {
+    return ((x - y).abs() - tol * (1 + y.abs())).max().item<double>();
+  };
+  double worst = one(a.logits, b.logits);
+  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, one(a.grads[i], b.grads[i]));
+  return worst;
+}
 
 inline double largest_difference(const StepOutputs& a, const StepOutputs& b) {
   double worst = (a.logits - b.logits).abs().max().item<double>();

@@ -1,8 +1,9 @@
 // An encoder with a task head in LibTorch, numerically equal to Hugging
 // Face transformers' eager <Family>For<Task> (SequenceClassification,
 // TokenClassification, MultipleChoice; config.task) for BERT, RoBERTa
-// (XLM-R, CamemBERT), DistilBERT, ELECTRA and ModernBERT (docs/DESIGN.md,
-// "Model families" and "Tasks"). The class keeps its first task's name.
+// (XLM-R, CamemBERT), DistilBERT, ELECTRA, ModernBERT and DeBERTa-v2 / v3
+// (docs/DESIGN.md, "Model families" and "Tasks"). The class keeps its first
+// task's name.
 //
 //   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
 //   SequenceClassifier model(config);
@@ -108,6 +109,10 @@ class SequenceClassifier : public UnitModel {
   // 2^20 scores, or score_elements when that is smaller and not 0 (tests: 1
   // gives one query row per block).
   void set_attention_block_threshold(int64_t score_elements);
+  // DeBERTa-v2's disentangled attention on the CPU: its fused kernel (true,
+  // the default) or the plain ATen ops other devices run (false), which give
+  // the same values; for tests and benchmarks.
+  void set_disentangled_attention_kernel(bool on);
   // HF's gradient_checkpointing: in training with autograd on, each encoder
   // layer keeps only its input and recomputes its forward in backward
   // (model/activation_checkpoint.h). Gradients equal the plain run's.
@@ -159,7 +164,9 @@ class SequenceClassifier : public UnitModel {
   // sinusoidal position embeddings): exported, never checkpointed.
   std::vector<std::pair<std::string, at::Tensor>> fixed_tensors() const;
 
-  // UnitModel: num_hidden_layers + 2 units; parameters under HF names, in HF order.
+  // UnitModel: config().num_units() units (the embeddings, DeBERTa's relative
+  // embeddings, the layers, the head); parameters under HF names, in the
+  // plan's order (model/parameter_plan.h).
   int64_t num_units() const override;
   int64_t unit_of(const std::string& name) const override;
   void set_unit_hooks(UnitHooks* hooks) override;

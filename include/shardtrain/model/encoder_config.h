@@ -8,6 +8,7 @@
 //   distilbert                          kDistilBert  DistilBertForSequenceClassification
 //   electra                             kElectra     ElectraForSequenceClassification
 //   modernbert                          kModernBert  ModernBertForSequenceClassification
+//   deberta-v2 (DeBERTa-v2 and v3)      kDebertaV2   DebertaV2ForSequenceClassification
 //
 //   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
 //   config.set_num_labels(3);
@@ -19,8 +20,8 @@
 // One struct holds every family's fields, under BERT's names; each family's
 // config.json keys are read into them (DistilBERT's dim / n_layers / n_heads /
 // hidden_dim / dropout / attention_dropout / seq_classif_dropout, ModernBERT's
-// hidden_activation / norm_eps / ...) and written back under the family's own
-// names. Fields that a family does not have keep their defaults and are not
+// hidden_activation / norm_eps / ..., DeBERTa's cls_dropout) and written back
+// under the family's own names. Fields that a family does not have keep their defaults and are not
 // written. Only light standard headers: every layer includes this.
 #pragma once
 
@@ -49,9 +50,9 @@ inline constexpr bool banded_attention_pays(int64_t max_seqlen, int64_t half_win
   return half_window >= 0 && max_seqlen > banded_attention_block(half_window) + 2 * half_window;
 }
 
-enum class ModelFamily { kBert, kRoberta, kDistilBert, kElectra, kModernBert };
+enum class ModelFamily { kBert, kRoberta, kDistilBert, kElectra, kModernBert, kDebertaV2 };
 
-// "bert", "roberta", "distilbert", "electra", "modernbert".
+// "bert", "roberta", "distilbert", "electra", "modernbert", "deberta-v2".
 const char* family_name(ModelFamily family);
 
 struct EncoderConfig {
@@ -82,14 +83,14 @@ struct EncoderConfig {
   // attention_dropout (also on the attention output).
   double attention_probs_dropout_prob = 0.1;
   // Before the classifier; < 0 is HF's null (use hidden_dropout_prob).
-  // DistilBERT: seq_classif_dropout; ModernBERT: classifier_dropout.
+  // DistilBERT: seq_classif_dropout; ModernBERT: classifier_dropout; DeBERTa: cls_dropout.
   double classifier_dropout = -1.0;
   int64_t max_position_embeddings = 512;
   // Token types: 0 for a family without token-type embeddings (DistilBERT,
   // ModernBERT); RoBERTa has 1.
   int64_t type_vocab_size = 2;
   double initializer_range = 0.02;
-  double layer_norm_eps = 1e-12;      // ModernBERT: norm_eps; DistilBERT: fixed 1e-12
+  double layer_norm_eps = 1e-12;      // ModernBERT: norm_eps; DistilBERT: fixed 1e-12; DeBERTa: 1e-7
   int64_t pad_token_id = 0;
   std::string position_embedding_type = "absolute";  // the only one supported (BERT, RoBERTa, ELECTRA)
   // DistilBERT: fixed sin/cos position embeddings (not trained, as HF freezes them).
@@ -106,6 +107,20 @@ struct EncoderConfig {
   std::string classifier_activation = "gelu";
   double initializer_cutoff_factor = 2.0;  // truncated-normal init at +-cutoff x std
   bool tie_word_embeddings = true;         // for the MLM head only; kept and written back
+
+  // --- DeBERTa-v2 / v3 (docs/DESIGN.md, "DeBERTa-v2") ---
+  // Disentangled attention: content-to-position ("c2p") and position-to-content
+  // ("p2c") terms over relative positions, with the relative embeddings
+  // (encoder.rel_embeddings, 2 x relative_span() rows) shared by every layer.
+  bool relative_attention = false;
+  int64_t max_relative_positions = -1;  // < 1: max_position_embeddings
+  int64_t position_buckets = -1;        // > 0: log buckets beyond position_buckets / 2 (v3: 256)
+  std::vector<std::string> pos_att_type;  // any of "c2p", "p2c", in config.json's order
+  bool share_att_key = false;            // the position terms use the layer's key/query projections
+  std::string norm_rel_ebd = "none";     // "layer_norm": rel_embeddings through encoder.LayerNorm
+  bool position_biased_input = true;     // absolute position embeddings added to the input (v3: false)
+  double pooler_dropout = 0.0;           // ContextPooler: on the first token, before its dense
+  std::string pooler_hidden_act = "gelu";  // ContextPooler's activation (an ACT2FN name)
 
   // --- the task ---
   // What the head does (model/parameter_plan.h lists each family's head per
@@ -160,7 +175,7 @@ struct EncoderConfig {
   // choice: 1 per choice) or per token (token classification: num_labels).
   int64_t head_outputs() const { return task == Task::kMultipleChoice ? 1 : num_labels; }
   // The prefix of the encoder's parameters in HF's state dict: "bert.",
-  // "roberta.", "distilbert.", "electra.", "model." (ModernBERT).
+  // "roberta.", "distilbert.", "electra.", "model." (ModernBERT), "deberta.".
   std::string base_prefix() const;
   // Whether the model takes token type ids (type_vocab_size > 0).
   bool has_token_types() const { return type_vocab_size > 0; }
@@ -170,6 +185,29 @@ struct EncoderConfig {
   int64_t max_sequence_length() const {
     return family == ModelFamily::kRoberta ? max_position_embeddings - pad_token_id - 1 : max_position_embeddings;
   }
+
+  // DeBERTa: whether attention has the relative position terms; then the
+  // relative embeddings and their LayerNorm are a forward unit of their own
+  // (docs/DESIGN.md, "DeBERTa-v2"), between the embeddings and layer 0.
+  bool has_relative_unit() const { return family == ModelFamily::kDebertaV2 && relative_attention; }
+  // DeBERTa: max_relative_positions, or max_position_embeddings when < 1.
+  int64_t relative_positions_limit() const {
+    return max_relative_positions > 0 ? max_relative_positions : max_position_embeddings;
+  }
+  // DeBERTa: att_span, the relative distance the embeddings reach on each side
+  // (position_buckets when > 0, else relative_positions_limit()).
+  int64_t relative_span() const { return position_buckets > 0 ? position_buckets : relative_positions_limit(); }
+  // DeBERTa: whether pos_att_type holds `type` ("c2p" or "p2c").
+  bool has_position_term(const std::string& type) const;
+  // DeBERTa: whether rel_embeddings go through encoder.LayerNorm (norm_rel_ebd
+  // holds "layer_norm" among its "|"-separated names).
+  bool norm_relative_embeddings() const;
+  // The forward units (model/unit_model.h): 0 the embeddings, then DeBERTa's
+  // relative embeddings unit when has_relative_unit(), one per encoder layer,
+  // and the head last.
+  int64_t layer_unit(int64_t layer) const { return layer + (has_relative_unit() ? 2 : 1); }
+  int64_t head_unit() const { return layer_unit(num_hidden_layers); }
+  int64_t num_units() const { return head_unit() + 1; }
   // ModernBERT: whether encoder layer i attends globally (else in the window).
   bool is_global_layer(int64_t i) const;
   // The trainable parameters of the classifier for this config (108,311,810

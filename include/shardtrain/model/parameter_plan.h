@@ -12,7 +12,9 @@
 // Units, as the strategies see them (model/unit_model.h): 0 the embeddings
 // (with ELECTRA's embeddings_project), 1..num_hidden_layers the encoder
 // layers, num_hidden_layers + 1 the head (ModernBERT's final_norm, the
-// family's head and the classifier).
+// family's head and the classifier). DeBERTa with relative attention has one
+// unit more, 1, for the relative embeddings every layer reads; its layers are
+// 2..num_hidden_layers + 1 (EncoderConfig::layer_unit, head_unit).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +55,15 @@ enum class Slot : int {
   kMlpOutBias,
   kMlpNormWeight,
   kMlpNormBias,
+  // DeBERTa-v2: the relative embeddings unit, and each layer's own position
+  // projections (share_att_key false)
+  kRelativeEmbeddings,
+  kRelativeNormWeight,
+  kRelativeNormBias,
+  kPositionKeyWeight,
+  kPositionKeyBias,
+  kPositionQueryWeight,
+  kPositionQueryBias,
   // the head (unit N + 1)
   kFinalNormWeight,  // ModernBERT
   kFinalNormBias,
