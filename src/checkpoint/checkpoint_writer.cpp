@@ -170,7 +170,20 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
       throw Error("cannot write checkpoint " + final_path + ": " + explain_write_failure(final_path) +
                   "; free some space (or move run.storage_path) and run again");
     const char* slurm = std::getenv("SLURM_JOB_ID");
-    return slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
+    const std::string id = slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
+    // The temporary name is this job's own (the run lock keeps other jobs
+    // out): a file there is what an earlier attempt of this job left, and goes.
+    // Anything else there (a link, a folder) is not written through or over
+    // (core/fs_util.h, "What an output path may be").
+    const std::string temporary = final_path + ".tmp-" + id;
+    struct stat existing {};
+    if (lstat(temporary.c_str(), &existing) == 0) {
+      if (!S_ISREG(existing.st_mode))
+        throw Error("cannot write checkpoint " + final_path + ": its temporary name " + temporary +
+                    " is taken by something that is not a file (a link or a folder); move it away");
+      std::remove(temporary.c_str());
+    }
+    return id;
   });
   w.temporary_path = final_path + ".tmp-" + job_id;
 

@@ -3,12 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/core/text.h"
@@ -227,12 +227,9 @@ void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
   if (error) throw Error(folder + ": cannot create output folder: " + error.message());
 
   const std::string config_text = hf_config_json(model.config(), options.dtype);
-  const std::string config_path = (fs::path(folder) / "config.json").string();
-  {
-    std::ofstream out(config_path, std::ios::trunc);
-    out << config_text;
-    if (!out) throw Error(config_path + ": write failed");
-  }
+  // Every file through core/fs_util.h's writer: complete or not there, a
+  // link followed, never an existing file clobbered by a temporary name.
+  write_file_atomic((fs::path(folder) / "config.json").string(), config_text);
 
   NamedTensors tensors;
   // HF's state-dict order: the fixed tensors sit where the plan puts them.
@@ -242,8 +239,8 @@ void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
 
   for (const auto& file : options.copy_files) {
     if (!fs::is_regular_file(file)) throw Error(file + ": file to copy into " + folder + " does not exist");
-    fs::copy_file(file, fs::path(folder) / fs::path(file).filename(), fs::copy_options::overwrite_existing, error);
-    if (error) throw Error(file + ": cannot copy into " + folder + ": " + error.message());
+    write_file_atomic((fs::path(folder) / fs::path(file).filename()).string(),
+                      read_file(file, "file to copy into " + folder));
   }
 }
 

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <numeric>
 
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
@@ -204,27 +204,19 @@ std::string prediction_json_line(const PredictResult& result, int64_t row) {
 }
 
 void write_predictions_jsonl(const PredictResult& result, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (!file) throw Error("--output: cannot create '" + tmp + "'");
-  bool ok = true;
+  // core/fs_util.h: a new file renamed into place, a link followed, a device
+  // or FIFO written in place, "-" standard output.
+  OutputFile out(path, "--output");
   std::string chunk;
-  for (int64_t i = 0; i < result.num_rows && ok; ++i) {
+  for (int64_t i = 0; i < result.num_rows; ++i) {
     chunk += prediction_json_line(result, i);
     chunk += '\n';
     if (chunk.size() > (1u << 20) || i + 1 == result.num_rows) {
-      ok = std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size();
+      out.write(chunk);
       chunk.clear();
     }
   }
-  ok = std::fflush(file) == 0 && ok;
-  ok = std::fclose(file) == 0 && ok;
-  std::error_code error;
-  if (ok) std::filesystem::rename(tmp, path, error);
-  if (!ok || error) {
-    std::filesystem::remove(tmp, error);
-    throw Error("--output: writing '" + path + "' failed");
-  }
+  out.commit();
 }
 
 }  // namespace shardtrain
