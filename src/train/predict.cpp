@@ -123,10 +123,14 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   const Tokenizer& tokenizer = loaded.tokenizer;
   if (config.problem_type == "multi_label_classification")
     throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
-  if (options.max_length > config.max_position_embeddings)
-    throw Error(str_format("--max-length %d exceeds the model's max_position_embeddings (%lld, %s)",
-                           options.max_length, static_cast<long long>(config.max_position_embeddings),
-                           loaded.config_source.c_str()));
+  // The positions a sequence can use (RoBERTa's start after padding_idx: 512
+  // of 514), checked before any row is read, naming the flag.
+  if (options.max_length > config.max_sequence_length())
+    throw Error(str_format("--max-length %d exceeds the %lld tokens the %s model takes (max_position_embeddings %lld, "
+                           "%s); use --max-length %lld or less",
+                           options.max_length, static_cast<long long>(config.max_sequence_length()),
+                           config.model_type.c_str(), static_cast<long long>(config.max_position_embeddings),
+                           loaded.config_source.c_str(), static_cast<long long>(config.max_sequence_length())));
   if (tokenizer.vocab_size() > config.vocab_size)
     throw Error(str_format("%s: the vocabulary has %lld tokens but the model's vocab_size is %lld (%s)",
                            options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
