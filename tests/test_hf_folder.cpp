@@ -16,6 +16,7 @@
 #include "shardtrain/model/encoder_config.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -62,16 +63,6 @@ at::Tensor logits_of(SequenceClassifier& model) {
   model.eval();
   at::NoGradGuard no_grad;
   return model.forward(in.ids, in.types, in.mask);
-}
-
-template <class F>
-std::string shardtrain_test_hf_error(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool ends_with(const std::string& text, const std::string& suffix) {
@@ -238,7 +229,7 @@ TEST_CASE("hostile folders: no model_type, another family's weights, NaN weights
   NamedTensors no_head;
   for (const auto& entry : roberta)
     if (entry.first.rfind("classifier.", 0) != 0) no_head.push_back(entry);
-  const std::string message = shardtrain_test_hf_error([&] { load_hf_folder(folder_with("other_family", no_head).string()); });
+  const std::string message = shardtrain_test::error_of([&] { load_hf_folder(folder_with("other_family", no_head).string()); });
   CHECK_MESSAGE(message.find("the weights hold none of the") != std::string::npos, message);
   CHECK_MESSAGE(message.find("named like 'roberta.") != std::string::npos, message);
   CHECK_MESSAGE(message.find("model_type (\"bert\")") != std::string::npos, message);
@@ -274,7 +265,7 @@ TEST_CASE("id2label and label2id that disagree are refused, naming both") {
       R"({"model_type": "bert", "id2label": {"0": "negative", "1": "positive"}, "label2id": )";
   CHECK(EncoderConfig::from_json(base + R"({"negative": 0, "positive": 1}})", "c.json").id2label.back() == "positive");
   const auto error = [&](const std::string& label2id) {
-    return shardtrain_test_hf_error([&] { EncoderConfig::from_json(base + label2id + "}", "c.json"); });
+    return shardtrain_test::error_of([&] { EncoderConfig::from_json(base + label2id + "}", "c.json"); });
   };
   CHECK(error(R"({"negative": 1, "positive": 0})") ==
         "c.json: id2label and label2id disagree: label2id[\"negative\"] = 1 but id2label[\"1\"] = \"positive\"; make "
