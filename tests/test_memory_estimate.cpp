@@ -277,7 +277,9 @@ TEST_CASE("estimate-memory: flags are checked and the report has one JSON line p
                          0) == 0);
   bad = args;
   bad.world_sizes = "1,two";
-  CHECK(error(bad) == "--world-size: 'two' is not a rank count (a list of integers >= 1, e.g. 1,2,4,8)");
+  CHECK(error(bad) == "--world-size: expected an integer, got 'two'");
+  bad.world_sizes = std::string("1,0");
+  CHECK(error(bad) == "--world-size = 0: must be in [1, 1048576]");
   bad = args;
   bad.strategies = "zero4";
   CHECK(memory_estimate_contains(error(bad), "--strategy"));
@@ -292,8 +294,10 @@ TEST_CASE("estimate-memory: flags are checked and the report has one JSON line p
   bad.model = "";
   CHECK(error(bad) == "--model is required without --config (a Hugging Face model folder or its config.json)");
   bad = args;
+  bad.seq_len = 600;
+  CHECK(memory_estimate_contains(error(bad), "--seq-len 600 exceeds the 512 positions of "));
   bad.seq_len = 100000;
-  CHECK(memory_estimate_contains(error(bad), "--seq-len 100000 exceeds the 512 positions of "));
+  CHECK(error(bad) == "--seq-len = 100000: must be in [3, 65536]");
   // ddp with offload alone is refused with the strategies' own reason.
   bad = args;
   bad.strategies = "ddp";
@@ -331,6 +335,7 @@ TEST_CASE("estimate-memory: flags are checked and the report has one JSON line p
   offload.strategies = "ddp,zero2";
   offload.offload_optimizer = "cpu";
   offload.world_sizes = std::string("2");
+  offload.json = true;
   const std::vector<std::string> json_lines = estimate_memory_report(RunConfig(), false, offload);
   REQUIRE(json_lines.size() == 2);
   CHECK(json_lines[0].rfind("{\"strategy\":\"ddp\",\"world_size\":2,\"refused\":\"parallel.offload_optimizer", 0) == 0);
