@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 
 // Private to the library (src/ is not on the tests' include path).
@@ -101,6 +102,66 @@ TEST_CASE("parse_train_state reads back what train_state_attributes stores") {
                            "early_stopped", "stop_reason"})
     old.erase(name);
   CHECK(parse_train_state(old, "old.h5").skipped_steps == 0);
+
+  // The progress log's window (issue 37, item 11): read back; absent in older files.
+  TrainState windowed = state;
+  windowed.log_window_loss_sum = 2.5;
+  windowed.log_window_grad_norm_sum = 0.75;
+  windowed.log_window_steps = 3;
+  const TrainState read = parse_train_state(train_state_attributes(windowed), "w.h5");
+  CHECK(read.log_window_loss_sum == 2.5);
+  CHECK(read.log_window_grad_norm_sum == 0.75);
+  CHECK(read.log_window_steps == 3);
+  TrainAttributes before_window = train_state_attributes(windowed);
+  for (const char* name : {"log_window_loss_sum", "log_window_grad_norm_sum", "log_window_steps"}) before_window.erase(name);
+  CHECK(parse_train_state(before_window, "old.h5").log_window_steps == 0);
+  TrainAttributes too_many = train_state_attributes(windowed);
+  too_many["log_window_steps"] = int64_t{121};
+  CHECK_THROWS_WITH_AS(parse_train_state(too_many, "w.h5"),
+                       doctest::Contains("log_window_steps = 121 is above the step (120)"), Error);
+}
+
+// Issue 37, item 2: the attributes' checksums and their table.
+TEST_CASE("attribute checksums: every bit, the length and the kind count; the table round-trips and refuses damage") {
+  using checkpoint_format_detail::AttributeKind;
+  const std::string config = R"({"hidden_act": "gelu"})";
+  const uint64_t base = checkpoint_format_detail::attribute_checksum(AttributeKind::kString, config);
+  std::string relu = config;
+  relu.replace(relu.find("gelu"), 4, "relu");
+  CHECK(checkpoint_format_detail::attribute_checksum(AttributeKind::kString, relu) != base);
+  for (size_t byte = 0; byte < config.size(); ++byte)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string flipped = config;
+      flipped[byte] = static_cast<char>(flipped[byte] ^ (1 << bit));
+      CHECK(checkpoint_format_detail::attribute_checksum(AttributeKind::kString, flipped) != base);
+    }
+  CHECK(checkpoint_format_detail::attribute_checksum(AttributeKind::kBytes, config) != base);
+  CHECK(checkpoint_format_detail::attribute_checksum(AttributeKind::kString, config + std::string(1, '\0')) != base);
+  CHECK(checkpoint_format_detail::attribute_checksum(AttributeKind::kString, "ab") != checkpoint_format_detail::attribute_checksum(AttributeKind::kString, "ba"));
+  CHECK(checkpoint_format_detail::attribute_checksum(AttributeKind::kString, "") != checkpoint_format_detail::attribute_checksum(AttributeKind::kBytes, ""));
+
+  std::map<std::string, checkpoint_format_detail::AttributeChecksum> table;
+  table["step"] = {AttributeKind::kInteger, 0x0123456789abcdefULL};
+  table["model config"] = {AttributeKind::kString, base};
+  table["lr"] = {AttributeKind::kFloat, 7};
+  table["rng"] = {AttributeKind::kBytes, ~uint64_t{0}};
+  const std::string text = checkpoint_format_detail::encode_attribute_checksums(table);
+  CHECK(text.find("int 0123456789abcdef step\n") != std::string::npos);
+  const auto back = checkpoint_format_detail::decode_attribute_checksums(text, "c.h5");
+  REQUIRE(back.size() == 4);
+  for (const auto& [name, entry] : table) {
+    CHECK(back.at(name).kind == entry.kind);
+    CHECK(back.at(name).checksum == entry.checksum);
+  }
+  for (const char* bad : {"int 0123456789abcdef step", "long 0123456789abcdef step\n", "int 0123456789abcdeg step\n",
+                          "int 0123 step\n", "int 0123456789abcdef \n", "int 0123456789abcdef a\nint 0123456789abcdef a\n",
+                          "int 0123456789ABCDEF step\n", "\n"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(checkpoint_format_detail::decode_attribute_checksums(bad, "c.h5"),
+                         doctest::Contains("c.h5: attribute shardtrain_attribute_checksums is damaged (line"), Error);
+  }
+  CHECK(checkpoint_format_detail::decode_attribute_checksums("", "c.h5").empty());
+  CHECK_THROWS_WITH_AS(checkpoint_format_detail::encode_attribute_checksums({{"two\nlines", {}}}), doctest::Contains("on one line"), Error);
 }
 
 TEST_CASE("parse_train_state refuses missing, mistyped and out-of-range attributes, naming the file") {

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,7 @@ TEST_CASE_FIXTURE(IntegrityRun, "a checkpoint without checksums (an older shardt
     hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     REQUIRE(file >= 0);
     CHECK(H5Adelete(file, "shardtrain_checksum_algorithm") >= 0);
+    CHECK(H5Adelete(file, "shardtrain_attribute_checksums") >= 0);
     for (const auto& t : layout)
       for (const char* group : {"/model/", "/counts/"})
         CHECK(H5Adelete_by_name(file, (group + t.name).c_str(), "shardtrain_checksum", H5P_DEFAULT) >= 0);
@@ -222,9 +224,105 @@ TEST_CASE_FIXTURE(IntegrityRun, "a checkpoint without checksums (an older shardt
   if (world_rank() == 0) {
     const CheckpointVerification v = verify_checkpoint(path);
     CHECK_FALSE(v.has_checksums);
+    CHECK_FALSE(v.has_attribute_checksums);
     CHECK(v.num_datasets == 2 * static_cast<int64_t>(layout.size()));
     CHECK(v.num_verified == 0);
   }
+}
+
+namespace {
+
+// Rank 0 only: replaces the root attribute `key` of `path` by `value` (a
+// variable-length string, as the writer stores text), or removes it (nullptr).
+void integrity_rewrite_attribute(const std::string& path, const std::string& key, const char* value) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  if (H5Aexists(file, key.c_str()) > 0) CHECK(H5Adelete(file, key.c_str()) >= 0);
+  if (value) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t attribute = H5Acreate2(file, key.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(attribute >= 0);
+    CHECK(H5Awrite(attribute, type, &value) >= 0);
+    H5Aclose(attribute);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  H5Fclose(file);
+}
+
+// Writes a checkpoint with a model config, an integer and a float attribute
+// (the train state's kinds), damages it with `damage` on rank 0, and expects
+// the open on every rank and verify_checkpoint() to refuse it with `expected`.
+void integrity_refused_attribute(const std::string& path, const std::function<void()>& damage,
+                                 const std::string& expected) {
+  {
+    CheckpointWriter writer(path, MPI_COMM_WORLD);
+    writer.set_attribute("model_config_json", std::string(R"({"hidden_act": "gelu"})"));
+    writer.set_attribute("step", 12);
+    writer.set_attribute("loss_sum", 6.5);
+    writer.write_group("model", {});
+    writer.set_attribute("metrics_json", std::string("{}"));  // after the group: the table is written again
+    writer.commit();
+  }
+  {
+    CheckpointReader reader(path, MPI_COMM_WORLD);  // intact: opens, and says it checked
+    CHECK(reader.has_attribute_checksums());
+    CHECK(reader.string_attribute("metrics_json") == "{}");
+  }
+  if (world_rank() == 0) {
+    CHECK(verify_checkpoint(path).num_attributes_verified == 7);  // 3 of the writer's, 4 above
+    damage();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string message = error_of([&] { CheckpointReader reader(path, MPI_COMM_WORLD); });
+  CHECK_MESSAGE(contains(message, expected), message);
+  CHECK_MESSAGE(contains(message, path), message);
+  if (world_rank() == 0) {
+    const std::string verified = error_of([&] { verify_checkpoint(path); });
+    CHECK_MESSAGE(contains(verified, expected), verified);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+
+// Issue 37, item 2: hidden_act changed from gelu to relu passed --verify.
+TEST_CASE_FIXTURE(IntegrityRun, "a changed, removed or added attribute is refused on open and by verify, naming it") {
+  integrity_refused_attribute(
+      path, [&] { integrity_rewrite_attribute(path, "model_config_json", R"({"hidden_act": "relu"})"); },
+      "attribute 'model_config_json' fails its checksum");
+  integrity_refused_attribute(
+      path,
+      [&] {
+        hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t attribute = H5Aopen(file, "step", H5P_DEFAULT);
+        const int64_t value = 13;
+        CHECK(H5Awrite(attribute, H5T_NATIVE_INT64, &value) >= 0);
+        H5Aclose(attribute);
+        H5Fclose(file);
+      },
+      "attribute 'step' fails its checksum");
+  integrity_refused_attribute(
+      path, [&] { integrity_rewrite_attribute(path, "loss_sum", "6.5"); },
+      "attribute 'loss_sum' is not a floating-point number as it was written");
+  integrity_refused_attribute(
+      path, [&] { integrity_rewrite_attribute(path, "metrics_json", nullptr); }, "attribute 'metrics_json' is missing");
+  integrity_refused_attribute(
+      path, [&] { integrity_rewrite_attribute(path, "lowercase_override", "1"); },
+      "attribute 'lowercase_override' has no checksum: it was added");
+  integrity_refused_attribute(
+      path,
+      [&] { integrity_rewrite_attribute(path, "shardtrain_attribute_checksums", "int 0000 step\n"); },
+      "attribute shardtrain_attribute_checksums is damaged (line 1: no checksum)");
+}
+
+TEST_CASE_FIXTURE(IntegrityRun, "the writer's own checksum table is not a name callers may set") {
+  CheckpointWriter writer(path, MPI_COMM_WORLD);
+  CHECK(contains(error_of([&] { writer.set_attribute("shardtrain_attribute_checksums", std::string("x")); }),
+                 "is the writer's own attribute"));
 }
 
 TEST_CASE("a damaged checkpoint is set aside, and its number is never reused") {

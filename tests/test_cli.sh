@@ -367,6 +367,87 @@ if run pred_badlabel 2 "$BIN" predict --model "$TMP/model" "${MRPC[@]}" --label 
   if [ -e "$TMP/p5.jsonl" ]; then fail "pred_badlabel: output written anyway"; else pass "pred_badlabel: no output"; fi
 fi
 
+# Outputs never replace what is at their path (issue 37, item 1; the writer
+# itself: tests/test_fs_util.cpp): "-" is standard output, a link is written
+# through and stays a link (one to /dev/stdout too), a file named like the old
+# fixed temporary name is another file and survives.
+# (A one-row input: these check where the lines go, not what they hold.)
+printf 'a\tb\n1\tHello there.\n' >"$TMP/out.jsonl.tmp"
+cp "$TMP/out.jsonl.tmp" "$TMP/own_input.copy"
+ONE_ROW=(--data "$TMP/out.jsonl.tmp" --format tsv --text-a b)
+if run pred_stdout 0 "$BIN" predict --model "$TMP/model" "${ONE_ROW[@]}" --output -; then
+  CHECKS=$((CHECKS + 1))
+  if [ "$(wc -l <"$TMP/pred_stdout.out")" -eq 1 ] && [ ! -e ./- ] && [ ! -e "$TMP/-" ]; then
+    pass "predict --output -: the line on standard output, no file named -"; else
+    fail "predict --output -" "$TMP/pred_stdout.err"; fi
+fi
+echo "old target" >"$TMP/target.txt"
+ln -s target.txt "$TMP/link.jsonl"
+ln -s /dev/stdout "$TMP/stdout_link"
+if run pred_link 0 "$BIN" predict --model "$TMP/model" "${ONE_ROW[@]}" --output "$TMP/link.jsonl" &&
+   run pred_stdout_link 0 "$BIN" predict --model "$TMP/model" "${ONE_ROW[@]}" --output "$TMP/stdout_link"; then
+  CHECKS=$((CHECKS + 1))
+  if [ -L "$TMP/link.jsonl" ] && [ "$(wc -l <"$TMP/target.txt")" -eq 1 ] && [ -L "$TMP/stdout_link" ] &&
+     [ "$(wc -l <"$TMP/pred_stdout_link.out")" -eq 1 ]; then
+    pass "predict --output LINK: written through to its target, the link kept (also to /dev/stdout)"; else
+    fail "predict --output LINK: the link was replaced or the target not written"; fi
+fi
+if run pred_tmp_input 0 "$BIN" predict --model "$TMP/model" "${ONE_ROW[@]}" --output "$TMP/out.jsonl"; then
+  CHECKS=$((CHECKS + 1))
+  if cmp -s "$TMP/out.jsonl.tmp" "$TMP/own_input.copy" && [ "$(wc -l <"$TMP/out.jsonl")" -eq 1 ]; then
+    pass "predict --data out.jsonl.tmp --output out.jsonl: the input survives"; else
+    fail "predict deleted or changed its input out.jsonl.tmp"; fi
+fi
+if run pred_empty_output 2 "$BIN" predict --model "$TMP/model" "${ONE_ROW[@]}" --output ""; then
+  expect_in "predict --output '': says the path is empty" "$TMP/pred_empty_output.err" \
+    "--output '': the path is empty; name a file (or - for standard output)"
+fi
+
+# Hostile model folders (issue 37, items 4 and 5; tests/test_hf_folder.cpp has
+# the loader's cases): no model_type, and a weight set to NaN, are refused by
+# name instead of predicting from random or NaN weights with exit 0.
+cp -r "$TMP/model" "$TMP/model_untyped"
+$PY - "$TMP/model_untyped/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+del c["model_type"]
+json.dump(c, open(sys.argv[1], "w"))
+PYEOF
+if run pred_untyped 2 "$BIN" predict --model "$TMP/model_untyped" "${ONE_ROW[@]}" --output "$TMP/untyped.jsonl"; then
+  expect_in "predict: a config.json without model_type is refused" "$TMP/pred_untyped.err" \
+    "config.json: no \"model_type\" key, so the model family is unknown"
+fi
+cp -r "$TMP/model" "$TMP/model_nan"
+$PY - "$TMP/model_nan/model.safetensors" <<'PYEOF'
+import json, struct, sys
+blob = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", blob[:8])[0]
+begin = json.loads(blob[8:8 + n])["bert.pooler.dense.weight"]["data_offsets"][0]
+blob[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[1], "wb").write(blob)
+PYEOF
+if run pred_nan 2 "$BIN" predict --model "$TMP/model_nan" "${ONE_ROW[@]}" --output "$TMP/nan.jsonl"; then
+  expect_in "predict: a NaN weight is refused, naming the tensor" "$TMP/pred_nan.err" \
+    "tensor 'bert.pooler.dense.weight' holds 1 non-finite values"
+fi
+# --max-length beyond what the model takes is refused before any row is read,
+# naming the flag (RoBERTa: max_position_embeddings 14 hold 12 tokens).
+mkdir -p "$TMP/roberta"
+cp "$SRC"/data/vocab/roberta-base/* "$TMP/roberta/"
+cp "$SRC/tests/fixtures/family_golden/roberta_l2/config.json" "$SRC/tests/fixtures/family_golden/roberta_l2/model.safetensors" \
+  "$TMP/roberta/"
+if run pred_max_length 2 "$BIN" predict --model "$TMP/roberta" "${ONE_ROW[@]}" --max-length 13 --output "$TMP/r.jsonl"; then
+  expect_in "predict --max-length: names the flag and the limit" "$TMP/pred_max_length.err" \
+    "--max-length 13 exceeds the 12 tokens the roberta model takes"
+fi
+# estimate-memory's flags reach the config's reading of numbers (issue 37, item
+# 12; the cases: tests/test_memory_estimate.cpp): 0 is not "the default".
+if run est_zero_batch 2 "$BIN" estimate-memory --model "$SRC/configs/models/bert_tiny.json" --batch-size 0 &&
+   run est_world_gap 2 "$BIN" estimate-memory --model "$SRC/configs/models/bert_tiny.json" --world-size ""; then
+  expect_in "estimate-memory --batch-size 0: refused" "$TMP/est_zero_batch.err" "--batch-size = 0: must be >= 1"
+  expect_in "estimate-memory --world-size '': refused" "$TMP/est_world_gap.err" "an empty item"
+fi
+
 echo "== inspect / export / predict --model CKPT"
 # A training checkpoint from tests/train_checkpoint_probe.cpp (2 ranks writing
 # uneven parts when mpiexec is given): a tiny random classifier over the
@@ -454,6 +535,35 @@ PYEOF
     expect_in "inspect: not a training checkpoint" "$TMP/ckpt_inspect_plain.err" "not a training checkpoint"
   fi
 
+  # A changed attribute (hidden_act gelu -> relu in the stored model config,
+  # the same length: a byte patch) is refused by inspect --verify and predict,
+  # naming the attribute (issue 37, item 2; tests/test_checkpoint_integrity_mpi.cpp).
+  cp "$CKPT" "$TMP/relu.h5"
+  if $PY - "$TMP/relu.h5" >"$TMP/relu.patch" 2>&1 <<'PYEOF'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+at = data.find(b'"hidden_act": "gelu"')
+assert at >= 0 and data.find(b'"hidden_act": "gelu"', at + 1) < 0, "one hidden_act in the file"
+data[at:at + 20] = b'"hidden_act": "relu"'
+open(sys.argv[1], "wb").write(data)
+PYEOF
+  then
+    if run ckpt_relu_verify 2 "$BIN" inspect --verify "$TMP/relu.h5"; then
+      expect_in "inspect --verify: a changed model config is named" "$TMP/ckpt_relu_verify.err" \
+        "$TMP/relu.h5: attribute 'model_config_json' fails its checksum"
+    fi
+    if run ckpt_relu_predict 2 "$BIN" predict --model "$TMP/relu.h5" "${ONE_ROW[@]}" --output "$TMP/relu.jsonl"; then
+      expect_in "predict: a changed model config is refused" "$TMP/ckpt_relu_predict.err" \
+        "attribute 'model_config_json' fails its checksum"
+    fi
+  else
+    CHECKS=$((CHECKS + 1))
+    fail "patching hidden_act in a copy of the checkpoint" "$TMP/relu.patch"
+  fi
+  if run ckpt_verify 0 "$BIN" inspect --verify "$CKPT"; then
+    expect_in "inspect --verify: attributes checked" "$TMP/ckpt_verify.out" "attributes match their checksums"
+  fi
+
   # Export, then the HF folder and the checkpoint must predict the same: same
   # fp32 weights, same tokenizer settings, same code path -> identical lines.
   EXP=$TMP/exported
@@ -491,10 +601,22 @@ PYEOF
     if [ "$(date -r "$EXP/model.safetensors" +%Y)" = 2001 ]; then pass "export: refused run left the folder alone"; else
       fail "export: refused run rewrote model.safetensors"; fi
   fi
+  # Tokenizer files of an earlier export of another tokenizer (a BPE one) that
+  # this export does not write would be read beside it: removed (issue 37, item 9).
+  echo '{"model": {"type": "BPE"}}' >"$EXP/tokenizer.json"
+  echo '{"unk_token": "<unk>"}' >"$EXP/special_tokens_map.json"
+  echo '#version: 0.2' >"$EXP/merges.txt"
   if run ckpt_export_force 0 "$BIN" export "$CKPT" --output "$EXP" --force; then
     CHECKS=$((CHECKS + 1))
     if [ "$(cat "$EXP/notes.txt")" = "my notes" ] && [ "$(date -r "$EXP/model.safetensors" +%Y)" != 2001 ]; then
       pass "export --force: rewrote the model, kept the user's file"; else fail "export --force: folder contents wrong"; fi
+    CHECKS=$((CHECKS + 1))
+    if [ ! -e "$EXP/tokenizer.json" ] && [ ! -e "$EXP/special_tokens_map.json" ] && [ ! -e "$EXP/merges.txt" ] &&
+       cmp -s "$VOCAB" "$EXP/vocab.txt"; then
+      pass "export --force: the earlier export's other tokenizer files removed"; else
+      fail "export --force: files of the earlier export left: $(ls "$EXP" | tr '\n' ' ')" "$TMP/ckpt_export_force.err"; fi
+    expect_in "export --force: says what it removed" "$TMP/ckpt_export_force.err" \
+      "removed tokenizer.json, merges.txt, special_tokens_map.json of an earlier export"
   fi
   # A command's own inputs are never its output (a hostile run turned a
   # checkpoint into a 1 KB JSONL file): the checkpoint, by another spelling;

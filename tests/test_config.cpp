@@ -198,3 +198,35 @@ TEST_CASE("an empty run.name, a huge label count and a megabyte value are refuse
   // A megabyte unknown key: cut, and no seconds spent on suggestions.
   CHECK(error_of(s.config(""), {{"train." + huge, "1"}}).size() < 400);
 }
+
+// Issue 37, item 3: model.lowercase and the tokenizer depended on how the vocab
+// path was spelled. Every spelling of model.path's own tokenizer resolves to
+// the folder (recorded so in config.toml), and model.lowercase = true with it
+// is refused as `tokenize --lowercase` refuses it.
+TEST_CASE("model.path's tokenizer is one resolution whatever the spelling") {
+  Scratch s;
+  const std::string hf = s.dir + "/hf";
+  std::system(("mkdir -p '" + hf + "' && cp '" + s.dir + "/vocab.txt' '" + hf + "/vocab.txt' && echo '{}' > '" + hf +
+               "/tokenizer.json' && ln -s hf/vocab.txt '" + s.dir + "/linked_vocab.txt'")
+                  .c_str());
+  for (const std::string& vocab : {std::string(""), hf + "/vocab.txt", hf + "/./vocab.txt", s.dir + "/./hf/../hf/vocab.txt",
+                                   s.dir + "/linked_vocab.txt", hf + "/tokenizer.json", hf, hf + "/"}) {
+    CAPTURE(vocab);
+    ConfigOverrides overrides = {{"model.path", hf}, {"model.vocab", vocab}};  // "": unset
+    const RunConfig c = load_run_config(s.config(""), overrides);
+    CHECK(c.model.vocab == hf);
+    CHECK(config_to_toml(c).find("vocab = \"" + hf + "\"") != std::string::npos);
+    overrides.push_back({"model.lowercase", "true"});
+    CHECK(error_of(s.config(""), overrides).rfind("model.lowercase = true goes with a vocab.txt file, but the tokenizer is "
+                                                  "the folder '" + hf + "' (model.path's own",
+                                                  0) == 0);
+  }
+  // A vocab.txt of its own beside model.path stays that file, and takes model.lowercase.
+  const RunConfig own = load_run_config(s.config(""), {{"model.path", hf}, {"model.vocab", s.dir + "/vocab.txt"},
+                                                       {"model.lowercase", "true"}});
+  CHECK(own.model.vocab == s.dir + "/vocab.txt");
+  CHECK(own.model.lowercase);
+  // A lone tokenizer.json says itself whether it lowercases.
+  CHECK(error_of(s.config(""), {{"model.vocab", hf + "/tokenizer.json"}, {"model.lowercase", "true"}})
+            .find("the tokenizer.json '" + hf + "/tokenizer.json'") != std::string::npos);
+}

@@ -151,7 +151,7 @@ TEST_CASE("curves.svg in the run folder, and PNG") {
   const std::string run = s.run("run", kProgress.c_str(), kResults);
   write_run_curves_svg(run);
   CHECK(read_file(run + "/curves.svg", "test") == render_curves_svg({read_run_curves(run)}));
-  CHECK(!fs::exists(run + "/curves.svg.tmp"));
+  CHECK_FALSE(shardtrain_test::has_temporary_of(run + "/curves.svg"));
   if (curves_png_supported()) {
     write_curves_png(read_file(run + "/curves.svg", "test"), s.dir + "/c.png");
     CHECK(read_file(s.dir + "/c.png", "test").rfind("\x89PNG\r\n\x1a\n", 0) == 0);

@@ -29,6 +29,7 @@
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/train_checkpoint.h"
 #include "support/mpi_ranks.h"
+#include "support/scratch_dir.h"
 
 namespace export_stream_mpi_test {
 using namespace shardtrain;
@@ -151,7 +152,7 @@ TEST_CASE("stream writer: the bytes of write_safetensors and of the format's ref
   }
   const std::string bytes = file_bytes_of(streamed);
   CHECK(bytes == file_bytes_of(whole));
-  CHECK_FALSE(fs::exists(streamed + ".tmp"));
+  CHECK_FALSE(shardtrain_test::has_temporary_of(streamed));
 
   // Independently of both writers: the serialised header, then each tensor's
   // contiguous bytes in order.
@@ -189,7 +190,7 @@ TEST_CASE("stream writer: misuse is refused by name and leaves no file") {
       CHECK_MESSAGE(contains(message, text), message);
       CHECK_MESSAGE(contains(message, path), message);
       // Unusable afterwards; the temporary file is gone at once.
-      CHECK_FALSE(fs::exists(path + ".tmp"));
+      CHECK_FALSE(shardtrain_test::has_temporary_of(path));
       CHECK(contains(error_of([&] { writer.commit(); }), "failed earlier"));
     }
     CHECK_FALSE(fs::exists(path));
@@ -218,7 +219,7 @@ TEST_CASE("stream writer: misuse is refused by name and leaves no file") {
   auto refused_specs = [&](std::vector<SafetensorsTensorSpec> bad, const std::string& text) {
     const std::string message = error_of([&] { SafetensorsStreamWriter writer(path, bad); });
     CHECK_MESSAGE(contains(message, text), message);
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_FALSE(shardtrain_test::has_temporary_of(path));
   };
   refused_specs({{"a", at::kFloat, {1}}, {"a", at::kFloat, {2}}}, "tensor name 'a' appears twice");
   refused_specs({{"__metadata__", at::kFloat, {1}}}, "__metadata__");
@@ -230,9 +231,9 @@ TEST_CASE("stream writer: misuse is refused by name and leaves no file") {
     std::ofstream(path) << "old";
     SafetensorsStreamWriter writer(path, specs);
     writer.write_next("a", torch::zeros({2, 3}));
-    CHECK(fs::exists(path + ".tmp"));
+    CHECK(shardtrain_test::has_temporary_of(path));
   }
-  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK_FALSE(shardtrain_test::has_temporary_of(path));
   CHECK(file_bytes_of(path) == "old");
   fs::remove(path);
 }
@@ -344,7 +345,7 @@ TEST_CASE("export: a checkpoint whose tensors do not match its config is refused
     CHECK_MESSAGE(contains(message, "classifier.weight has shape [3, 32] in the checkpoint but the model's is [2, 32]"),
                   message);
     CHECK_FALSE(fs::exists(out));
-    CHECK_FALSE(fs::exists(out + ".tmp"));
+    CHECK_FALSE(shardtrain_test::has_temporary_of(out));
     CHECK(contains(error_of([&] { export_checkpoint_safetensors(f.checkpoint, out, at::kDouble); }),
                    "float32, float16 or bfloat16"));
     CHECK(contains(error_of([&] { export_checkpoint_safetensors(export_dir() + "/nope.h5", out); }), "nope.h5"));

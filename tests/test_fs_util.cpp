@@ -1,19 +1,24 @@
-// Run-folder files (core/fs_util.h): atomic writes and appends whose failures
-// name the path and the OS's reason, with no temporary file left behind; the
-// free-space check; stale temporary files; message shortening (core/log.h).
-// A full disk is /dev/full: every write to it fails with ENOSPC, so a symlink
-// named like the temporary file turns any write into a full-disk write.
+// Run-folder files and outputs (core/fs_util.h): atomic writes that never
+// replace what is at their path by something else (links, devices, FIFOs,
+// "-"), appends whose failures name the path and the OS's reason, with no
+// temporary file left behind; the free-space check; stale temporary files;
+// message shortening (core/log.h). A full disk is /dev/full (every write to it
+// fails with ENOSPC) or a file size limit (EFBIG).
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
@@ -44,27 +49,120 @@ bool fs_util_contains(const std::string& text, const std::string& part) { return
 
 }  // namespace
 
+// The files of `dir` other than `except`.
+static std::vector<std::string> fs_util_other_files(const std::string& dir, const std::vector<std::string>& except) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(except.begin(), except.end(), name) == except.end()) out.push_back(name);
+  }
+  return out;
+}
+
 TEST_CASE("write_file_atomic replaces the file and leaves no temporary") {
   const std::string dir = fs_util_temp_dir();
   const std::string path = dir + "/config.toml";
   write_file_atomic(path, "a = 1\n");
   CHECK(fs_util_read(path) == "a = 1\n");
+  chmod(path.c_str(), 0640);
   write_file_atomic(path, "a = 2\n");
   CHECK(fs_util_read(path) == "a = 2\n");
-  CHECK_FALSE(fs::exists(path + ".tmp"));
+  struct stat info {};
+  REQUIRE(stat(path.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0640);  // the replaced file's mode, not mkstemp's 0600
+  CHECK(fs_util_other_files(dir, {"config.toml"}).empty());
   fs::remove_all(dir);
 }
 
-TEST_CASE("a full disk names the path and ENOSPC, keeps the old file and removes the temporary") {
+// The shared writer (OutputFile; write_file_atomic is OutputFile + commit) of
+// every output: predict --output, tokenize --output, plot --output, export's
+// config.json / tokenizer files / model.safetensors, and the run folder's
+// config.toml, curves.svg, result.jsonl and progress.csv rewrites and the
+// TensorBoard rewrites (issue 37, item 1).
+TEST_CASE("an output never replaces what is at its path by something else") {
+  const std::string dir = fs_util_temp_dir();
+  // A file named like the old fixed temporary name is another file: kept.
+  const std::string out = dir + "/out.jsonl";
+  std::ofstream(out + ".tmp") << "the input\n";
+  write_file_atomic(out, "new\n");
+  CHECK(fs_util_read(out) == "new\n");
+  CHECK(fs_util_read(out + ".tmp") == "the input\n");
+
+  // A symbolic link is written through; the link stays a link.
+  std::ofstream(dir + "/target.txt") << "old\n";
+  REQUIRE(symlink("target.txt", (dir + "/link.jsonl").c_str()) == 0);
+  write_file_atomic(dir + "/link.jsonl", "through\n");
+  CHECK(fs::is_symlink(dir + "/link.jsonl"));
+  CHECK(fs_util_read(dir + "/target.txt") == "through\n");
+  // A chain of links, the last one dangling: the file it names is created.
+  REQUIRE(symlink("dangling.txt", (dir + "/d1").c_str()) == 0);
+  REQUIRE(symlink(("../" + fs::path(dir).filename().string() + "/d1").c_str(), (dir + "/d2").c_str()) == 0);
+  write_file_atomic(dir + "/d2", "made\n");
+  CHECK(fs::is_symlink(dir + "/d2"));
+  CHECK(fs::is_symlink(dir + "/d1"));
+  CHECK(fs_util_read(dir + "/dangling.txt") == "made\n");
+
+  // A device is written in place, never renamed over: a link to /dev/null
+  // still leads to the device afterwards.
+  REQUIRE(symlink("/dev/null", (dir + "/null").c_str()) == 0);
+  write_file_atomic(dir + "/null", "discarded\n");
+  CHECK(fs::is_symlink(dir + "/null"));
+  CHECK(fs::is_character_file("/dev/null"));
+  // ... and a full device says so, naming the path.
+  REQUIRE(symlink("/dev/full", (dir + "/full").c_str()) == 0);
+  CHECK(shardtrain_test::error_of([&] { write_file_atomic(dir + "/full", "x"); }) ==
+        "cannot write " + dir + "/full (-> /dev/full): No space left on device (ENOSPC)");
+
+  // A FIFO is written in place: its reader gets the bytes, the FIFO stays.
+  const std::string fifo = dir + "/pipe";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  std::string received;
+  std::thread reader([&] { received = fs_util_read(fifo); });
+  write_file_atomic(fifo, "through the pipe\n");
+  reader.join();
+  CHECK(received == "through the pipe\n");
+  struct stat info {};
+  REQUIRE(lstat(fifo.c_str(), &info) == 0);
+  CHECK(S_ISFIFO(info.st_mode));
+
+  // Refused before anything is written: a folder, a loop of links, "".
+  CHECK(shardtrain_test::error_of([&] { OutputFile("/tmp", "--output"); }) ==
+        "--output '/tmp' is a folder; name a file in it");
+  REQUIRE(symlink("loop", (dir + "/loop").c_str()) == 0);
+  CHECK(fs_util_contains(shardtrain_test::error_of([&] { write_file_atomic(dir + "/loop", "x"); }),
+                         "a loop of symbolic links"));
+  CHECK(shardtrain_test::error_of([&] { OutputFile("", "--output"); }) ==
+        "--output '': the path is empty; name a file (or - for standard output)");
+  CHECK(fs_util_other_files(dir, {"out.jsonl", "out.jsonl.tmp", "target.txt", "link.jsonl", "d1", "d2",
+                                  "dangling.txt", "null", "full", "pipe", "loop"})
+            .empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("\"-\" is standard output") {
+  OutputFile out("-");
+  CHECK(out.in_place());
+  out.write("");  // nothing: the test's own output stays clean
+  out.commit();
+}
+
+TEST_CASE("a failed write names the path and the reason, keeps the old file and removes the temporary") {
   const std::string dir = fs_util_temp_dir();
   const std::string path = dir + "/config.toml";
   write_file_atomic(path, "old\n");
-  // The temporary file is a link to /dev/full: the write fails as on a full disk.
-  REQUIRE(symlink("/dev/full", (path + ".tmp").c_str()) == 0);
+  // A file size limit makes the write fail as a full disk would, in the temporary file.
+  struct rlimit before {};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &before) == 0);
+  struct rlimit small = before;
+  small.rlim_cur = 4096;
+  auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
   const std::string message = shardtrain_test::error_of([&] { write_file_atomic(path, std::string(1 << 16, 'x')); });
-  CHECK(message == "cannot write " + path + ".tmp: No space left on device (ENOSPC)");
+  setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, previous);
+  CHECK(message == "cannot write " + path + ": File too large (EFBIG)");
   CHECK(fs_util_read(path) == "old\n");
-  CHECK_FALSE(fs::exists(fs::symlink_status(path + ".tmp")));
+  CHECK(fs_util_other_files(dir, {"config.toml"}).empty());
 
   // append_line to a full disk: the same reason, the path named.
   const std::string log = dir + "/result.jsonl";
@@ -77,7 +175,8 @@ TEST_CASE("a full disk names the path and ENOSPC, keeps the old file and removes
 TEST_CASE("write_file_atomic into a missing folder names the path and ENOENT") {
   const std::string path = "/tmp/shardtrain_no_such_folder_for_fs_util/x/config.toml";
   CHECK(shardtrain_test::error_of([&] { write_file_atomic(path, "x"); }) ==
-        "cannot create " + path + ".tmp: No such file or directory (ENOENT)");
+        "cannot create a file in /tmp/shardtrain_no_such_folder_for_fs_util/x (writing " + path +
+            "): No such file or directory (ENOENT)");
 }
 
 TEST_CASE("append_line appends whole lines") {

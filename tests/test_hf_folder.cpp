@@ -4,15 +4,19 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/classifier.h"
+#include "shardtrain/model/encoder_config.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
+#include "support/mpi_ranks.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -178,6 +182,99 @@ TEST_CASE("sharded checkpoint with an index") {
 
   fs::remove(dir / "model-00002-of-00002.safetensors");
   CHECK_THROWS_WITH_AS(load_hf_folder(dir.string()), doctest::Contains("is missing"), Error);
+}
+
+// Issue 37, item 7: transformers loads a shard whole; an index that forgets a
+// tensor left it random here. Now it loads, and a tensor in two shards is refused.
+TEST_CASE("a sharded index that omits a tensor still loads it from its shard") {
+  HfModel reference = load_hf_folder(kTiny.string());
+  NamedTensors all = fixture_tensors();
+  const fs::path dir = scratch("sharded_omission");
+  fs::copy_file(kTiny / "config.json", dir / "config.json");
+  write_safetensors((dir / "model-00001-of-00001.safetensors").string(), all);
+  std::string index = R"({"weight_map": {)";
+  for (std::size_t i = 1; i < all.size(); ++i)  // all[0] is not in the index
+    index += (i > 1 ? "," : "") + std::string("\"") + all[i].first + "\": \"model-00001-of-00001.safetensors\"";
+  std::ofstream(dir / "model.safetensors.index.json") << index << "}}";
+  HfModel sharded = load_hf_folder(dir.string());
+  CHECK(sharded.report.missing_keys.empty());
+  CHECK(at::equal(logits_of(*sharded.model), logits_of(*reference.model)));
+
+  write_safetensors((dir / "model-extra.safetensors").string(), {all[0]});
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"weight_map": {")" << all[0].first << R"(": "model-extra.safetensors", ")" << all[1].first
+      << R"(": "model-00001-of-00001.safetensors"}})";
+  const std::string twice = "tensor '" + all[0].first +
+                            "' is in two shards, model-00001-of-00001.safetensors and model-extra.safetensors";
+  CHECK_THROWS_WITH_AS(load_hf_folder(dir.string()), doctest::Contains(twice.c_str()), Error);
+}
+
+// Issue 37, items 4 and 5: a folder of another family (or no model_type)
+// loaded as BERT with every weight random; NaN weights went unnoticed.
+TEST_CASE("hostile folders: no model_type, another family's weights, NaN weights") {
+  NamedTensors tensors = fixture_tensors();
+  const fs::path no_type = folder_with("no_model_type", tensors);
+  std::string config = read_text(kTiny / "config.json");
+  const size_t at = config.find("\"model_type\"");
+  REQUIRE(at != std::string::npos);
+  config.replace(at, std::string("\"model_type\"").size(), "\"model_kind\"");
+  std::ofstream(no_type / "config.json") << config;
+  CHECK_THROWS_WITH_AS(load_hf_folder(no_type.string()),
+                       doctest::Contains("config.json: no \"model_type\" key, so the model family is unknown"), Error);
+
+  // RoBERTa's names under a BERT config: not one tensor matches.
+  NamedTensors roberta;
+  for (const auto& [name, tensor] : tensors)
+    roberta.emplace_back(name.rfind("bert.", 0) == 0 ? "roberta." + name.substr(5) : name, tensor);
+  NamedTensors no_head;
+  for (const auto& entry : roberta)
+    if (entry.first.rfind("classifier.", 0) != 0) no_head.push_back(entry);
+  const std::string message = shardtrain_test::error_of([&] { load_hf_folder(folder_with("other_family", no_head).string()); });
+  CHECK_MESSAGE(message.find("the weights hold none of the") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("named like 'roberta.") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("model_type (\"bert\")") != std::string::npos, message);
+
+  // Some missing: loaded, and the report says how many.
+  NamedTensors without_classifier;
+  for (const auto& entry : tensors)
+    if (entry.first.rfind("classifier.", 0) != 0) without_classifier.push_back(entry);
+  HfModel partial = load_hf_folder(folder_with("partial", without_classifier).string());
+  const size_t total = partial.report.num_model_tensors;
+  CHECK(total == tensors.size());
+  CHECK(partial.report.message().find("2 of the model's " + std::to_string(total) + " tensors are newly initialized, " +
+                                      std::to_string(total - 2) + " loaded.") != std::string::npos);
+
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    NamedTensors poisoned = tensors;
+    for (auto& [name, tensor] : poisoned)
+      if (name == "bert.encoder.layer.1.output.dense.weight") {
+        tensor = tensor.clone();
+        tensor.view({-1})[3] = bad;
+        tensor.view({-1})[7] = bad;
+      }
+    CHECK_THROWS_WITH_AS(load_hf_folder(folder_with("poisoned", poisoned).string()),
+                         doctest::Contains("tensor 'bert.encoder.layer.1.output.dense.weight' holds 2 non-finite values "
+                                           "(NaN or infinity); refusing to load it"),
+                         Error);
+  }
+}
+
+// Issue 37, item 8.
+TEST_CASE("id2label and label2id that disagree are refused, naming both") {
+  const std::string base =
+      R"({"model_type": "bert", "id2label": {"0": "negative", "1": "positive"}, "label2id": )";
+  CHECK(EncoderConfig::from_json(base + R"({"negative": 0, "positive": 1}})", "c.json").id2label.back() == "positive");
+  const auto error = [&](const std::string& label2id) {
+    return shardtrain_test::error_of([&] { EncoderConfig::from_json(base + label2id + "}", "c.json"); });
+  };
+  CHECK(error(R"({"negative": 1, "positive": 0})") ==
+        "c.json: id2label and label2id disagree: label2id[\"negative\"] = 1 but id2label[\"1\"] = \"positive\"; make "
+        "label2id the inverse of id2label (or remove label2id)");
+  CHECK(error(R"({"negative": 0, "positive": 1, "neutral": 2})").find("label2id[\"neutral\"] = 2 is not an id of "
+                                                                      "id2label (0..1)") != std::string::npos);
+  CHECK(error(R"({"negative": 0})").find("id2label has 2 labels, label2id 1") != std::string::npos);
+  CHECK(error(R"({"negative": "0", "positive": 1})").find("key \"label2id\": the id of \"negative\" must be an integer") !=
+        std::string::npos);
 }
 
 TEST_CASE("save -> load gives identical logits; config and tokenizer files are written") {

@@ -17,7 +17,11 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "support/mpi_ranks.h"
+#include "support/scratch_dir.h"
+#include "shardtrain/cli/config.h"
 #include "shardtrain/cli/estimate_memory.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/cpu_features.h"
@@ -281,7 +285,9 @@ TEST_CASE("estimate-memory: flags are checked and the report has one JSON line p
                          0) == 0);
   bad = args;
   bad.world_sizes = "1,two";
-  CHECK(error(bad) == "--world-size: 'two' is not a rank count (a list of integers >= 1, e.g. 1,2,4,8)");
+  CHECK(error(bad) == "--world-size: expected an integer, got 'two'");
+  bad.world_sizes = std::string("1,0");
+  CHECK(error(bad) == "--world-size = 0: must be in [1, 1048576]");
   bad = args;
   bad.strategies = "zero4";
   CHECK(memory_estimate_contains(error(bad), "--strategy"));
@@ -296,13 +302,76 @@ TEST_CASE("estimate-memory: flags are checked and the report has one JSON line p
   bad.model = "";
   CHECK(error(bad) == "--model is required without --config (a Hugging Face model folder or its config.json)");
   bad = args;
+  bad.seq_len = 600;
+  CHECK(memory_estimate_contains(error(bad), "--seq-len 600 exceeds the 512 positions of "));
   bad.seq_len = 100000;
-  CHECK(memory_estimate_contains(error(bad), "--seq-len 100000 exceeds the 512 positions of "));
+  CHECK(error(bad) == "--seq-len = 100000: must be in [3, 65536]");
   // ddp with offload alone is refused with the strategies' own reason.
   bad = args;
   bad.strategies = "ddp";
   bad.offload_optimizer = "cpu";
   CHECK(memory_estimate_contains(error(bad), "parallel.offload_optimizer = \"cpu\" needs a sharded strategy"));
+
+  // Issue 37, item 12: one reading of every numeric flag, the config's.
+  bad = args;
+  bad.batch_size = 0;
+  CHECK(error(bad) == "--batch-size = 0: must be >= 1");
+  bad = args;
+  bad.seq_len = 0;
+  CHECK(error(bad) == "--seq-len = 0: must be in [3, 65536]");
+  bad = args;
+  bad.num_labels = -3;
+  CHECK(error(bad) == "--num-labels = -3: must be in [1, 1048576]");
+  for (const char* sizes : {"1,,2", "", "1,2,"}) {
+    bad = args;
+    bad.world_sizes = std::string(sizes);
+    CHECK(memory_estimate_contains(error(bad), "--world-size '" + std::string(sizes) + "': an empty item"));
+  }
+  bad = args;
+  bad.world_sizes = std::string("0x10");
+  CHECK(error(bad) == "--world-size: expected an integer, got '0x10'");
+  for (const char* size : {"0x10GiB", "inf", "nan GB", "1e400"})
+    CHECK_THROWS_WITH_AS(parse_memory_size(size, "--device-memory"), doctest::Contains("is not a memory size"), Error);
+  CHECK(parse_integer_setting("train.batch_size", "16") == 16);
+  CHECK_THROWS_WITH_AS(parse_integer_setting("train.batch_size", " 16"), "train.batch_size: expected an integer, got ' 16'",
+                       Error);
+  CHECK_THROWS_WITH_AS(parse_number_setting("train.lr", "0x1p-3"), "train.lr: expected a number, got '0x1p-3'", Error);
+  CHECK(parse_number_setting("train.lr", "3e-5") == 3e-5);
+
+  // The refused combination is a JSON line with its reason, as the table says it.
+  EstimateMemoryArgs offload = args;
+  offload.strategies = "ddp,zero2";
+  offload.offload_optimizer = "cpu";
+  offload.world_sizes = std::string("2");
+  offload.json = true;
+  const std::vector<std::string> json_lines = estimate_memory_report(RunConfig(), false, offload);
+  REQUIRE(json_lines.size() == 2);
+  CHECK(json_lines[0].rfind("{\"strategy\":\"ddp\",\"world_size\":2,\"refused\":\"parallel.offload_optimizer", 0) == 0);
+
+  // No batch limit below the search's cap is said, not printed as the cap.
+  EstimateMemoryArgs roomy = args;
+  roomy.json = false;
+  roomy.device_memory = "1e30";
+  roomy.world_sizes = std::string("1");
+  roomy.strategies = "ddp";
+  const std::vector<std::string> table = estimate_memory_report(RunConfig(), false, roomy);
+  CHECK(memory_estimate_contains(table.back(), "fits"));
+  CHECK(memory_estimate_contains(table.back(), "no limit found"));
+  CHECK_FALSE(memory_estimate_contains(table.back(), "1099511627775"));
+
+  // The labels of the model's config.json count when no flag or key sets them.
+  shardtrain_test::ScratchDir dir("estimate_labels");
+  nlohmann::json config;
+  std::ifstream(args.model) >> config;
+  config.erase("num_labels");
+  config["id2label"] = {{"0", "a"}, {"1", "b"}, {"2", "c"}};
+  std::ofstream(dir.dir + "/config.json") << config.dump();
+  EstimateMemoryArgs labelled = args;
+  labelled.json = false;
+  labelled.model = dir.dir;
+  CHECK(memory_estimate_contains(estimate_memory_report(RunConfig(), false, labelled)[0], ", 3 labels;"));
+  labelled.num_labels = 5;
+  CHECK(memory_estimate_contains(estimate_memory_report(RunConfig(), false, labelled)[0], ", 5 labels;"));
 }
 
 TEST_CASE("offload on a GPU moves the optimizer states to the host; on a CPU it moves nothing") {

@@ -20,6 +20,7 @@
 #include "shardtrain/train/metrics.h"
 #include "shardtrain/train/predict.h"
 #include "support/mpi_ranks.h"
+#include "support/scratch_dir.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -198,7 +199,7 @@ TEST_CASE("predict: logits equal the model run on each row alone; metrics from t
   if (world_rank() == 0) {
     const std::string path = (temp_dir() / "pred.jsonl").string();
     write_predictions_jsonl(result, path);
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_FALSE(shardtrain_test::has_temporary_of(path));
     std::ifstream in(path);
     std::string line;
     int64_t n = 0;

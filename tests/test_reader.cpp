@@ -96,7 +96,7 @@ TEST_CASE("UTF-8 BOM and CRLF; columns by name and by index") {
   CHECK(error_of([&] { read_table(kReaderFixtures + "bom_crlf.tsv", by_index); })
             .find("data.text_a = 5 is out of range (the header has 5 columns)") != std::string::npos);
   CHECK(error_of([&] { read_table(kReaderFixtures + "missing.tsv", by_index); }) ==
-        kReaderFixtures + "missing.tsv: cannot open data file");
+        "data file = '" + kReaderFixtures + "missing.tsv': no such file");
 }
 
 TEST_CASE("format from extension or explicit") {
@@ -270,6 +270,26 @@ TEST_CASE("bad rows: error names file and line; skip counts") {
 
   // A table with no rows at all is a user error, not an empty dataset.
   CHECK(error_of([&] { read_table_from_string("", "empty.tsv", t2); }) == "empty.tsv: empty file (expected a header row)");
+}
+
+// Issue 37, item 13: what a file is, named before its rows are parsed.
+TEST_CASE("not a data file: a device, UTF-16, CR-only line ends") {
+  const ReaderOptions options = mrpc_options();
+  // /dev/zero was read until memory ran out.
+  CHECK(error_of([&] { read_table("/dev/zero", options); }) == "data file = '/dev/zero': is a device, not a file");
+  CHECK(error_of([&] { read_table(kReaderFixtures, options); }).find("is a folder, not a file") != std::string::npos);
+  // UTF-16 with and without a byte-order mark: raw bytes were printed as columns.
+  const std::string utf16_le_bom("\xFF\xFEQ\0u\0a\0l\0\t\0a\0\n\0", 16);
+  CHECK(error_of([&] { read_table_from_string(utf16_le_bom, "u16.tsv", options); }) ==
+        "u16.tsv: not UTF-8 (UTF-16); convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8 'u16.tsv' > out.tsv");
+  const std::string utf16_no_bom("Q\0u\0a\0l\0\t\0a\0\n\0", 14);
+  CHECK(error_of([&] { read_table_from_string(utf16_no_bom, "u16.tsv", options); }).find("not UTF-8 (UTF-16?)") != std::string::npos);
+  // CR-only line ends: the header was the whole file.
+  const std::string old_mac = "Quality\t#1 String\t#2 String\r1\ta\tb\r0\tc\td\r";
+  CHECK(error_of([&] { read_table_from_string(old_mac, "mac.tsv", options); })
+            .rfind("mac.tsv: lines end in CR alone (old Mac line ends)", 0) == 0);
+  // CRLF is fine.
+  CHECK(read_table_from_string("Quality\t#1 String\t#2 String\r\n1\ta\tb\r\n", "crlf.tsv", options).size() == 1);
 }
 
 TEST_CASE("UTF-8 validation") {

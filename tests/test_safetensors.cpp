@@ -13,6 +13,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/safetensors.h"
+#include "support/scratch_dir.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -116,7 +117,7 @@ TEST_CASE("round trip of every dtype, empty and scalar tensors") {
   const std::string again = (scratch_dir() / "round_trip_again.safetensors").string();
   write_safetensors(again, tensors);
   CHECK(read_bytes(again) == bytes);
-  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK_FALSE(shardtrain_test::has_temporary_of(path));
 }
 
 TEST_CASE("writer refuses what it cannot store") {

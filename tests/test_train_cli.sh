@@ -136,18 +136,28 @@ def load(p):
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a == b, (a, b)
 PY
+# progress.csv rows (step, epoch, loss, lr, grad_norm) as the uninterrupted run's: the
+# first row after the resume averages the same steps (issue 37, item 11).
+cut -d, -f1-5 "$D/progress.csv" >"$TMP/progress_straight.csv"
+cut -d, -f1-5 "$K/progress.csv" >"$TMP/progress_killed.csv"
+cmp -s "$TMP/progress_straight.csv" "$TMP/progress_killed.csv" &&
+  pass "killed + resumed: progress.csv's loss and grad_norm rows identical" ||
+  { diff "$TMP/progress_straight.csv" "$TMP/progress_killed.csv" >"$TMP/progress.diff"; fail "progress.csv differs after resume" "$TMP/progress.diff"; }
 ls "$K" | grep -q '\.tmp' && echo "note: the kill left a temporary checkpoint file (killed mid-write)"
 
-# 3. Re-running a finished run changes nothing.
+# 3. Re-running a finished run changes nothing, train.log included (issue 37, item 10).
 cp "$D/result.jsonl" "$TMP/before.jsonl"
+cp "$D/train.log" "$TMP/before.log"
 train straight && grep -q "training already finished" "$TMP/straight.log" && cmp -s "$D/result.jsonl" "$TMP/before.jsonl" &&
-  pass "re-running a finished run does nothing" || fail "re-running a finished run" "$TMP/straight.log"
+  cmp -s "$D/train.log" "$TMP/before.log" &&
+  pass "re-running a finished run does nothing (train.log unchanged)" || fail "re-running a finished run" "$TMP/straight.log"
 
 # 3b. ... with other flags it keeps its config.toml; --resume of its checkpoint
 #     into a new run has nothing to do and leaves no run folder behind.
 cp "$D/config.toml" "$TMP/before.toml"
-train straight --train.lr 5e-4 && cmp -s "$D/config.toml" "$TMP/before.toml" &&
-  pass "a finished run re-run with another lr keeps its config.toml" || fail "config.toml rewritten" "$TMP/straight.log"
+train straight --train.lr 5e-4 && cmp -s "$D/config.toml" "$TMP/before.toml" && cmp -s "$D/train.log" "$TMP/before.log" &&
+  pass "a finished run re-run with another lr keeps its config.toml and train.log" ||
+  fail "config.toml or train.log rewritten" "$TMP/straight.log"
 train copy --resume "$LAST_S" && grep -q "nothing to do" "$TMP/copy.log" && [ ! -e "$TMP/runs/copy" ] &&
   pass "--resume of a finished checkpoint into a new run leaves no folder" || fail "--resume into a new run" "$TMP/copy.log"
 
@@ -171,6 +181,11 @@ fi
 [ $? -eq 2 ] && grep -q "train.batch_size" "$TMP/e1.log" && pass "bad batch size names train.batch_size" || fail "bad batch size" "$TMP/e1.log"
 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name straight --train.batch_size 3 >"$TMP/e2.log" 2>&1
 [ $? -eq 2 ] && grep -q "global batch" "$TMP/e2.log" && pass "resume with another global batch is refused" || fail "global batch mismatch" "$TMP/e2.log"
+# The refusal, and nothing of the refused job's setup, is appended to train.log.
+[ "$(($(wc -l <"$D/train.log") - $(wc -l <"$TMP/before.log")))" -eq 1 ] &&
+  tail -n 1 "$D/train.log" | grep -q "error: .*was trained with global batch" &&
+  pass "a refused resume appends its error to train.log, and nothing else" ||
+  fail "train.log after a refused resume: $(($(wc -l <"$D/train.log") - $(wc -l <"$TMP/before.log"))) lines added" "$D/train.log"
 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name e3 --data.label "Qualty" >"$TMP/e3.log" 2>&1
 [ $? -eq 2 ] && grep -q "Qualty" "$TMP/e3.log" && pass "a missing label column is named" || fail "missing label column" "$TMP/e3.log"
 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name e5 --parallel.offload_optimizer cpu >"$TMP/e5.log" 2>&1

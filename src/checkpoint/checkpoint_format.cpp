@@ -3,6 +3,7 @@
 #include "checkpoint/checkpoint_format.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "shardtrain/core/check.h"
@@ -106,6 +107,73 @@ std::string text_of_fixed_length_string(std::string bytes) {
   const size_t nul = bytes.find('\0');
   if (nul != std::string::npos) bytes.resize(nul);
   return bytes;
+}
+
+namespace {
+
+constexpr const char* kKindNames[] = {"int", "float", "string", "bytes"};
+
+}  // namespace
+
+uint64_t attribute_checksum(AttributeKind kind, const std::string& value_bytes) {
+  const auto code = static_cast<uint64_t>(kind);
+  uint64_t sum = mix64(~(code * kGolden) ^ static_cast<uint64_t>(value_bytes.size()));
+  uint64_t offset = kGolden;
+  for (const char c : value_bytes) {
+    sum += mix64(static_cast<uint64_t>(static_cast<unsigned char>(c)) + offset);
+    offset += kGolden;
+  }
+  return sum;
+}
+
+std::string encode_attribute_checksums(const std::map<std::string, AttributeChecksum>& table) {
+  std::string out;
+  char hex[17];
+  for (const auto& [name, entry] : table) {
+    if (name.empty() || name.find_first_of("\n\r") != std::string::npos)
+      throw Error("checkpoint attribute name '" + name + "' must be non-empty and on one line");
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(entry.checksum));
+    out += std::string(kKindNames[static_cast<int>(entry.kind)]) + " " + hex + " " + name + "\n";
+  }
+  return out;
+}
+
+std::map<std::string, AttributeChecksum> decode_attribute_checksums(const std::string& text, const std::string& path) {
+  std::map<std::string, AttributeChecksum> table;
+  size_t start = 0, line_number = 0;
+  while (start < text.size()) {
+    ++line_number;
+    const size_t end = text.find('\n', start);
+    const std::string line = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    start = end == std::string::npos ? text.size() : end + 1;
+    auto malformed = [&](const char* why) {
+      throw Error(path + ": attribute " + kAttributeChecksumsAttribute + " is damaged (line " +
+                  std::to_string(line_number) + ": " + why + "); use another checkpoint");
+    };
+    if (end == std::string::npos) malformed("no line end");
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) malformed("no kind");
+    const std::string kind = line.substr(0, space);
+    AttributeChecksum entry;
+    bool known = false;
+    for (int k = 0; k < 4; ++k)
+      if (kind == kKindNames[k]) {
+        entry.kind = static_cast<AttributeKind>(k);
+        known = true;
+      }
+    if (!known) malformed("unknown kind");
+    if (line.size() < space + 1 + 16 + 2 || line[space + 17] != ' ') malformed("no checksum");
+    for (size_t i = space + 1; i < space + 17; ++i) {
+      const char c = line[i];
+      const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (digit < 0) malformed("the checksum is not 16 hex digits");
+      entry.checksum = entry.checksum << 4 | static_cast<uint64_t>(digit);
+    }
+    const std::string name = line.substr(space + 18);
+    if (name.empty() || name.find('\r') != std::string::npos) malformed("no name");
+    if (!table.emplace(name, entry).second) malformed("a name listed twice");
+  }
+  return table;
 }
 
 std::string encode_slice_records(const std::vector<SliceRecord>& records) {

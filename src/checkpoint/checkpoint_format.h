@@ -36,6 +36,20 @@ constexpr const char* kWorldSizeAttribute = "writer_world_size";
 constexpr const char* kChecksumAlgorithmAttribute = "shardtrain_checksum_algorithm";
 constexpr const char* kChecksumAlgorithm = "sum-mix64-v1";
 constexpr const char* kChecksumAttribute = "shardtrain_checksum";
+// Root attributes got checksums later still: a file that has this root
+// attribute (a string, encode_attribute_checksums()) lists every other root
+// attribute with its kind and checksum. Files without it still load.
+constexpr const char* kAttributeChecksumsAttribute = "shardtrain_attribute_checksums";
+
+// The checksums' mixing: SplitMix64's finaliser (a bijection) and 2^64 / phi.
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
 
 // The dataset path "/<group>/<name>".
 std::string join_group(const std::string& group, const std::string& name);
@@ -78,6 +92,27 @@ const char* kind_description(AttributeKind kind);
 // The text of a fixed-length string attribute (as other tools write them):
 // its bytes up to the first NUL.
 std::string text_of_fixed_length_string(std::string bytes);
+
+// An attribute's value as bytes: an integer or a float as its 8 bytes (int64,
+// IEEE double, native order), a string as its text, bytes as they are.
+// The checksum of an attribute of `kind` with that value, as datasets are
+// summed ("sum-mix64-v1"): the sum of mix64(byte_i + (i + 1) phi) over its
+// bytes, plus a term of the kind and the length. One changed bit, a moved
+// byte, another length or another kind change it.
+uint64_t attribute_checksum(AttributeKind kind, const std::string& value_bytes);
+
+struct AttributeChecksum {
+  AttributeKind kind = AttributeKind::kInteger;
+  uint64_t checksum = 0;
+};
+
+// The checksum table as stored: one line per attribute, sorted by name,
+// "<kind> <16 hex digits> <name>" with kind int, float, string or bytes.
+// Error for a name with a line break (never written).
+std::string encode_attribute_checksums(const std::map<std::string, AttributeChecksum>& table);
+// The table back. Error naming `path` for anything encode_attribute_checksums()
+// does not write (a hostile or damaged table).
+std::map<std::string, AttributeChecksum> decode_attribute_checksums(const std::string& text, const std::string& path);
 
 // ---- element types and shapes ------------------------------------------------
 

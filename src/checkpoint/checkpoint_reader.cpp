@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cerrno>
 #include <map>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <utility>
 
+#include "checkpoint/attributes.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/digest.h"
 #include "checkpoint/dtypes.h"
@@ -47,15 +49,6 @@ bool link_exists(hid_t location, const std::string& path, const std::string& fil
   return true;
 }
 
-detail::TypeClass type_class_of(H5T_class_t type_class) {
-  switch (type_class) {
-    case H5T_INTEGER: return detail::TypeClass::kInteger;
-    case H5T_FLOAT: return detail::TypeClass::kFloat;
-    case H5T_STRING: return detail::TypeClass::kString;
-    default: return detail::TypeClass::kOther;
-  }
-}
-
 }  // namespace
 
 struct CheckpointReader::Impl {
@@ -63,6 +56,7 @@ struct CheckpointReader::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
   detail::File file;
   bool has_checksums = false;
+  bool attribute_checksums = false;
 
   ~Impl() {
     if (!file.valid()) return;
@@ -108,31 +102,9 @@ struct CheckpointReader::Impl {
     ok(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value), "the checksum of " + full);
     return value;
   }
-  // A root attribute, open, that holds the kind asked for.
-  struct OpenAttribute {
-    std::string what;  // "attribute 'step'", for messages
-    detail::Attribute id;
-    detail::Datatype type;
-    detail::AttributeShape shape;
-  };
-  // Error when the attribute is missing or does not hold `kind`.
-  OpenAttribute open_attribute(const std::string& key, detail::AttributeKind kind) const {
-    OpenAttribute out;
-    out.what = "attribute '" + key + "'";
-    if (!ok(H5Aexists(file.get(), key.c_str()), out.what))
-      throw Error(path + ": checkpoint has no attribute '" + key + "'");
-    out.id = detail::Attribute(ok(H5Aopen(file.get(), key.c_str(), H5P_DEFAULT), out.what));
-    out.type = detail::Datatype(ok(H5Aget_type(out.id.get()), out.what));
-    out.shape.type_class = type_class_of(H5Tget_class(out.type.get()));
-    out.shape.type_size_bytes = H5Tget_size(out.type.get());
-    if (kind != detail::AttributeKind::kString) {
-      detail::Dataspace space(ok(H5Aget_space(out.id.get()), out.what));
-      out.shape.num_dimensions = H5Sget_simple_extent_ndims(space.get());
-      out.shape.num_elements = H5Sget_simple_extent_npoints(space.get());
-    }
-    if (!detail::holds(kind, out.shape))
-      throw Error(path + ": attribute '" + key + "' is not " + detail::kind_description(kind));
-    return out;
+  // The root attribute `key` of `kind`, as bytes (checkpoint/attributes.h).
+  std::string attribute_bytes(const std::string& key, detail::AttributeKind kind) const {
+    return detail::read_attribute_bytes(file.get(), path, key, kind);
   }
 };
 
@@ -154,15 +126,26 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
   }
   throw_if_any_failed(problem, comm, r.phase("agreeing on the open"));
   r.has_checksums = has_attribute(detail::kChecksumAlgorithmAttribute);
-  if (r.has_checksums) {
-    detail::check_checksum_algorithm(path, string_attribute(detail::kChecksumAlgorithmAttribute));
-  } else {
+  if (r.has_checksums) detail::check_checksum_algorithm(path, string_attribute(detail::kChecksumAlgorithmAttribute));
+  // The attributes (the model config, the tokenizer's files, the run config,
+  // the training state) against their checksums, on every rank: each reads
+  // the same metadata, and any rank's problem is every rank's Error.
+  std::string damage;
+  try {
+    r.attribute_checksums = detail::check_attribute_checksums(r.file.get(), path).has_table;
+  } catch (const Error& e) {
+    damage = e.what();
+  }
+  throw_if_any_failed(damage, comm, r.phase("checking the attributes' checksums"));
+  if (!r.has_checksums || !r.attribute_checksums) {
     // Once per file and process: a resume scans a run folder and opens its files more than once.
     static std::mutex mutex;
     static std::set<std::string> told;
     std::lock_guard<std::mutex> lock(mutex);
     if (told.insert(path).second)
-      log_warn("%s was written without checksums (by an older shardtrain): its data cannot be verified",
+      log_warn(r.has_checksums ? "%s was written without checksums of its attributes (by an older shardtrain): its "
+                                 "model config, tokenizer and training state cannot be verified"
+                               : "%s was written without checksums (by an older shardtrain): its data cannot be verified",
                path.c_str());
   }
 }
@@ -339,54 +322,33 @@ bool CheckpointReader::has_attribute(const std::string& key) const {
   return impl_->ok(H5Aexists(impl_->file.get(), key.c_str()), "attribute '" + key + "'") > 0;
 }
 
+bool CheckpointReader::has_attribute_checksums() const { return impl_->attribute_checksums; }
+
 std::vector<std::string> CheckpointReader::attribute_names() const {
-  std::vector<std::string> out;
-  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-    static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-    return 0;
-  };
-  impl_->ok(H5Aiterate2(impl_->file.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &out), "the attributes");
-  return out;
+  return detail::root_attribute_names(impl_->file.get(), impl_->path);
 }
 
 int64_t CheckpointReader::int_attribute(const std::string& key) const {
-  const Impl::OpenAttribute opened = impl_->open_attribute(key, detail::AttributeKind::kInteger);
+  const std::string bytes = impl_->attribute_bytes(key, detail::AttributeKind::kInteger);
   int64_t value = 0;
-  impl_->ok(H5Aread(opened.id.get(), H5T_NATIVE_INT64, &value), opened.what);
+  std::memcpy(&value, bytes.data(), sizeof(value));
   return value;
 }
 
 double CheckpointReader::double_attribute(const std::string& key) const {
-  const Impl::OpenAttribute opened = impl_->open_attribute(key, detail::AttributeKind::kFloat);
+  const std::string bytes = impl_->attribute_bytes(key, detail::AttributeKind::kFloat);
   double value = 0;
-  impl_->ok(H5Aread(opened.id.get(), H5T_NATIVE_DOUBLE, &value), opened.what);
+  std::memcpy(&value, bytes.data(), sizeof(value));
   return value;
 }
 
 std::string CheckpointReader::string_attribute(const std::string& key) const {
-  const Impl& r = *impl_;
-  const Impl::OpenAttribute opened = r.open_attribute(key, detail::AttributeKind::kString);
-  if (r.ok(H5Tis_variable_str(opened.type.get()), opened.what)) {
-    detail::Datatype memory_type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
-    ST_CHECK_HDF5(H5Tset_size(memory_type.get(), H5T_VARIABLE));
-    ST_CHECK_HDF5(H5Tset_cset(memory_type.get(), H5Tget_cset(opened.type.get())));
-    char* pointer = nullptr;
-    r.ok(H5Aread(opened.id.get(), memory_type.get(), &pointer), opened.what);
-    std::string value = pointer ? pointer : "";
-    H5free_memory(pointer);
-    return value;
-  }
-  // Fixed-length strings (e.g. written by other tools): size bytes, NUL padded.
-  std::string value(opened.shape.type_size_bytes, '\0');
-  r.ok(H5Aread(opened.id.get(), opened.type.get(), value.data()), opened.what);
-  return detail::text_of_fixed_length_string(std::move(value));
+  return impl_->attribute_bytes(key, detail::AttributeKind::kString);
 }
 
 std::vector<uint8_t> CheckpointReader::bytes_attribute(const std::string& key) const {
-  const Impl::OpenAttribute opened = impl_->open_attribute(key, detail::AttributeKind::kBytes);
-  std::vector<uint8_t> value(static_cast<size_t>(opened.shape.num_elements));
-  if (!value.empty()) impl_->ok(H5Aread(opened.id.get(), H5T_NATIVE_UINT8, value.data()), opened.what);
-  return value;
+  const std::string bytes = impl_->attribute_bytes(key, detail::AttributeKind::kBytes);
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
 }  // namespace shardtrain

@@ -13,8 +13,9 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <vector>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/digest.h"
@@ -95,6 +96,46 @@ struct CheckpointWriter::Impl {
   // Why the file is being abandoned (the first error a method threw), so that
   // a close that cannot complete still names the cause when it times out.
   std::string failure;
+  // Every root attribute's kind and checksum (identical on every rank: the
+  // values are rank 0's), and whether the table in the file is up to date.
+  std::map<std::string, detail::AttributeChecksum> attribute_checksums;
+  bool checksum_table_current = false;
+
+  void record_checksum(const std::string& key, detail::AttributeKind kind, const std::string& value_bytes) {
+    attribute_checksums[key] = {kind, detail::attribute_checksum(kind, value_bytes)};
+    checksum_table_current = false;
+  }
+  void refuse_reserved(const std::string& key) const {
+    if (key == detail::kAttributeChecksumsAttribute)
+      throw Error(final_path + ": '" + key + "' is the writer's own attribute; use another name");
+  }
+  // Rank 0's text as a variable-length UTF-8 root attribute, its metadata room reserved.
+  void write_string_attribute(const std::string& key, const std::string& value) {
+    std::string text = broadcast_string(value, comm, phase("attribute " + key));
+    if (text.find('\0') != std::string::npos)
+      throw Error(final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
+    {
+      PhaseGuard guard(comm, phase("attribute " + key));
+      // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
+      detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
+      ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
+      ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+      detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
+      const char* pointer = text.c_str();
+      write_attribute(file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
+    }
+    reserve_metadata_room("attribute " + key);
+    if (key != detail::kAttributeChecksumsAttribute) record_checksum(key, detail::AttributeKind::kString, text);
+  }
+  // The checksum table, when an attribute changed since it was last written.
+  // Written before the first group (then the train state's attributes and the
+  // table lie in the blocks the groups reserve from offset 0, docs/DESIGN.md,
+  // "Errors and hangs") and at commit for attributes set after the groups.
+  void write_checksum_table() {
+    if (checksum_table_current) return;
+    write_string_attribute(detail::kAttributeChecksumsAttribute, detail::encode_attribute_checksums(attribute_checksums));
+    checksum_table_current = true;
+  }
 
   // Each public method's handler (a function-try-block) calls this.
   void remember_failure(const std::exception& e) {
@@ -132,6 +173,7 @@ struct CheckpointWriter::Impl {
   template <class T>
   void set_scalar_attribute(const std::string& key, T value, hid_t file_type, hid_t memory_type) {
     check_open("set_attribute");
+    refuse_reserved(key);
     value = broadcast_value(value, comm, phase("attribute " + key));
     {
       PhaseGuard guard(comm, phase("attribute " + key));
@@ -139,6 +181,9 @@ struct CheckpointWriter::Impl {
       write_attribute(file.get(), key, file_type, memory_type, scalar.get(), &value);
     }
     reserve_metadata_room("attribute " + key);
+    // The 8 bytes attribute_checksum() takes for an int64 or a double.
+    record_checksum(key, std::is_floating_point<T>::value ? detail::AttributeKind::kFloat : detail::AttributeKind::kInteger,
+                    std::string(reinterpret_cast<const char*>(&value), sizeof(value)));
   }
   void check_open(const char* method) const {
     if (!file.valid())
@@ -170,7 +215,20 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
       throw Error("cannot write checkpoint " + final_path + ": " + explain_write_failure(final_path) +
                   "; free some space (or move run.storage_path) and run again");
     const char* slurm = std::getenv("SLURM_JOB_ID");
-    return slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
+    const std::string id = slurm && *slurm ? std::string(slurm) : std::to_string(getpid());
+    // The temporary name is this job's own (the run lock keeps other jobs
+    // out): a file there is what an earlier attempt of this job left, and goes.
+    // Anything else there (a link, a folder) is not written through or over
+    // (core/fs_util.h, "What an output path may be").
+    const std::string temporary = final_path + ".tmp-" + id;
+    struct stat existing {};
+    if (lstat(temporary.c_str(), &existing) == 0) {
+      if (!S_ISREG(existing.st_mode))
+        throw Error("cannot write checkpoint " + final_path + ": its temporary name " + temporary +
+                    " is taken by something that is not a file (a link or a folder); move it away");
+      std::remove(temporary.c_str());
+    }
+    return id;
   });
   w.temporary_path = final_path + ".tmp-" + job_id;
 
@@ -286,6 +344,7 @@ void CheckpointWriter::write_group(const std::string& group, const std::vector<T
   // Validation happens on the gathered records, so every rank throws alike.
   if (std::find(w.written_groups.begin(), w.written_groups.end(), group) != w.written_groups.end())
     throw Error(where + ": group written twice in one checkpoint");
+  if (w.written_groups.empty()) w.write_checksum_table();
   std::map<std::string, detail::TensorPlan> plans = detail::plan_group(
       detail::exchange_records(mine, w.comm, w.phase("/" + group + ": exchanging the slices")), where,
       /*require_exact_cover=*/true);
@@ -412,20 +471,8 @@ void CheckpointWriter::set_attribute(const std::string& key, double value) try {
 void CheckpointWriter::set_attribute(const std::string& key, const std::string& value) try {
   Impl& w = *impl_;
   w.check_open("set_attribute");
-  std::string text = broadcast_string(value, w.comm, w.phase("attribute " + key));
-  if (text.find('\0') != std::string::npos)
-    throw Error(w.final_path + ": string attribute '" + key + "' contains a NUL byte; store it as bytes");
-  {
-    PhaseGuard guard(w.comm, w.phase("attribute " + key));
-    // Variable-length UTF-8: h5py returns it as str, and an empty string is fine.
-    detail::Datatype type(ST_CHECK_HDF5(H5Tcopy(H5T_C_S1)));
-    ST_CHECK_HDF5(H5Tset_size(type.get(), H5T_VARIABLE));
-    ST_CHECK_HDF5(H5Tset_cset(type.get(), H5T_CSET_UTF8));
-    detail::Dataspace scalar(ST_CHECK_HDF5(H5Screate(H5S_SCALAR)));
-    const char* pointer = text.c_str();
-    w.write_attribute(w.file.get(), key, type.get(), type.get(), scalar.get(), &pointer);
-  }
-  w.reserve_metadata_room("attribute " + key);
+  w.refuse_reserved(key);
+  w.write_string_attribute(key, value);
 } catch (const std::exception& e) {
   impl_->remember_failure(e);
   throw;
@@ -434,6 +481,7 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::string& 
 void CheckpointWriter::set_attribute(const std::string& key, const std::vector<uint8_t>& bytes) try {
   Impl& w = *impl_;
   w.check_open("set_attribute");
+  w.refuse_reserved(key);
   std::string text = broadcast_string(std::string(bytes.begin(), bytes.end()), w.comm, w.phase("attribute " + key));
   {
     PhaseGuard guard(w.comm, w.phase("attribute " + key));
@@ -442,6 +490,7 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::vector<u
     w.write_attribute(w.file.get(), key, H5T_STD_U8LE, H5T_NATIVE_UINT8, space.get(), text.data());
   }
   w.reserve_metadata_room("attribute " + key);
+  w.record_checksum(key, detail::AttributeKind::kBytes, text);
 } catch (const std::exception& e) {
   impl_->remember_failure(e);
   throw;
@@ -450,6 +499,7 @@ void CheckpointWriter::set_attribute(const std::string& key, const std::vector<u
 void CheckpointWriter::commit() try {
   Impl& w = *impl_;
   w.check_open("commit");
+  w.write_checksum_table();
   // The metadata (object headers, the groups' links and heaps, attributes)
   // is written at the flush below, collectively, at addresses HDF5 has
   // already allocated below its end of allocation (EOA). ENOSPC inside that

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/dtypes.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -11,16 +12,6 @@
 namespace shardtrain {
 namespace detail {
 namespace {
-
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;  // 2^64 / phi
-
-inline uint64_t mix64(uint64_t x) {  // SplitMix64's finaliser: a bijection
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ULL;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // Each element's term is mix64 of its bit pattern plus (index + 1) * phi.
 template <class Word>

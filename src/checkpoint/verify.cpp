@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "checkpoint/attributes.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/digest.h"
 #include "checkpoint/dtypes.h"
@@ -60,6 +61,9 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
                 "' attribute (every shardtrain checkpoint has one): the file is damaged");
   CheckpointVerification report;
   report.has_checksums = require(H5Aexists(file.get(), detail::kChecksumAlgorithmAttribute), "its attributes");
+  const detail::AttributeCheck attributes = detail::check_attribute_checksums(file.get(), path);
+  report.has_attribute_checksums = attributes.has_table;
+  report.num_attributes_verified = attributes.num_verified;
 
   // Every object of the file, groups and datasets, in name order.
   std::vector<std::string> links;

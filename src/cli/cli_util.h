@@ -13,8 +13,15 @@
 
 namespace shardtrain {
 
+// --output "" names no file: said before anything else looks at the path
+// (an empty path reads as the current folder to std::filesystem).
+inline void require_output_named(const std::string& flag, const std::string& output) {
+  if (output.empty()) throw Error(flag + " '': the path is empty; name a file (or - for standard output)");
+}
+
 // True when a and b name the same file (an existing file through any path, or
 // the same normalised path for one that does not exist yet).
+
 inline bool same_file(const std::string& a, const std::string& b) {
   std::error_code error;
   if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error))

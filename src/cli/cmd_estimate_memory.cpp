@@ -7,15 +7,20 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "shardtrain/cli/config.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/choices.h"
+#include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/encoder_config.h"
 #include "shardtrain/train/memory_estimate.h"
@@ -35,17 +40,21 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-std::vector<int> parse_world_sizes(const std::string& text) {
-  if (text.empty()) return {1, 2, 4, 8};
+std::vector<int> parse_world_sizes(const std::optional<std::string>& text) {
+  if (!text) return {1, 2, 4, 8};
+  // Every item, empty ones included ("1,,2", ""), is a rank count.
   std::vector<int> out;
-  for (const std::string& w : split_list(text)) {
-    char* end = nullptr;
-    const long n = std::strtol(w.c_str(), &end, 10);
-    if (end == w.c_str() || *end != '\0' || n < 1 || n > (1 << 20))
-      throw Error("--world-size: '" + shorten(w) + "' is not a rank count (a list of integers >= 1, e.g. 1,2,4,8)");
-    out.push_back(static_cast<int>(n));
+  std::string item;
+  std::istringstream items(*text);
+  while (std::getline(items, item, ',')) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item.empty())
+      throw Error("--world-size '" + shorten(*text) + "': an empty item (give rank counts, e.g. 1,2,4,8)");
+    out.push_back(static_cast<int>(parse_integer_setting("--world-size", item, 1, 1 << 20)));
   }
-  if (out.empty()) throw Error("--world-size: empty list (give rank counts, e.g. 1,2,4,8)");
+  if (out.empty() || text->back() == ',')
+    throw Error("--world-size '" + shorten(*text) + "': an empty item (give rank counts, e.g. 1,2,4,8)");
   return out;
 }
 
@@ -92,26 +101,31 @@ std::string table_row(const MemoryEstimate& e, const std::optional<MemoryVerdict
                                format_bytes(e.activations_plain.peak_bytes).c_str(),
                                format_bytes(e.activations_checkpointed.peak_bytes).c_str(),
                                format_bytes(e.total_bytes()).c_str());
-  if (verdict) row += str_format("  %-26s %lld", verdict->text().c_str(), static_cast<long long>(verdict->largest_batch));
+  if (verdict)
+    row += str_format("  %-26s %s", verdict->text().c_str(),
+                      verdict->largest_batch == MemoryVerdict::kNoLimitFound
+                          ? "no limit found"
+                          : std::to_string(verdict->largest_batch).c_str());
   return row;
 }
 
 }  // namespace
 
 double parse_memory_size(const std::string& text, const std::string& flag) {
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  std::string unit(end);
-  unit.erase(0, unit.find_first_not_of(' '));
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::pair<const char*, double> kUnits[] = {
       {"", 1},          {"b", 1},          {"k", 1024.0},    {"kib", 1024.0},  {"kb", 1e3},
       {"m", 1048576.0}, {"mib", 1048576.0}, {"mb", 1e6},     {"g", 1073741824.0}, {"gib", 1073741824.0},
       {"gb", 1e9},      {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12}};
-  if (end != begin && std::isfinite(value) && value > 0)
-    for (const auto& [name, scale] : kUnits)
-      if (unit == name) return value * scale;
+  try {
+    std::string unit;
+    const double value = parse_number_setting(flag, text, &unit);  // the config's reading of a number
+    for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (value > 0)
+      for (const auto& [name, scale] : kUnits)
+        if (unit == name && std::isfinite(value * scale)) return value * scale;
+  } catch (const Error&) {
+    // Said below, with the units.
+  }
   throw Error(flag + ": '" + shorten(text) + "' is not a memory size (a positive number with an optional unit: 80GiB, "
               "80GB, 512MiB, 1.5TiB; GB and MB are decimal, GiB and MiB binary)");
 }
@@ -125,10 +139,20 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
     base.train.mixed_precision = parse_choice<Precision>(args.mixed_precision, "--mixed-precision");
   if (!args.offload_optimizer.empty())
     base.parallel.offload_optimizer = parse_choice<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
-  if (args.batch_size < 0) throw Error("--batch-size must be >= 1");
-  if (args.seq_len < 0) throw Error("--seq-len must be >= 1");
-  if (args.batch_size > 0) base.train.batch_size = args.batch_size;
-  if (args.seq_len > 0) base.data.max_length = args.seq_len;
+  // The flags' ranges are their keys' (cli/config.h).
+  if (args.batch_size) {
+    if (*args.batch_size < 1) throw Error("--batch-size = " + std::to_string(*args.batch_size) + ": must be >= 1");
+    base.train.batch_size = *args.batch_size;
+  }
+  if (args.seq_len) {
+    if (*args.seq_len < kMinSequenceLength || *args.seq_len > kMaxSequenceLength)
+      throw Error("--seq-len = " + std::to_string(*args.seq_len) + ": must be in [" +
+                  std::to_string(kMinSequenceLength) + ", " + std::to_string(kMaxSequenceLength) + "]");
+    base.data.max_length = *args.seq_len;
+  }
+  if (args.num_labels && (*args.num_labels < 1 || *args.num_labels > kMaxNumLabels))
+    throw Error("--num-labels = " + std::to_string(*args.num_labels) + ": must be in [1, " +
+                std::to_string(kMaxNumLabels) + "]");
   if (args.gradient_checkpointing) base.model.gradient_checkpointing = true;
   std::optional<double> capacity;
   if (!args.device_memory.empty()) capacity = parse_memory_size(args.device_memory, "--device-memory");
@@ -137,8 +161,11 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
 
   const std::string json_path = model_json_path(args.model, base, have_config);
   EncoderConfig model = EncoderConfig::from_file(json_path);
-  const int64_t num_labels = args.num_labels > 0 ? args.num_labels : base.model.num_labels > 0 ? base.model.num_labels : 2;
-  model.set_num_labels(num_labels);
+  // --num-labels, else model.num_labels, else the labels of the config.json.
+  const int64_t num_labels = args.num_labels ? *args.num_labels
+                             : base.model.num_labels > 0 ? base.model.num_labels
+                                                         : model.num_labels;
+  if (num_labels != model.num_labels) model.set_num_labels(num_labels);
   if (base.data.max_length > model.max_sequence_length())
     throw Error(str_format("--seq-len %lld exceeds the %lld positions of %s", static_cast<long long>(base.data.max_length),
                            static_cast<long long>(model.max_sequence_length()), json_path.c_str()));
@@ -175,9 +202,11 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
         lines.push_back(args.json ? estimate_to_json(e, verdict) : table_row(e, verdict));
       } catch (const Error& error) {
         // A combination the strategies refuse (ddp with offload, hybrid's
-        // ranks per node): say why instead of a row.
+        // ranks per node): say why instead of a row, in JSON too.
         if (strategies.size() == 1) throw;
-        if (!args.json) lines.push_back(str_format("%-7s  (%s)", choice_name(kind), error.what()));
+        lines.push_back(args.json ? str_format("{\"strategy\":\"%s\",\"world_size\":%d,\"refused\":%s}",
+                                               choice_name(kind), n, nlohmann::json(error.what()).dump().c_str())
+                                  : str_format("%-7s  (%s)", choice_name(kind), error.what()));
       }
     }
   }
@@ -190,19 +219,28 @@ void add_estimate_memory_command(CLI::App& root, World& world) {
   auto flags = add_config_flags(*command);
   auto args = std::make_shared<EstimateMemoryArgs>();
   command->add_option("--model", args->model, "a Hugging Face model folder or its config.json (default: the run config's)");
-  command->add_option("--world-size", args->world_sizes, "rank counts, e.g. 1,2,4,8 (default 1,2,4,8)");
+  // Numbers as text, read by the config's own reading (cli/config.h): CLI11
+  // would take "0x10" and leave 0 indistinguishable from "not given".
+  auto texts = std::make_shared<std::map<std::string, std::string>>();
+  command->add_option("--world-size", (*texts)["--world-size"], "rank counts, e.g. 1,2,4,8 (default 1,2,4,8)");
   command->add_option("--strategy", args->strategies, "all, or a list of ddp, zero1, zero2, zero3, fsdp, hybrid");
   command->add_option("--mixed-precision", args->mixed_precision, "no, bf16 or fp16 (default: the run config's, no)");
   command->add_option("--offload-optimizer", args->offload_optimizer, "cpu or none (moves state only off a GPU)");
   command->add_option("--device", args->device, "cpu or cuda (default: the run config's run.device; cuda without one)");
-  command->add_option("--batch-size", args->batch_size, "sequences per rank (default train.batch_size)");
-  command->add_option("--seq-len", args->seq_len, "tokens per sequence (default data.max_length)");
-  command->add_option("--num-labels", args->num_labels, "classifier labels (default model.num_labels, or 2)");
+  command->add_option("--batch-size", (*texts)["--batch-size"], "sequences per rank (default train.batch_size)");
+  command->add_option("--seq-len", (*texts)["--seq-len"], "tokens per sequence (default data.max_length)");
+  command->add_option("--num-labels", (*texts)["--num-labels"],
+                      "classifier labels (default model.num_labels, else the model's config.json)");
   command->add_flag("--gradient-checkpointing", args->gradient_checkpointing, "model.gradient_checkpointing = true");
   command->add_option("--device-memory", args->device_memory,
                       "memory per rank (GPU, or host share on a CPU), e.g. 80GiB: adds a verdict and the largest batch");
   command->add_flag("--json", args->json, "one JSON object per (strategy, world size)");
-  command->callback([flags, args, &world]() {
+  command->callback([flags, args, texts, command, &world]() {
+    if (command->count("--world-size")) args->world_sizes = (*texts)["--world-size"];
+    for (const auto& [flag, field] : {std::pair<const char*, std::optional<int64_t>*>{"--batch-size", &args->batch_size},
+                                      {"--seq-len", &args->seq_len},
+                                      {"--num-labels", &args->num_labels}})
+      if (command->count(flag)) *field = parse_integer_setting(flag, (*texts)[flag]);
     const bool have_config = !flags->file.empty();
     const ConfigOverrides overrides = flags->overrides();
     if (!have_config && !overrides.empty())

@@ -3,9 +3,12 @@
 // that transformers' from_pretrained and `shardtrain predict` load. Rank 0
 // alone reads the checkpoint and streams model.safetensors tensor by tensor
 // (export_checkpoint_safetensors); the other ranks wait. A non-empty DIR
-// is refused unless --force, and even then only the four files are replaced.
+// is refused unless --force, and even then only the exported files are
+// replaced and the tokenizer files it does not write removed; every file goes
+// through core/fs_util.h's writer.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,13 +16,16 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/checkpoint_model.h"
 
@@ -62,51 +68,48 @@ void check_paths(const ExportFlags& flags) {
     throw Error("--output '" + flags.output +
                 "' is not empty; refusing to write into it (pass --force to replace config.json, "
                 "model.safetensors, the tokenizer's files (vocab.txt, tokenizer.json, vocab.json + merges.txt or a "
-                "SentencePiece model) and "
-                "tokenizer_config.json there; other files are kept)");
+                "SentencePiece model) and tokenizer_config.json there, and remove the other tokenizer files an earlier "
+                "export left (special_tokens_map.json, ...); other files are kept)");
 }
 
-// `path`.tmp, then rename: a reader never sees half a file.
-void write_file(const fs::path& path, const std::string& content) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) throw Error(path.string() + ": write failed");
-  }
-  std::error_code error;
-  fs::rename(tmp, path, error);
-  if (error) {
-    fs::remove(tmp, error);
-    throw Error(path.string() + ": cannot write: " + error.message());
-  }
-}
+// The file names of a HF tokenizer that AutoTokenizer reads from a folder. A
+// --force export removes those it does not write itself: a vocab.txt or
+// special_tokens_map.json left by an earlier export would be read beside the
+// new tokenizer's files, or instead of them.
+constexpr const char* kTokenizerFileNames[] = {
+    "tokenizer.json",  "tokenizer_config.json", "vocab.txt",   "vocab.json",
+    "merges.txt",      "special_tokens_map.json", "added_tokens.json", "spiece.model",
+    "tokenizer.model", "sentencepiece.bpe.model"};
 
 // The checkpoint's tokenizer files (train/checkpoint_model.h), or, for a
 // checkpoint written before they were saved, its vocab.txt; tokenizer_config.json
 // gets model_max_length and tokenizer_class when it lacks them. Returns the
-// names written, for the log line.
-std::string write_tokenizer_files(const fs::path& folder, const CheckpointExport& exported,
-                                  const std::string& checkpoint) {
+// names written.
+std::vector<std::string> write_tokenizer_files(const fs::path& folder, const std::string& checkpoint,
+                                               const CheckpointExport& exported) {
   nlohmann::json config = nlohmann::json::object();
-  std::string written;
+  std::vector<std::string> written;
   const char* tokenizer_class = "BertTokenizer";
   if (exported.state.tokenizer_files.empty()) {
-    write_file(folder / "vocab.txt", exported.state.vocab_text);
-    written = "vocab.txt";
+    write_file_atomic((folder / "vocab.txt").string(), exported.state.vocab_text);
+    written.push_back("vocab.txt");
     config["do_lower_case"] = exported.state.lowercase != 0;
   } else {
     // Binary files (a SentencePiece model) are stored base64 (data/tokenizer.h).
     const std::map<std::string, std::string> files =
         Tokenizer::saved_file_contents(exported.state.tokenizer_files, checkpoint + " (attribute tokenizer_files)");
     for (const auto& [name, bytes] : files) {
+      // A name from the file: a plain file name, or it could write outside the folder.
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+          name.find('\0') != std::string::npos)
+        throw Error(checkpoint + ": attribute tokenizer_files names a file '" + clip_for_message(name, 60) +
+                    "', which is not a plain file name; the checkpoint is damaged");
       if (name == "tokenizer_config.json") {
         config = nlohmann::json::parse(bytes);
         continue;
       }
-      write_file(folder / name, bytes);
-      written += (written.empty() ? "" : ", ") + name;
+      write_file_atomic((folder / name).string(), bytes);
+      written.push_back(name);
     }
     if (files.count("tokenizer.json") != 0) tokenizer_class = "PreTrainedTokenizerFast";
     if (files.count("vocab.json") != 0) tokenizer_class = "RobertaTokenizer";
@@ -115,8 +118,32 @@ std::string write_tokenizer_files(const fs::path& folder, const CheckpointExport
   const int64_t offset = exported.config.family == ModelFamily::kRoberta ? exported.config.pad_token_id + 1 : 0;
   if (!config.contains("model_max_length")) config["model_max_length"] = exported.config.max_position_embeddings - offset;
   if (!config.contains("tokenizer_class")) config["tokenizer_class"] = tokenizer_class;
-  write_file(folder / "tokenizer_config.json", config.dump(2) + "\n");
-  return written + ", tokenizer_config.json";
+  write_file_atomic((folder / "tokenizer_config.json").string(), config.dump(2) + "\n");
+  written.push_back("tokenizer_config.json");
+  return written;
+}
+
+// After a --force export: the tokenizer files of an earlier export that this
+// one did not write. Returns the names removed.
+std::vector<std::string> remove_other_tokenizer_files(const fs::path& folder, const std::vector<std::string>& written) {
+  std::vector<std::string> removed;
+  for (const char* name : kTokenizerFileNames) {
+    if (std::find(written.begin(), written.end(), name) != written.end()) continue;
+    std::error_code error;
+    const fs::path path = folder / name;
+    if (!fs::exists(fs::symlink_status(path, error))) continue;
+    if (!fs::remove(path, error) || error)
+      throw Error("--output '" + folder.string() + "': cannot remove " + name + " of an earlier export (" +
+                  error.message() + "); remove it, or export into an empty folder");
+    removed.push_back(name);
+  }
+  return removed;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
 }
 
 void run_export(const World& world, const ExportFlags& flags) {
@@ -127,7 +154,7 @@ void run_export(const World& world, const ExportFlags& flags) {
   // Rank 0 alone streams the weights, one tensor at a time; the model is never
   // built, so no rank holds more than one tensor (train/checkpoint_model.h).
   CheckpointExport exported;
-  std::string tokenizer_files;
+  std::vector<std::string> tokenizer_files, removed;
   on_rank0(world.comm(), "export: rank 0 writes " + flags.output, [&] {
     const fs::path folder(flags.output);
     std::error_code error;
@@ -137,13 +164,17 @@ void run_export(const World& world, const ExportFlags& flags) {
     // against the checkpoint's config before it writes, so a mismatched
     // checkpoint leaves no file behind.
     exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
-    write_file(folder / "config.json", hf_config_json(exported.config, dtype));
-    tokenizer_files = write_tokenizer_files(folder, exported, flags.checkpoint);
+    write_file_atomic((folder / "config.json").string(), hf_config_json(exported.config, dtype));
+    tokenizer_files = write_tokenizer_files(folder, flags.checkpoint, exported);
+    removed = remove_other_tokenizer_files(folder, tokenizer_files);
   });
+  if (!removed.empty())
+    log_info("export: removed %s of an earlier export from %s (tokenizer files this export does not write)",
+             joined(removed).c_str(), flags.output.c_str());
   log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, %s); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
            flags.checkpoint.c_str(), static_cast<long long>(exported.state.step),
            static_cast<long long>(exported.state.epoch), flags.output.c_str(), flags.dtype.c_str(),
-           tokenizer_files.c_str(),
+           joined(tokenizer_files).c_str(),
            static_cast<long long>(exported.tensors), exported.peak_bytes_held / 1e6, exported.model_bytes / 1e6);
 }
 
@@ -159,7 +190,8 @@ void add_export_command(CLI::App& root, World& world) {
   sub->add_option("--dtype", flags->dtype, "dtype of the saved weights: float32, float16 or bfloat16")
       ->capture_default_str();
   sub->add_flag("--force", flags->force,
-                "write into a non-empty --output folder, replacing the exported files (others are kept)");
+                "write into a non-empty --output folder, replacing the exported files and removing other tokenizer "
+                "files (special_tokens_map.json, ...); other files are kept");
   sub->callback([&world, flags] { run_export(world, *flags); });
 }
 

@@ -1,6 +1,7 @@
 // `shardtrain predict`: run a HF model folder (or the model of a training
 // checkpoint) over a data file, sharded over the ranks, and write one JSON line
-// per input row (rank 0, atomically). With a label column it also prints the
+// per input row (rank 0, through core/fs_util.h's OutputFile; "-" is standard
+// output). With a label column it also prints the
 // metrics the training loop reports.
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,8 @@ struct PredictFlags {
 };
 
 void check_output_path(const PredictFlags& flags) {
+  require_output_named("--output", flags.output);
+  if (flags.output == "-") return;  // standard output (core/fs_util.h's OutputFile)
   const std::filesystem::path output(flags.output);
   if (same_file(flags.output, flags.options.data_path))
     throw Error("--output '" + flags.output + "' is the input file; choose another name");
@@ -107,7 +110,9 @@ void add_predict_command(CLI::App& root, World& world) {
   sub->add_option("--dtype", flags->dtype,
                   "compute dtype: float32, or bfloat16 (a bf16 run's precision; LayerNorm, softmax and metrics in fp32)")
       ->capture_default_str();
-  sub->add_option("--output", flags->output, "predictions, one JSON line per row (written atomically by rank 0)")
+  sub->add_option("--output", flags->output,
+                  "predictions, one JSON line per row, written by rank 0: a file (replaced only when complete; a "
+                  "link is followed), a device or FIFO (written in place), or - for standard output")
       ->required();
   sub->callback([&world, flags] { run_predict(world, *flags); });
 }

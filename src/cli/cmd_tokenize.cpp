@@ -16,6 +16,7 @@
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/tokenizer.h"
@@ -69,6 +70,7 @@ Tokenizer load_tokenizer(const TokenizeOptions& options) {
 
 void run_tokenize(const TokenizeOptions& options) {
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
+  require_output_named("--output", options.output);
   if (options.output != "-" && same_file(options.output, options.data))
     throw Error("--output '" + options.output + "' is the input file; choose another name");
   if (options.output != "-") refuse_output_over_input("--output", options.output, "--vocab", options.vocab);
@@ -81,29 +83,21 @@ void run_tokenize(const TokenizeOptions& options) {
   reader.on_bad_row = parse_bad_row_policy(options.on_bad_row);
   const RawTable table = read_table(options.data, reader);
 
-  std::FILE* out = stdout;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> owned(nullptr, &std::fclose);
-  if (options.output != "-") {
-    owned.reset(std::fopen(options.output.c_str(), "wb"));
-    if (!owned) throw Error("--output: cannot create '" + options.output + "'");
-    out = owned.get();
-  }
-
+  // core/fs_util.h: "-" is standard output, a file is replaced only when
+  // complete, a link is followed, a device or FIFO is written in place.
+  OutputFile out(options.output, "--output");
   std::string chunk;
-  auto flush = [&] {
-    if (!chunk.empty() && std::fwrite(chunk.data(), 1, chunk.size(), out) != chunk.size()) {
-      throw Error("--output: write failed for '" + options.output + "'");
-    }
-    chunk.clear();
-  };
   for (int64_t row = 0; row < table.size(); ++row) {
     std::optional<std::string_view> text_b;
     if (table.has_text_b) text_b = table.text_b[row];
     append_json_line(tokenizer.encode(table.text_a[row], text_b, options.max_length), chunk);
-    if (chunk.size() > (1u << 20)) flush();
+    if (chunk.size() > (1u << 20)) {
+      out.write(chunk);
+      chunk.clear();
+    }
   }
-  flush();
-  if (std::fflush(out) != 0) throw Error("--output: write failed for '" + options.output + "'");
+  out.write(chunk);
+  out.commit();
   if (table.num_bad_rows > 0)
     log_warn("tokenize: skipped %lld bad rows of %s (--on-bad-row skip)", static_cast<long long>(table.num_bad_rows),
              options.data.c_str());

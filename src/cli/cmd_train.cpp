@@ -135,6 +135,13 @@ void add_train_command(CLI::App& root, World& world) {
     TrainResult result;
     try {
       result = train(config, world.comm(), options);
+    } catch (const Error& e) {
+      // The error that ended or refused the job goes into train.log, as the
+      // run's record of it (the setup lines of a refused job do not).
+      if (world.rank() == 0)
+        append_to_log_file((std::filesystem::path(run_dir) / "train.log").string(), std::string("error: ") + e.what());
+      if (created_run_dir) remove_run_folder_left_empty(run_dir, lock);
+      throw;
     } catch (...) {
       if (created_run_dir) remove_run_folder_left_empty(run_dir, lock);
       throw;

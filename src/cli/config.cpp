@@ -3,11 +3,14 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <sstream>
+#include <system_error>
 #include <sys/stat.h>
 
 #include "shardtrain/cli/deepspeed_config.h"
@@ -27,21 +30,11 @@ std::string quote(const std::string& s) { return "'" + shorten(s) + "'"; }
 void parse_value(const std::string& key, const std::string& text, std::string& out) { out = text; }
 
 void parse_value(const std::string& key, const std::string& text, int64_t& out) {
-  errno = 0;
-  char* end = nullptr;
-  long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE)
-    throw Error(key + ": expected an integer, got " + quote(text));
-  out = value;
+  out = parse_integer_setting(key, text);
 }
 
 void parse_value(const std::string& key, const std::string& text, double& out) {
-  errno = 0;
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value))
-    throw Error(key + ": expected a number, got " + quote(text));
-  out = value;
+  out = parse_number_setting(key, text);
 }
 
 void parse_value(const std::string& key, const std::string& text, std::optional<double>& out) {
@@ -160,6 +153,20 @@ bool is_file(const std::string& path) {
   struct stat info {};
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
+// model.vocab naming model.path's own tokenizer, by any spelling: the folder
+// itself, or its vocab.txt or tokenizer.json ("hf/vocab.txt", "./hf/vocab.txt",
+// a link to it). Compared as files, never as strings.
+bool names_folder_tokenizer(const std::string& vocab, const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::equivalent(vocab, folder, error)) return true;
+  const fs::path file = fs::canonical(vocab, error);  // links and "..", resolved
+  if (error) return false;
+  const std::string name = file.filename().string();
+  if (name != "vocab.txt" && name != "tokenizer.json") return false;
+  return fs::equivalent(file.parent_path(), folder, error) && !error;
+}
+
 bool is_dir(const std::string& path) {
   struct stat info {};
   return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
@@ -345,10 +352,14 @@ RunConfig load_run_config(const std::string& file, const ConfigOverrides& overri
     throw Error("run.name = '': must not be empty (it names the run folder under run.storage_path); leave the key "
                 "out to use the config file's name");
   if (config.run.name.empty()) config.run.name = file.empty() ? "shardtrain" : stem_of(file);
-  // The folder's vocab.txt, or the folder itself when its tokenizer is
-  // tokenizer.json / vocab.json + merges.txt (data/tokenizer.h).
-  if (config.model.vocab.empty() && !config.model.path.empty())
-    config.model.vocab = is_file(config.model.path + "/vocab.txt") ? config.model.path + "/vocab.txt" : config.model.path;
+  // One resolution of the tokenizer, recorded as it runs (docs/DESIGN.md,
+  // "Tokenizers"): no model.vocab, or one naming model.path's folder or its
+  // vocab.txt / tokenizer.json by any spelling, is the folder's own tokenizer,
+  // read in AutoTokenizer's order (tokenizer.json first), and model.vocab
+  // becomes the folder, so the saved config.toml says what ran.
+  if (!config.model.path.empty() &&
+      (config.model.vocab.empty() || names_folder_tokenizer(config.model.vocab, config.model.path)))
+    config.model.vocab = config.model.path;
   if (config.data.format == FileFormat::kAuto && !config.data.train_file.empty()) {
     const std::string ext = extension_of(config.data.train_file);
     if (ext == "tsv") config.data.format = FileFormat::kTsv;
@@ -423,6 +434,17 @@ void validate_model(const ModelConfig& m) {
   require(!m.vocab.empty(),
           "model.vocab: needed when model.path is not set (a vocab.txt, a tokenizer.json, or a tokenizer folder)");
   require(is_file(m.vocab) || is_dir(m.vocab), "model.vocab = " + quote(m.vocab) + ": no such file or folder");
+  // As `tokenize --lowercase`: the override applies to a vocab.txt only; a
+  // tokenizer.json or a folder says itself whether it lowercases.
+  if (m.lowercase && (is_dir(m.vocab) || extension_of(m.vocab) == "json"))
+    throw Error("model.lowercase = true goes with a vocab.txt file, but the tokenizer is " +
+                (is_dir(m.vocab) ? "the folder " + quote(m.vocab) +
+                                       (m.vocab == m.path ? " (model.path's own: tokenizer.json, or vocab.txt with "
+                                                            "tokenizer_config.json)"
+                                                          : "")
+                                 : "the tokenizer.json " + quote(m.vocab)) +
+                ", which says itself whether it lowercases; set do_lower_case in its tokenizer_config.json (or its "
+                "normalizer), or leave model.lowercase out");
   non_negative("model.num_labels", m.num_labels);
   require(m.num_labels <= kMaxNumLabels, "model.num_labels = " + std::to_string(m.num_labels) + ": more than the " +
                                              std::to_string(kMaxNumLabels) + " labels a classifier may have");
@@ -435,9 +457,9 @@ void validate_data(const DataConfig& d) {
   require(is_file(d.train_file), "data.train_file = " + quote(d.train_file) + ": no such file");
   if (!d.eval_file.empty()) require(is_file(d.eval_file), "data.eval_file = " + quote(d.eval_file) + ": no such file");
   require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
-  require(d.max_length >= 3 && d.max_length <= 65536,
-          "data.max_length = " + std::to_string(d.max_length) +
-              ": must be in [3, 65536] ([CLS] and two [SEP] need 3 tokens)");
+  require(d.max_length >= kMinSequenceLength && d.max_length <= kMaxSequenceLength,
+          "data.max_length = " + std::to_string(d.max_length) + ": must be in [" + std::to_string(kMinSequenceLength) +
+              ", " + std::to_string(kMaxSequenceLength) + "] ([CLS] and two [SEP] need 3 tokens)");
 }
 
 // The data keys of one task, against model.task.
@@ -685,6 +707,50 @@ std::string config_to_toml(const RunConfig& config) {
   std::string out;
   for (const auto& [section, lines] : sections) out += (out.empty() ? "" : "\n") + ("[" + section + "]\n") + lines;
   return out;
+}
+
+int64_t parse_integer_setting(const std::string& name, const std::string& text, int64_t min, int64_t max) {
+  // Digits after an optional sign, nothing else: strtoll alone would take
+  // " 12", and CLI11 "0x10" (16).
+  const size_t first = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  const bool digits = text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
+  errno = 0;
+  const long long value = digits ? std::strtoll(text.c_str(), nullptr, 10) : 0;
+  if (!digits || errno == ERANGE) throw Error(name + ": expected an integer, got " + quote(text));
+  if (value < min || value > max)
+    throw Error(name + " = " + text + ": must be " +
+                (max == INT64_MAX ? ">= " + std::to_string(min)
+                                  : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]"));
+  return value;
+}
+
+double parse_number_setting(const std::string& name, const std::string& text, std::string* rest) {
+  // A decimal number: sign, digits, one point, an exponent; no hex, inf or nan
+  // (strtod reads "0x10" as 16 and "1e400" as inf).
+  size_t i = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  size_t num_digits = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++num_digits;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++num_digits;
+  }
+  if (num_digits > 0 && i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    size_t j = i + 1;
+    if (j < text.size() && (text[j] == '-' || text[j] == '+')) ++j;
+    const size_t exponent_start = j;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > exponent_start) i = j;
+  }
+  std::string tail = num_digits > 0 ? text.substr(i) : text;
+  errno = 0;
+  const double value = num_digits > 0 ? std::strtod(text.substr(0, i).c_str(), nullptr) : 0;
+  if (num_digits == 0 || errno == ERANGE || !std::isfinite(value) || (!rest && !tail.empty()))
+    throw Error(name + ": expected a number, got " + quote(text));
+  if (rest) {
+    tail.erase(0, tail.find_first_not_of(' '));
+    *rest = tail;
+  }
+  return value;
 }
 
 }  // namespace shardtrain

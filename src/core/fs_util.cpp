@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -82,40 +83,128 @@ std::string os_error_text(int errno_value) {
   return name ? text + " (" + name + ")" : text + " (errno " + std::to_string(errno_value) + ")";
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("create", tmp, errno);
-  int error = 0;
-  std::string action;
-  if (!write_all(fd, content.data(), content.size())) {
-    error = errno;
-    action = "write";
-  } else if (::fsync(fd) != 0) {
-    // A full disk may only show at fsync on network and delayed-allocation file systems.
-    error = errno;
-    action = "write (fsync)";
+namespace {
+
+// This process's umask, read without changing it (umask(2) would, for a moment,
+// for every thread): the mode a plain open(O_CREAT, 0666) would give.
+mode_t new_file_mode() {
+  mode_t mask = 022;
+  if (std::FILE* status = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), status))
+      if (std::strncmp(line, "Umask:", 6) == 0) {
+        mask = static_cast<mode_t>(std::strtoul(line + 6, nullptr, 8));
+        break;
+      }
+    std::fclose(status);
   }
-  if (::close(fd) != 0 && error == 0) {
-    error = errno;
-    action = "write (close)";
+  return 0666 & ~mask;
+}
+
+// `path` with every symbolic link followed, as open(2) would (at most 40
+// links); a path that does not exist (a new file, or a dangling link's target)
+// is returned as it is. Error for a loop of links.
+std::string follow_links(const std::string& path, const std::string& what) {
+  std::string current = path;
+  for (int hops = 0; hops <= 40; ++hops) {
+    struct stat info {};
+    if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return current;
+    std::string link(static_cast<size_t>(info.st_size > 0 ? info.st_size : 255) + 1, '\0');
+    const ssize_t n = ::readlink(current.c_str(), link.data(), link.size());
+    if (n < 0) throw Error(what + "cannot read the symbolic link " + current + ": " + os_error_text(errno));
+    link.resize(static_cast<size_t>(n));
+    current = link.empty() || link[0] == '/' ? link : directory_of(current) + "/" + link;
   }
-  if (error == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    error = errno;
-    std::remove(tmp.c_str());
-    throw Error("cannot rename " + tmp + " to " + path + ": " + os_error_text(error));
+  throw Error(what + "'" + path + "': a loop of symbolic links (" + os_error_text(ELOOP) + "); point it at a file");
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const std::string& path, const std::string& what) : path_(path) {
+  const std::string prefix = what.empty() ? "" : what + " ";
+  if (path.empty()) throw Error(prefix + "'': the path is empty; name a file (or - for standard output)");
+  if (path == "-") {
+    target_ = path;
+    std::fflush(stdout);  // what printf buffered goes first
+    fd_ = STDOUT_FILENO;
+    return;
   }
-  if (error != 0) {
-    std::remove(tmp.c_str());
-    fail(action, tmp, error);
+  target_ = follow_links(path, prefix);
+  struct stat info {};
+  const bool exists = ::stat(target_.c_str(), &info) == 0;
+  if (exists && S_ISDIR(info.st_mode)) throw Error(prefix + "'" + path + "' is a folder; name a file in it");
+  if (exists && S_ISSOCK(info.st_mode)) throw Error(prefix + "'" + path + "' is a socket; name a file");
+  if (exists && !S_ISREG(info.st_mode)) {
+    // A device or FIFO is the output itself: renaming a file over it would
+    // replace /dev/null for every user, or leave a FIFO's reader waiting.
+    fd_ = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) throw Error("cannot open " + path + " for writing: " + os_error_text(errno));
+    return;
   }
+  // mkstemp never opens a file that exists: not the input of the command, not
+  // another writer's temporary file.
+  const std::string directory = directory_of(target_);
+  const std::string base = target_.substr(target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1);
+  std::string name = directory + "/" + base + ".tmp-XXXXXX";
+  fd_ = ::mkstemp(name.data());
+  if (fd_ < 0) throw Error("cannot create a file in " + directory + " (writing " + path + "): " + os_error_text(errno));
+  temporary_ = name;
+  ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
+  // mkstemp makes it 0600: give the file the mode the one it replaces had, or a new file's.
+  ::fchmod(fd_, exists ? (info.st_mode & 07777) : new_file_mode());
+}
+
+OutputFile::~OutputFile() {
+  if (!committed_) discard();
+}
+
+void OutputFile::discard() {
+  if (fd_ >= 0 && fd_ != STDOUT_FILENO) ::close(fd_);
+  fd_ = -1;
+  if (!temporary_.empty()) ::unlink(temporary_.c_str());
+}
+
+void OutputFile::fail(const std::string& action, int error) {
+  discard();
+  throw Error("cannot " + action + " " + path_ + (target_ != path_ && path_ != "-" ? " (-> " + target_ + ")" : "") +
+              ": " + os_error_text(error));
+}
+
+void OutputFile::write(const void* data, size_t size) {
+  if (committed_ || fd_ < 0) throw Error("cannot write " + path_ + ": the output is already closed");
+  if (!write_all(fd_, static_cast<const char*>(data), size)) fail("write", errno);
+}
+
+void OutputFile::commit() {
+  if (committed_ || fd_ < 0) throw Error("cannot write " + path_ + ": the output is already closed");
+  if (in_place()) {
+    const int fd = fd_;
+    fd_ = -1;
+    if (fd != STDOUT_FILENO && ::close(fd) != 0) fail("write (close)", errno);
+    committed_ = true;
+    return;
+  }
+  // A full disk may only show at fsync on network and delayed-allocation file systems.
+  if (::fsync(fd_) != 0) fail("write (fsync)", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("write (close)", errno);
+  if (std::rename(temporary_.c_str(), target_.c_str()) != 0) fail("rename a new version into", errno);
+  temporary_.clear();
+  committed_ = true;
   // The rename is durable only once the directory is on disk; a failure here
   // loses nothing the next run cannot redo, so it is not an error.
-  const int directory = ::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int directory = ::open(directory_of(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (directory >= 0) {
     ::fsync(directory);
     ::close(directory);
   }
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  OutputFile out(path);
+  out.write(content);
+  out.commit();
 }
 
 void append_line(const std::string& path, const std::string& line) {

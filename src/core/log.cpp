@@ -12,6 +12,16 @@ namespace {
 int g_rank = 0;
 std::mutex g_mutex;
 std::FILE* g_file = nullptr;
+// set_log_file(path, deferred = true): the path, and the lines held until commit_log_file().
+std::string g_deferred_path;
+std::vector<std::string> g_held;
+
+std::string time_stamp() {
+  std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S ", std::localtime(&now));
+  return stamp;
+}
 
 std::string vformat(const char* format, va_list args) {
   va_list copy;
@@ -31,12 +41,11 @@ void emit(const std::string& prefix, const std::string& body) {
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
   if (g_file) {
-    std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S ", std::localtime(&now));
-    std::fputs(stamp, g_file);
+    std::fputs(time_stamp().c_str(), g_file);
     std::fwrite(line.data(), 1, line.size(), g_file);
     std::fflush(g_file);
+  } else if (!g_deferred_path.empty()) {
+    g_held.push_back(time_stamp() + line);
   }
 }
 
@@ -44,10 +53,35 @@ void emit(const std::string& prefix, const std::string& body) {
 
 void set_log_rank(int rank) { g_rank = rank; }
 
-void set_log_file(const std::string& path) {
+void set_log_file(const std::string& path, bool deferred) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_file) std::fclose(g_file);
-  g_file = path.empty() ? nullptr : std::fopen(path.c_str(), "a");
+  g_file = nullptr;
+  g_held.clear();
+  g_deferred_path = deferred ? path : "";
+  if (!deferred && !path.empty()) g_file = std::fopen(path.c_str(), "a");
+}
+
+void commit_log_file() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_deferred_path.empty()) return;
+  g_file = std::fopen(g_deferred_path.c_str(), "a");
+  if (g_file) {
+    for (const std::string& line : g_held) std::fwrite(line.data(), 1, line.size(), g_file);
+    std::fflush(g_file);
+  }
+  g_held.clear();
+  g_deferred_path.clear();
+}
+
+void append_to_log_file(const std::string& path, const std::string& line) {
+  std::string text = time_stamp() + line;
+  if (text.back() != '\n') text.push_back('\n');
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (std::FILE* file = std::fopen(path.c_str(), "a")) {
+    std::fwrite(text.data(), 1, text.size(), file);
+    std::fclose(file);
+  }
 }
 
 std::string str_format(const char* format, ...) {

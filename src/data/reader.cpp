@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 
@@ -515,12 +516,36 @@ void read_jsonl(const std::string& text, const std::string& path, const ReaderOp
   });
 }
 
+// Files that are not UTF-8 text with LF or CRLF line ends are named as such
+// before any row is parsed: read as UTF-8, a UTF-16 file is rows of raw bytes,
+// and a file with CR-only line ends is one line, its header the whole file.
+void check_text_encoding(const std::string& text, const std::string& path) {
+  const auto starts = [&](const char* bytes, size_t n) { return text.size() >= n && text.compare(0, n, bytes, n) == 0; };
+  const char* kind = starts("\xFF\xFE\x00\x00", 4) || starts("\x00\x00\xFE\xFF", 4) ? "UTF-32"
+                     : starts("\xFF\xFE", 2) || starts("\xFE\xFF", 2)                   ? "UTF-16"
+                                                                                           : nullptr;
+  // Without a byte-order mark: UTF-16 text of ASCII characters has a NUL in every other byte.
+  const size_t sample = std::min<size_t>(text.size(), 4096);
+  if (!kind && std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(sample), '\0') * 4 >
+                   static_cast<std::ptrdiff_t>(sample))
+    kind = "UTF-16?";
+  if (kind)
+    throw Error(path + ": not UTF-8 (" + kind + "); convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8 '" + path +
+                "' > out.tsv");
+  const size_t first_lf = text.find('\n');
+  const size_t first_cr = text.find('\r');
+  if (first_cr != std::string::npos && first_cr < first_lf && first_cr + 1 != first_lf)
+    throw Error(path + ": lines end in CR alone (old Mac line ends), so the whole file would read as one line; "
+                       "convert them to LF, e.g. tr '\\r' '\\n' < '" + path + "' > out.tsv");
+}
+
 }  // namespace
 
 RawTable read_table_from_string(const std::string& content, const std::string& path,
                                 const ReaderOptions& options) {
   if (options.text_a.empty()) throw Error("data.text_a: no text column given for " + path);
   FileFormat format = options.format == FileFormat::kAuto ? format_from_extension(path) : options.format;
+  check_text_encoding(content, path);
   std::string text = content;
   if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
 
@@ -538,6 +563,8 @@ RawTable read_table_from_string(const std::string& content, const std::string& p
 }
 
 RawTable read_table(const std::string& path, const ReaderOptions& options) {
+  // As model files are checked: /dev/zero or a FIFO would be read until memory runs out, or forever.
+  require_regular_file(path, "data file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open data file");
   std::ostringstream buffer;

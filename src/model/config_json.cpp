@@ -75,4 +75,27 @@ std::vector<std::string> read_id2label(const json& j, const std::string& source)
   return names;
 }
 
+void check_label2id(const json& j, const std::vector<std::string>& id2label, const std::string& source) {
+  const json& v = j["label2id"];
+  const auto disagree = [&](const std::string& what) {
+    throw Error(source + ": id2label and label2id disagree: " + what +
+                "; make label2id the inverse of id2label (or remove label2id)");
+  };
+  if (!v.is_object()) config_key_error(source, "label2id", "expected an object {\"name\": id, ...}");
+  for (const auto& item : v.items()) {
+    const std::string name = clip_for_message(item.key(), 40);
+    if (!item.value().is_number_integer())
+      config_key_error(source, "label2id", "the id of \"" + name + "\" must be an integer, got " + shown(item.value()));
+    const int64_t id = item.value().get<int64_t>();
+    if (id < 0 || id >= static_cast<int64_t>(id2label.size()))
+      disagree("label2id[\"" + name + "\"] = " + std::to_string(id) + " is not an id of id2label (0.." +
+               std::to_string(static_cast<int64_t>(id2label.size()) - 1) + ")");
+    if (id2label[static_cast<size_t>(id)] != item.key())
+      disagree("label2id[\"" + name + "\"] = " + std::to_string(id) + " but id2label[\"" + std::to_string(id) +
+               "\"] = \"" + clip_for_message(id2label[static_cast<size_t>(id)], 40) + "\"");
+  }
+  if (v.size() != id2label.size())
+    disagree("id2label has " + std::to_string(id2label.size()) + " labels, label2id " + std::to_string(v.size()));
+}
+
 }  // namespace shardtrain::detail

@@ -21,4 +21,9 @@ bool read_bool(const nlohmann::json& j, const char* key, bool fallback, const st
 // id2label {"0": "name", ...}: exactly the ids 0..n-1, once each, string names.
 std::vector<std::string> read_id2label(const nlohmann::json& j, const std::string& source);
 
+// Error naming both keys unless config.json's "label2id" is the inverse of
+// `id2label` (every name to its id, each label once), as the labels of a
+// fine-tuned model must be; transformers keeps both without comparing them.
+void check_label2id(const nlohmann::json& j, const std::vector<std::string>& id2label, const std::string& source);
+
 }  // namespace shardtrain::detail

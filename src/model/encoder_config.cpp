@@ -394,6 +394,7 @@ EncoderConfig EncoderConfig::from_json(const std::string& text, const std::strin
 
   if (j.contains("id2label")) {
     c.id2label = detail::read_id2label(j, source);
+    if (j.contains("label2id") && !j["label2id"].is_null()) detail::check_label2id(j, c.id2label, source);
     c.num_labels = static_cast<int64_t>(c.id2label.size());
     if (j.contains("num_labels") && read_int(j, "num_labels", 0, source) != c.num_labels)
       config_key_error(source, "num_labels", "is " + clip_for_message(j["num_labels"].dump(), 40) +

@@ -3,12 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
+#include "shardtrain/core/json_read.h"
 #include "shardtrain/model/classifier.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/core/text.h"
@@ -82,6 +83,13 @@ void copy_checked(at::Tensor& param, const at::Tensor& value, const std::string&
   if (!at::isFloatingType(value.scalar_type()))
     throw Error(source + ": tensor '" + name + "' has non-floating dtype " +
                 std::string(c10::toString(value.scalar_type())));
+  // As checkpoints are checked on every read: NaN or infinite weights give
+  // NaN logits and a meaningless accuracy or loss, never an error of their own.
+  const int64_t non_finite = value.numel() - at::isfinite(value).sum().item<int64_t>();
+  if (non_finite > 0)
+    throw Error(source + ": tensor '" + name + "' holds " + std::to_string(non_finite) +
+                " non-finite values (NaN or infinity); refusing to load it (the model was saved from a run that "
+                "diverged, or the file is damaged)");
   param.copy_(value);
 }
 
@@ -108,9 +116,11 @@ std::string HfLoadReport::message() const {
   if (!missing_keys.empty()) {
     if (!out.empty()) out += "\n";
     out += "Some weights of " + architecture + " were not initialized from the model checkpoint at " +
-           folder + " and are newly initialized: " + python_list(missing_keys) +
-           "\nYou should probably TRAIN this model on a down-stream task to be able to use it for predictions and "
-           "inference.";
+           folder + " and are newly initialized: " + python_list(missing_keys) + "\n" +
+           std::to_string(missing_keys.size()) + " of the model's " + std::to_string(num_model_tensors) +
+           " tensors are newly initialized, " + std::to_string(num_model_tensors - missing_keys.size()) +
+           " loaded.\nYou should probably TRAIN this model on a down-stream task to be able to use it for predictions "
+           "and inference.";
   }
   return out;
 }
@@ -126,15 +136,23 @@ NamedTensors read_hf_weights(const std::string& folder) {
     std::map<std::string, std::vector<std::string>> by_shard;
     for (const auto& [name, shard] : weight_map) by_shard[shard].push_back(name);
     NamedTensors out;
+    std::map<std::string, std::string> shard_of;
     for (const auto& [shard, names] : by_shard) {
       const fs::path shard_path = dir / shard;
       if (!fs::exists(shard_path))
         throw Error(index.string() + ": shard \"" + shard + "\" named in weight_map is missing from " + folder);
       SafetensorsFile file(shard_path.string());
-      for (const auto& name : names) {
+      for (const auto& name : names)
         if (!file.contains(name))
           throw Error(index.string() + ": weight_map puts '" + name + "' in " + shard + ", but that shard lacks it");
-        out.emplace_back(name, file.tensor(name));
+      // Every tensor of the shard, as transformers loads a shard whole: one
+      // the index forgot is loaded, not left random.
+      for (auto& [name, tensor] : file.all_tensors()) {
+        const auto [at, inserted] = shard_of.emplace(name, shard);
+        if (!inserted)
+          throw Error(index.string() + ": tensor '" + name + "' is in two shards, " + at->second + " and " + shard +
+                      "; keep it in one");
+        out.emplace_back(name, std::move(tensor));
       }
     }
     return out;
@@ -159,6 +177,21 @@ HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& chec
   std::set<std::string> used;
   {
     at::NoGradGuard no_grad;
+    const NamedTensors parameters = model.state_dict();
+    report.num_model_tensors = parameters.size();
+    // Not one tensor the model expects: every weight would be random, with
+    // only a warning (a folder of another family, a wrong model_type).
+    bool any = false;
+    for (const auto& [name, param] : parameters) any = any || tensors.count(name) > 0;
+    if (!any)
+      throw Error(source + ": the weights hold none of the " + std::to_string(parameters.size()) + " tensors " +
+                  report.architecture + " expects (e.g. '" + (parameters.empty() ? "" : parameters.front().first) +
+                  "')" +
+                  (checkpoint.empty() ? std::string(": there are no tensors")
+                                      : "; its " + std::to_string(checkpoint.size()) + " tensors are named like '" +
+                                            clip_for_message(checkpoint.front().first, 80) + "'") +
+                  ". Is config.json's model_type (\"" + model.config().model_type +
+                  "\") the family these weights were saved from?");
     for (auto& [name, param] : model.state_dict()) {
       auto found = tensors.find(name);
       if (found == tensors.end()) {
@@ -194,7 +227,16 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   const std::string config_path = (fs::path(folder) / "config.json").string();
   if (!fs::exists(config_path)) throw Error(folder + ": no config.json in the model folder");
   HfModel out;
-  out.config = EncoderConfig::from_file(config_path);
+  // transformers' AutoConfig refuses a config.json without model_type; read
+  // as BERT, another family's weights would all be left random.
+  require_regular_file(config_path, "model config");
+  const std::string config_text = read_file(config_path, "model config");
+  const nlohmann::json config_json = parse_user_json(config_text, config_path);
+  if (config_json.is_object() && !config_json.contains("model_type"))
+    throw Error(config_path + ": no \"model_type\" key, so the model family is unknown (transformers' AutoConfig "
+                "refuses it too); add the family the weights were saved from, e.g. \"model_type\": \"bert\" "
+                "(bert, roberta, xlm-roberta, camembert, distilbert, electra, modernbert)");
+  out.config = EncoderConfig::from_json(config_text, config_path);
   if (options.hidden_dropout_prob) out.config.hidden_dropout_prob = *options.hidden_dropout_prob;
   if (options.attention_probs_dropout_prob)
     out.config.attention_probs_dropout_prob = *options.attention_probs_dropout_prob;
@@ -256,12 +298,9 @@ void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
   if (error) throw Error(folder + ": cannot create output folder: " + error.message());
 
   const std::string config_text = hf_config_json(model.config(), options.dtype);
-  const std::string config_path = (fs::path(folder) / "config.json").string();
-  {
-    std::ofstream out(config_path, std::ios::trunc);
-    out << config_text;
-    if (!out) throw Error(config_path + ": write failed");
-  }
+  // Every file through core/fs_util.h's writer: complete or not there, a
+  // link followed, never an existing file clobbered by a temporary name.
+  write_file_atomic((fs::path(folder) / "config.json").string(), config_text);
 
   NamedTensors tensors;
   // HF's state-dict order: the fixed tensors sit where the plan puts them.
@@ -271,8 +310,8 @@ void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
 
   for (const auto& file : options.copy_files) {
     if (!fs::is_regular_file(file)) throw Error(file + ": file to copy into " + folder + " does not exist");
-    fs::copy_file(file, fs::path(folder) / fs::path(file).filename(), fs::copy_options::overwrite_existing, error);
-    if (error) throw Error(file + ": cannot copy into " + folder + ": " + error.message());
+    write_file_atomic((fs::path(folder) / fs::path(file).filename()).string(),
+                      read_file(file, "file to copy into " + folder));
   }
 }
 

@@ -156,7 +156,7 @@ namespace {
 
 SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorSpec> specs,
                                                  const std::map<std::string, std::string>& metadata)
-    : path_(path), temporary_(path + ".tmp"), specs_(std::move(specs)) {
+    : path_(path), specs_(std::move(specs)) {
   std::vector<SafetensorsBlob> blobs;
   blobs.reserve(specs_.size());
   std::map<std::string, int> seen;
@@ -181,19 +181,13 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::v
   const std::string header = serialize_safetensors_header(blobs, metadata);
   file_bytes_ = header.size() + data_bytes;
 
-  out_ = std::fopen(temporary_.c_str(), "wb");
-  if (!out_) throw Error(temporary_ + ": cannot open for writing: " + errno_text());
+  out_ = std::make_unique<OutputFile>(path_);
   append(header.data(), header.size());
 }
 
 SafetensorsStreamWriter::~SafetensorsStreamWriter() { discard(); }
 
-void SafetensorsStreamWriter::discard() {
-  if (!out_) return;
-  std::fclose(out_);
-  out_ = nullptr;
-  std::remove(temporary_.c_str());
-}
+void SafetensorsStreamWriter::discard() { out_.reset(); }  // OutputFile removes its temporary file
 
 void SafetensorsStreamWriter::fail(const std::string& message) {
   discard();
@@ -202,8 +196,11 @@ void SafetensorsStreamWriter::fail(const std::string& message) {
 
 void SafetensorsStreamWriter::append(const void* data, std::size_t num_bytes) {
   if (num_bytes == 0) return;
-  if (std::fwrite(data, 1, num_bytes, out_) != num_bytes)
-    fail(temporary_ + ": write failed (disk full?): " + errno_text());
+  try {
+    out_->write(data, num_bytes);
+  } catch (const Error& e) {
+    fail(e.what());
+  }
 }
 
 const SafetensorsTensorSpec& SafetensorsStreamWriter::check_next(const std::string& name, const at::Tensor& tensor,
@@ -260,19 +257,12 @@ void SafetensorsStreamWriter::commit() {
   if (next_ != specs_.size())
     fail(path_ + ": commit() after " + std::to_string(next_) + " of " + std::to_string(specs_.size()) +
          " tensors (next: '" + specs_[next_].name + "')");
-  std::string failure;
-  if (std::fflush(out_) != 0 || std::ferror(out_)) failure = errno_text();
-  if (std::fclose(out_) != 0 && failure.empty()) failure = errno_text();
-  out_ = nullptr;
-  if (!failure.empty()) {
-    std::remove(temporary_.c_str());
-    throw Error(temporary_ + ": write failed (disk full?): " + failure);
+  try {
+    out_->commit();
+  } catch (const Error& e) {
+    fail(e.what());
   }
-  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
-    const std::string reason = errno_text();
-    std::remove(temporary_.c_str());
-    throw Error(path_ + ": cannot rename " + temporary_ + " into place: " + reason);
-  }
+  out_.reset();
   committed_ = true;
 }
 

@@ -86,19 +86,18 @@ void set_device_and_communicator(TrainJob& job) {
   job.communicator = std::make_unique<MpiCommunicator>(job.comm, config.run.collective_timeout_s);
 }
 
-// The tokenizer and what a checkpoint saves of it: model.path's tokenizer
-// files (data/tokenizer.h: tokenizer.json, vocab.json + merges.txt or
-// vocab.txt, with tokenizer_config.json), or model.vocab (a vocab.txt with
-// model.lowercase, a tokenizer.json, or a folder).
+// The tokenizer and what a checkpoint saves of it: model.vocab as the config
+// resolved it (cli/config.cpp: model.path's own tokenizer is the folder, read
+// as data/tokenizer.h says), a vocab.txt with model.lowercase, or a
+// tokenizer.json. No model.vocab (a config built in code): model.path's folder.
 void load_tokenizer(TrainJob& job) {
   const ModelConfig& m = job.config->model;
-  const std::string default_vocab = m.path.empty() ? "" : (fs::path(m.path) / "vocab.txt").string();
-  const bool from_folder = !m.path.empty() && (m.vocab.empty() || m.vocab == default_vocab || m.vocab == m.path);
-  if (!from_folder && m.vocab.empty())
+  const std::string source = m.vocab.empty() ? m.path : m.vocab;
+  if (source.empty())
     throw Error("model.vocab is not set (a vocab.txt, a tokenizer.json or a tokenizer folder, or model.path with one)");
   TokenizerOptions options;
   options.lowercase = m.lowercase;
-  job.tokenizer.emplace(from_folder ? Tokenizer::from_model_dir(m.path) : Tokenizer::from_path(m.vocab, options));
+  job.tokenizer.emplace(Tokenizer::from_path(source, options));
   // vocab_text: what checkpoints written before tokenizer_files held (WordPiece only).
   job.vocab_text = job.tokenizer->vocab_text();
   job.tokenizer_files = job.tokenizer->saved_files();

@@ -23,18 +23,26 @@ bool can_offload(const RunConfig& run) {
            run.parallel.fsdp.sharding_strategy == FsdpShardingStrategy::kNoShard);
 }
 
-// The largest batch in [1, 2^40] that fits (activations grow with it), or 0.
+// The largest batch in [1, 2^40) that fits (activations grow with it), 0
+// when none does, MemoryVerdict::kNoLimitFound when all do (the cap is the
+// search's, not the memory's).
 int64_t largest_batch(RunConfig run, const EncoderConfig& model, int world_size, double capacity) {
   run.train.batch_size = 1;
   if (!fits(run, model, world_size, capacity)) return 0;
   int64_t good = 1, bad = int64_t{1} << 40;
+  bool limit_found = false;
   for (int64_t b = 2; b < bad; b *= 2) {
     run.train.batch_size = b;
     if (!fits(run, model, world_size, capacity)) {
       bad = b;
+      limit_found = true;
       break;
     }
     good = b;
+  }
+  if (!limit_found) {
+    run.train.batch_size = bad - 1;
+    if (fits(run, model, world_size, capacity)) return MemoryVerdict::kNoLimitFound;
   }
   while (bad - good > 1) {
     const int64_t mid = good + (bad - good) / 2;
@@ -117,7 +125,9 @@ std::string estimate_to_json(const MemoryEstimate& e, const std::optional<Memory
   add("total_bytes", e.total_bytes());
   if (verdict) {
     j += ",\"verdict\":\"" + verdict->text() + "\"";
-    j += ",\"largest_batch\":" + std::to_string(verdict->largest_batch);
+    j += ",\"largest_batch\":" + (verdict->largest_batch == MemoryVerdict::kNoLimitFound
+                                         ? std::string("null,\"largest_batch_note\":\"no limit found\"")
+                                         : std::to_string(verdict->largest_batch));
   }
   return j + "}";
 }

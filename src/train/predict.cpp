@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <numeric>
 
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
@@ -123,10 +123,14 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   const Tokenizer& tokenizer = loaded.tokenizer;
   if (config.problem_type == "multi_label_classification")
     throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
-  if (options.max_length > config.max_position_embeddings)
-    throw Error(str_format("--max-length %d exceeds the model's max_position_embeddings (%lld, %s)",
-                           options.max_length, static_cast<long long>(config.max_position_embeddings),
-                           loaded.config_source.c_str()));
+  // The positions a sequence can use (RoBERTa's start after padding_idx: 512
+  // of 514), checked before any row is read, naming the flag.
+  if (options.max_length > config.max_sequence_length())
+    throw Error(str_format("--max-length %d exceeds the %lld tokens the %s model takes (max_position_embeddings %lld, "
+                           "%s); use --max-length %lld or less",
+                           options.max_length, static_cast<long long>(config.max_sequence_length()),
+                           config.model_type.c_str(), static_cast<long long>(config.max_position_embeddings),
+                           loaded.config_source.c_str(), static_cast<long long>(config.max_sequence_length())));
   if (tokenizer.vocab_size() > config.vocab_size)
     throw Error(str_format("%s: the vocabulary has %lld tokens but the model's vocab_size is %lld (%s)",
                            options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
@@ -204,27 +208,19 @@ std::string prediction_json_line(const PredictResult& result, int64_t row) {
 }
 
 void write_predictions_jsonl(const PredictResult& result, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (!file) throw Error("--output: cannot create '" + tmp + "'");
-  bool ok = true;
+  // core/fs_util.h: a new file renamed into place, a link followed, a device
+  // or FIFO written in place, "-" standard output.
+  OutputFile out(path, "--output");
   std::string chunk;
-  for (int64_t i = 0; i < result.num_rows && ok; ++i) {
+  for (int64_t i = 0; i < result.num_rows; ++i) {
     chunk += prediction_json_line(result, i);
     chunk += '\n';
     if (chunk.size() > (1u << 20) || i + 1 == result.num_rows) {
-      ok = std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size();
+      out.write(chunk);
       chunk.clear();
     }
   }
-  ok = std::fflush(file) == 0 && ok;
-  ok = std::fclose(file) == 0 && ok;
-  std::error_code error;
-  if (ok) std::filesystem::rename(tmp, path, error);
-  if (!ok || error) {
-    std::filesystem::remove(tmp, error);
-    throw Error("--output: writing '" + path + "' failed");
-  }
+  out.commit();
 }
 
 }  // namespace shardtrain

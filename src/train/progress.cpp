@@ -34,7 +34,7 @@ std::string format_duration(double seconds) {
 
 ProgressMeter::ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
                              double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard,
-                             double invocation_start)
+                             double invocation_start, const ProgressWindow& resumed)
     : log_every_steps_(train.log_every_steps),
       total_steps_(total_steps),
       num_epochs_(num_epochs),
@@ -44,7 +44,10 @@ ProgressMeter::ProgressMeter(const TrainConfig& train, int64_t total_steps, int6
       invocation_start_(invocation_start),
       folder_(folder),
       tensorboard_(tensorboard),
-      window_start_(start_) {
+      window_start_(start_),
+      window_loss_(resumed.loss_sum),
+      window_norm_(resumed.grad_norm_sum),
+      window_steps_(resumed.steps) {
   rank_ = folder.rank();
   live_ = live && rank_ == 0 && isatty(STDERR_FILENO);
 }

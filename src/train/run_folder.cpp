@@ -74,7 +74,9 @@ RunFolder::RunFolder(const JobConfig& run, MPI_Comm comm) : comm_(comm) {
     throw Error("run.storage_path / run.name: cannot create the run folder '" + dir_ + "': " +
                 (ec ? ec.message() : std::string("it is not a folder")));
   });
-  if (rank_ == 0) set_log_file(file("train.log"));
+  // Held until start(): a job refused by its checks, or with nothing to
+  // train, appends nothing to train.log (docs/DESIGN.md, "The run folder").
+  if (rank_ == 0) set_log_file(file("train.log"), /*deferred=*/true);
 }
 
 RunFolder::~RunFolder() {
@@ -84,6 +86,7 @@ RunFolder::~RunFolder() {
 std::string RunFolder::file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
 
 void RunFolder::start(const std::string& config_toml, std::optional<int64_t> resumed_step) {
+  if (rank_ == 0) commit_log_file();
   on_rank0(comm_, "writing the run folder's config.toml", [&] {
     const std::string result = file("result.jsonl"), progress = file("progress.csv");
     write_file_atomic(file("config.toml"), config_toml);

@@ -1,5 +1,6 @@
 #include "shardtrain/train/tensorboard.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,11 +95,10 @@ ParsedFile parse_event_file(const std::string& bytes) {
   return out;
 }
 
-// write_file_atomic's temporary file: left behind only when a rewrite was cut
-// short, and then the original is still whole.
-bool is_leftover(const std::string& name) {
-  return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
-}
+// write_file_atomic's temporary file ("<name>.tmp-XXXXXX", or "<name>.tmp" of
+// earlier versions): left behind only when a rewrite was cut short, and then
+// the original is still whole.
+bool is_leftover(const std::string& name) { return is_temp_file_name(name); }
 
 // The event files of `dir` in name order (TensorBoard's), or the leftovers of
 // cut-short rewrites; none if `dir` does not exist.
@@ -172,10 +172,21 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, double file_time) {
   const std::string stem = (fs::path(dir) / str_format("%s%010lld.%s", kFilePrefix,
                                                        static_cast<long long>(file_time), host_name().c_str()))
                                .string();
+  // A new file, never one that exists (O_EXCL: not even through a link).
   path_ = stem;
-  for (int n = 1; fs::exists(path_); ++n) path_ = stem + "." + std::to_string(n);
-  file_.reset(std::fopen(path_.c_str(), "wb"));
-  if (!file_) throw Error("cannot create '" + path_ + "': " + std::strerror(errno));
+  int fd = -1;
+  for (int n = 1;; ++n) {
+    fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) break;
+    path_ = stem + "." + std::to_string(n);
+  }
+  if (fd < 0) throw Error("cannot create '" + path_ + "': " + os_error_text(errno));
+  file_.reset(::fdopen(fd, "wb"));
+  if (!file_) {
+    const int error = errno;
+    ::close(fd);
+    throw Error("cannot create '" + path_ + "': " + os_error_text(error));
+  }
   tb::Event event;
   event.set_wall_time(file_time);
   event.set_file_version("brain.Event:2");

@@ -71,6 +71,9 @@ const std::vector<TrainAttributeField>& train_state_fields() {
       {"early_stopping_bad_evals", Type::kInteger},
       {"early_stopped", Type::kInteger},
       {"stop_reason", Type::kString},
+      {"log_window_loss_sum", Type::kFloat},
+      {"log_window_grad_norm_sum", Type::kFloat},
+      {"log_window_steps", Type::kInteger},
   };
   return fields;
 }
@@ -104,7 +107,10 @@ TrainAttributes train_state_attributes(const TrainState& s) {
           {"early_stopping_best_step", s.early_stopping_best_step},
           {"early_stopping_bad_evals", s.early_stopping_bad_evals},
           {"early_stopped", s.early_stopped},
-          {"stop_reason", s.stop_reason}};
+          {"stop_reason", s.stop_reason},
+          {"log_window_loss_sum", s.log_window_loss_sum},
+          {"log_window_grad_norm_sum", s.log_window_grad_norm_sum},
+          {"log_window_steps", s.log_window_steps}};
 }
 
 TrainState parse_train_state(const TrainAttributes& attributes, const std::string& path) {
@@ -147,6 +153,14 @@ TrainState parse_train_state(const TrainAttributes& attributes, const std::strin
     state.early_stopping_bad_evals = in.at_least("early_stopping_bad_evals", 0);
     state.early_stopped = in.integer("early_stopped");
     state.stop_reason = in.text("stop_reason");
+  }
+  if (in.has("log_window_steps")) {
+    state.log_window_loss_sum = in.real("log_window_loss_sum");
+    state.log_window_grad_norm_sum = in.real("log_window_grad_norm_sum");
+    state.log_window_steps = in.at_least("log_window_steps", 0);
+    if (state.log_window_steps > state.step)
+      throw Error(path + ": attribute log_window_steps = " + std::to_string(state.log_window_steps) +
+                  " is above the step (" + std::to_string(state.step) + "); the checkpoint is damaged: use another one");
   }
   if (state.skipped_steps < 0 || state.skipped_steps > state.step)
     throw Error(path + ": attribute skipped_steps = " + std::to_string(state.skipped_steps) +

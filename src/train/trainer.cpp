@@ -38,6 +38,7 @@ struct Position {
   double loss_sum = 0;         // training loss since the last report
   int64_t loss_count = 0;
   double trained_before = 0;   // seconds trained by earlier invocations
+  ProgressWindow log_window;   // the progress log's sums since its last row (train/progress.h)
   EarlyStoppingState early;    // train/early_stopping.h
   std::string stop_reason;     // early.stopped: why
 };
@@ -96,6 +97,7 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
   at.loss_sum = state.loss_sum;
   at.loss_count = state.loss_count;
   at.trained_before = state.train_seconds;
+  at.log_window = {state.log_window_loss_sum, state.log_window_grad_norm_sum, state.log_window_steps};
   if (!std::isnan(state.early_stopping_best)) at.early.best = state.early_stopping_best;
   at.early.best_step = state.early_stopping_best_step;
   at.early.bad_evals = state.early_stopping_bad_evals;
@@ -277,6 +279,10 @@ class Reporter {
     state.lowercase = job_.tokenizer->options().lowercase ? 1 : 0;
     state.metrics_json = metrics.dump();
     state.train_seconds = meter_.elapsed_total();
+    const ProgressWindow window = meter_.window();
+    state.log_window_loss_sum = window.loss_sum;
+    state.log_window_grad_norm_sum = window.grad_norm_sum;
+    state.log_window_steps = window.steps;
     state.skipped_steps = at.skipped;
     if (job_.loss_scaler) {
       const LossScalerState& s = job_.loss_scaler->state();
@@ -433,7 +439,7 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   result.num_training_steps = job.plan.total_steps;
   result.nothing_to_do = nothing_to_do;
   ProgressMeter meter(config.train, job.plan.total_steps, job.plan.num_epochs, at.step, at.trained_before,
-                      options.live_progress, folder, tensorboard.get(), invocation_start);
+                      options.live_progress, folder, tensorboard.get(), invocation_start, at.log_window);
   Reporter reporter(job, checkpoints, folder, meter, tensorboard.get(), options, result);
   reporter.resumed_at(at.step);
   if (at.early.stopped)

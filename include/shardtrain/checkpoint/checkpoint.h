@@ -42,8 +42,14 @@
 // over the union of the ranks' requests, filling in what no rank asked for;
 // read_tensor() and verify_checkpoint() over the whole dataset) and refuses a
 // mismatch, and any NaN or infinity in a floating-point tensor, with an Error
-// naming the file and the tensor. Files written before checksums existed
-// still load; the reader says once that they cannot be verified.
+// naming the file and the tensor. The root attributes (the model config, the
+// tokenizer's files, the run config, the training state) have checksums too,
+// summed the same way over each value's bytes and stored together in one root
+// attribute, "shardtrain_attribute_checksums" (a line "<kind> <hex> <name>"
+// per attribute); every open checks them, and an attribute changed, removed
+// or added after the file was written is an Error naming it. Files written
+// before either kind of checksum existed still load; the reader says once
+// that what they lack cannot be verified.
 //
 // Errors a user can fix (missing file, not a shardtrain checkpoint, a
 // truncated or damaged file, missing dataset or attribute, shape / dtype
@@ -119,7 +125,9 @@ class CheckpointWriter {
   void write_group(const std::string& group, const std::vector<TensorSlice>& slices);
 
   // Root-group attributes. The value of rank 0 is the one stored. Setting a key
-  // again replaces it.
+  // again replaces it. Each one's checksum goes into the checksum table, which
+  // is written before the first group and again at commit() if an attribute
+  // was set after it; the table's own name is refused as a key.
   void set_attribute(const std::string& key, int64_t value);
   void set_attribute(const std::string& key, double value);
   void set_attribute(const std::string& key, const std::string& value);  // UTF-8 text
@@ -175,6 +183,9 @@ class CheckpointReader {
   at::Tensor read_tensor(const std::string& group, const std::string& name) const;
   // False for a file written before checksums existed.
   bool has_checksums() const;
+  // False for a file written before attribute checksums existed (the
+  // constructor checked them otherwise).
+  bool has_attribute_checksums() const;
 
   bool has_attribute(const std::string& key) const;
   std::vector<std::string> attribute_names() const;
@@ -195,15 +206,17 @@ struct CheckpointVerification {
   int64_t num_verified = 0;          // of them, with a checksum that matched
   int64_t num_bytes = 0;             // bytes of data read
   bool has_checksums = true;         // false: written before checksums existed
+  int64_t num_attributes_verified = 0;  // root attributes whose checksum matched
+  bool has_attribute_checksums = true;  // false: written before attribute checksums existed
   std::vector<std::string> datasets; // "/model/classifier.weight", ... in file order
 };
 
 // Local (one process, no MPI collective): opens `path`, checks the attributes
 // every checkpoint has (shardtrain_format_version, writer_world_size), and
 // reads every dataset in chunks of at most 16 Mi elements (bounded memory),
-// checking its checksum and that floating-point data is finite. Error naming
-// the file and the first problem (a truncated file, a damaged dataset, a
-// checksum mismatch, a NaN).
+// checking its checksum and that floating-point data is finite, and every root
+// attribute against its checksum. Error naming the file and the first problem
+// (a truncated file, a damaged dataset or attribute, a checksum mismatch, a NaN).
 CheckpointVerification verify_checkpoint(const std::string& path);
 
 }  // namespace shardtrain

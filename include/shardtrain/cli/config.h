@@ -10,6 +10,7 @@
 //   parallel.zero.stage3_prefetch_bucket_size only applies when parallel.strategy is "zero3" or "hybrid"
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
@@ -45,5 +46,22 @@ std::string config_to_toml(const RunConfig& config);
 
 // All key names, in file order.
 std::vector<std::string> config_key_names();
+
+// ---- numbers written as text: config overrides and every numeric flag ----------
+// One reading for all of them: plain decimal only (no hex "0x10", no "inf" or
+// "nan", no spaces), the whole text, in range. Errors name `name` (a key such
+// as "train.batch_size" or a flag such as "--batch-size"):
+//   --batch-size: expected an integer, got '0x10'
+//   --batch-size = 0: must be in [1, 1099511627776]
+int64_t parse_integer_setting(const std::string& name, const std::string& text, int64_t min = INT64_MIN,
+                              int64_t max = INT64_MAX);
+// A decimal number. With `rest` (a unit may follow, "80GiB"): the text after
+// the number, spaces skipped; without it the number must be the whole text.
+double parse_number_setting(const std::string& name, const std::string& text, std::string* rest = nullptr);
+
+// Ranges of keys that estimate-memory's flags also set (validate_run_config
+// checks the config's values against the same bounds).
+constexpr int64_t kMinSequenceLength = 3;  // [CLS] and two [SEP]
+constexpr int64_t kMaxSequenceLength = 65536;
 
 }  // namespace shardtrain

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,17 +19,21 @@ namespace shardtrain {
 
 struct EstimateMemoryArgs {
   std::string model;        // a HF folder or its config.json; empty: the run config's model
-  std::string world_sizes;  // "1,2,4,8"; empty: 1,2,4,8
+  std::optional<std::string> world_sizes;  // "1,2,4,8"; unset: 1,2,4,8
   std::string strategies = "all";  // "all" or a list of ddp, zero1, zero2, zero3, fsdp, hybrid
   // Empty: the run config's value (or the default).
   std::string mixed_precision, offload_optimizer, device, device_memory;
-  int64_t batch_size = 0, seq_len = 0, num_labels = 0;  // 0: the run config's (num_labels: 2)
+  // Unset: the run config's (train.batch_size, data.max_length, model.num_labels),
+  // and for the labels then the model's config.json. Set: checked as those keys are
+  // (cli/config.h, parse_integer_setting: 0 is an error, not "the default").
+  std::optional<int64_t> batch_size, seq_len, num_labels;
   bool gradient_checkpointing = false;
   bool json = false;
 };
 
 // "80GiB", "80 GB", "512MiB", "1.5T", "1000000" (bytes) -> bytes; GB / MB are
-// decimal, GiB / MiB binary. Error naming `flag` otherwise.
+// decimal, GiB / MiB binary; the number is plain decimal (no "0x10"). Error
+// naming `flag` otherwise.
 double parse_memory_size(const std::string& text, const std::string& flag);
 
 // The report: a table per world size (text), or one JSON object per

@@ -1,21 +1,34 @@
-// Files of a run folder: written so that a crash or a full disk never leaves a
-// half-written file under its final name, and every failure says the path and
-// the operating system's reason.
+// Files a command writes: never half-written under their final name, never
+// replacing what is at their path by something else, and every failure names
+// the path and the operating system's reason.
 //
-//   write_file_atomic("runs/q/config.toml", text);   // "<path>.tmp", fsync, rename
+//   write_file_atomic("runs/q/config.toml", text);   // whole content, through OutputFile
+//   OutputFile out(flags.output, "--output");         // streamed: predict, tokenize, export
+//   out.write(chunk); ...; out.commit();
 //   append_line("runs/q/result.jsonl", json_line);   // one write(2) per line
 //   std::string text = read_file("runs/q/config.toml", "the run's config");
 //   require_free_space("runs/q", bytes, "checkpoint runs/q/checkpoint_000003.h5");
 //
 // Failures throw shardtrain::Error naming the path and the reason, e.g.
-//   cannot write runs/q/config.toml.tmp: No space left on device (ENOSPC)
+//   cannot write runs/q/config.toml: No space left on device (ENOSPC)
 // and leave no temporary file behind.
 //
-// Temporary files: the writers here name them "<final>.tmp"; the checkpoint
-// writer names them "<final>.tmp-<job id>". A job that is killed leaves them
-// behind; remove_stale_temp_files() deletes them at the next start of the same
-// run, once that job holds the run folder's lock (train/run_lock.h), because
-// then no other job can be writing in the folder.
+// What an output path may be (docs/outputs-and-integrity.md):
+//   - nothing yet, or a regular file: a new temporary file in the same folder
+//     ("<name>.tmp-XXXXXX", created by mkstemp: never an existing file), fsynced,
+//     then renamed over the path, so a reader sees the old file or the new one;
+//   - a symbolic link: followed (every link of a chain); the file it names is
+//     written as above and the link stays;
+//   - a device, FIFO or other file that is not regular (/dev/stdout, /dev/null,
+//     a named pipe): opened and written in place, never renamed over;
+//   - "-": standard output;
+//   - a folder, a socket, a loop of links, "": refused before anything is written.
+//
+// Temporary files: OutputFile names them "<final>.tmp-XXXXXX"; the checkpoint
+// writer "<final>.tmp-<job id>". A job that is killed leaves them behind;
+// remove_stale_temp_files() deletes them at the next start of the same run,
+// once that job holds the run folder's lock (train/run_lock.h), because then no
+// other job can be writing in the folder.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +41,45 @@ namespace shardtrain {
 // strerror text plus the symbolic name: "No space left on device (ENOSPC)".
 std::string os_error_text(int errno_value);
 
-// Writes `content` to "<path>.tmp", flushes it to disk (fsync), renames it to
-// `path` (atomic on POSIX file systems) and fsyncs the directory. On any
-// failure the temporary file is removed and Error names the path and the
-// reason; `path` is then untouched (the old content, or no file).
+// One output file, written as the top of this file says. Rank-local; not
+// copyable. Streams: write() as often as needed, then commit().
+class OutputFile {
+ public:
+  // Opens the output (a temporary file, the device or FIFO itself, or standard
+  // output for "-"). `what` prefixes messages about the path itself ("--output",
+  // "config.json of the export"); errors of the writes name the path alone.
+  // Error for "", a folder, a socket, a link loop or a file that cannot be
+  // created (the OS's reason).
+  explicit OutputFile(const std::string& path, const std::string& what = "");
+  // Without commit(): the temporary file is removed and the path is untouched
+  // (an output written in place keeps what was written).
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  // Appends `size` bytes. Error (the temporary file removed) when the write fails.
+  void write(const void* data, size_t size);
+  void write(const std::string& text) { write(text.data(), text.size()); }
+  // Flushes to disk (fsync), renames the temporary file over the target and
+  // fsyncs its folder; in place: closes it. Error and nothing renamed on failure.
+  void commit();
+
+  const std::string& path() const { return path_; }
+  // The file written: `path` with every symbolic link followed.
+  const std::string& target() const { return target_; }
+  // True for standard output, a device, a FIFO: no temporary file, no rename.
+  bool in_place() const { return temporary_.empty(); }
+
+ private:
+  void discard();
+  [[noreturn]] void fail(const std::string& action, int error);
+  std::string path_, target_, temporary_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// OutputFile(path) with `content`, committed: the old content or the new one
+// under `path`, never half of it; `path` is untouched on failure.
 void write_file_atomic(const std::string& path, const std::string& content);
 
 // Appends `line` and a newline to `path` (created if missing) with a single
@@ -74,8 +122,9 @@ void reserve_file_space(const std::string& path, uint64_t end, const std::string
 // "" when none of these holds.
 std::string explain_write_failure(const std::string& path);
 
-// A file name the writers above or the checkpoint writer use for a temporary
-// file: "<name>.tmp" or "<name>.tmp-<job id>" (job id: letters, digits, '.', '_', '-').
+// A file name OutputFile or the checkpoint writer uses for a temporary file:
+// "<name>.tmp-<id>" (id: letters, digits, '.', '_', '-'), or "<name>.tmp" as
+// earlier versions named them.
 bool is_temp_file_name(const std::string& file_name);
 
 // Deletes the temporary files (is_temp_file_name) directly inside `run_dir`,

@@ -10,7 +10,16 @@ namespace shardtrain {
 // Called once by World: the rank used for filtering and prefixes.
 void set_log_rank(int rank);
 // Every line logged on this rank also goes to `path` (appended). Empty = off.
-void set_log_file(const std::string& path);
+// `deferred`: the lines are held in memory and reach the file only at
+// commit_log_file(); closing it first (another set_log_file) drops them, so a
+// job that turns out to do nothing leaves the file as it was.
+void set_log_file(const std::string& path, bool deferred = false);
+// The held lines go to the file, and every later line straight after them.
+void commit_log_file();
+// Appends one time-stamped line to `path` alone (not stderr): the error that
+// ended a job, into its train.log. Failures are ignored (the error itself is
+// on stderr already).
+void append_to_log_file(const std::string& path, const std::string& line);
 
 void log_info(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char* format, ...) __attribute__((format(printf, 1, 2)));

@@ -64,6 +64,7 @@ struct HfLoadReport {
   std::vector<std::string> renamed_keys;     // "old -> new" for gamma/beta and base-prefix fixes
   std::string architecture;                  // "BertForSequenceClassification", ...
   std::string replaced_head;                 // the folder's other-task class whose head was not used, or ""
+  size_t num_model_tensors = 0;              // the model's parameters (missing_keys are some of them)
   // The log lines transformers prints for missing / unexpected keys (empty if neither).
   std::string message() const;
 };
@@ -76,16 +77,22 @@ struct HfModel {
 
 // Reads config.json (with the overrides in `options`), builds the model on the
 // CPU in fp32 and loads the weights. Throws shardtrain::Error naming the file
-// for a missing folder, config or weights file, a pickle-only folder, a bad
-// shard index or a shape mismatch.
+// for a missing folder, config or weights file, a config.json without
+// model_type (as AutoConfig), a pickle-only folder, a bad shard index, a shape
+// mismatch, a tensor holding NaN or infinity, or weights that hold none of the
+// tensors the model expects (another family's).
 HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options = {});
 
 // The checkpoint tensors of `folder` (model.safetensors or the sharded index),
-// by their names in the file(s).
+// by their names in the file(s). A sharded folder gives every tensor of every
+// shard its index names, also one the weight_map omits (as transformers loads
+// shards whole); a tensor in two shards is an Error naming both.
 NamedTensors read_hf_weights(const std::string& folder);
 
 // Copies `checkpoint` (HF names or the legacy/bare variants above) into `model`,
-// converting dtypes; parameters it lacks are initialised from `init_seed`.
+// converting dtypes; parameters it lacks are initialised from `init_seed` and
+// reported (how many of how many). Error when it holds none of them, or a
+// tensor with NaN or infinity (naming it).
 HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& checkpoint,
                              uint64_t init_seed = 42, const std::string& source = "checkpoint");
 

@@ -31,6 +31,8 @@
 
 namespace shardtrain {
 
+class OutputFile;
+
 // Tensors in a fixed order: (name, tensor). The model's state dict has this type.
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -123,8 +125,9 @@ class SafetensorsStreamWriter {
   // Returns the bytes of temporary copies it held at once (the chunk, plus a
   // contiguous CPU copy of `tensor` when it is not one already).
   std::size_t write_next_converting(const std::string& name, const at::Tensor& tensor);
-  // Flushes, closes and renames "<path>.tmp" over `path`. Every spec must have
-  // been written.
+  // Flushes, closes and moves the file into place (core/fs_util.h's
+  // OutputFile: a temporary file renamed over `path`, a link followed). Every
+  // spec must have been written.
   void commit();
 
   const std::string& path() const { return path_; }
@@ -139,11 +142,11 @@ class SafetensorsStreamWriter {
   [[noreturn]] void fail(const std::string& message);
   void discard();
 
-  std::string path_, temporary_;
+  std::string path_;
   std::vector<SafetensorsTensorSpec> specs_;
   std::size_t next_ = 0;
   uint64_t file_bytes_ = 0;
-  std::FILE* out_ = nullptr;
+  std::unique_ptr<OutputFile> out_;
   bool committed_ = false;
 };
 

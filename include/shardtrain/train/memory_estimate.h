@@ -103,7 +103,10 @@ MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model,
 // host memory over the node's ranks on a CPU).
 struct MemoryVerdict {
   enum Kind { kFits, kFitsWithCheckpointing, kFitsWithOffload, kFitsWithBoth, kDoesNotFit } kind = kDoesNotFit;
-  int64_t largest_batch = 0;  // the largest train.batch_size that fits as configured (0: none)
+  // The largest train.batch_size that fits as configured (0: none;
+  // kNoLimitFound: every batch up to the search's cap, 2^40 - 1, fits).
+  static constexpr int64_t kNoLimitFound = -1;
+  int64_t largest_batch = 0;
   std::string text() const;   // "fits", "fits with model.gradient_checkpointing", ...
 };
 MemoryVerdict judge_memory(const RunConfig& run, const EncoderConfig& model, int world_size, double capacity);

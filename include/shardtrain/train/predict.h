@@ -98,8 +98,10 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm);
 // Floats are printed with 9 significant digits (they read back as the same float).
 std::string prediction_json_line(const PredictResult& result, int64_t row);
 
-// Writes every row's line to `path` atomically: `path`.tmp, then rename. Throws
-// Error naming the file when it cannot be written.
+// Writes every row's line to `path` through OutputFile (core/fs_util.h): a new
+// file renamed into place, a symbolic link followed, a device or FIFO written
+// in place, "-" standard output. Throws Error naming the file when it cannot
+// be written.
 void write_predictions_jsonl(const PredictResult& result, const std::string& path);
 
 }  // namespace shardtrain

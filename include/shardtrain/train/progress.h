@@ -30,6 +30,16 @@ struct StepRecord {
   int64_t skipped_steps = 0;  // steps skipped so far for non-finite gradients
 };
 
+// The sums of the steps since the last logged row (train.log_every_steps):
+// what the next row averages. Checkpoints carry them (train/train_state.h), so
+// the first row after a resume averages the same steps as an uninterrupted
+// run's. Throughput restarts at the resume (it is a rate over wall time).
+struct ProgressWindow {
+  double loss_sum = 0;
+  double grad_norm_sum = 0;
+  int64_t steps = 0;
+};
+
 class ProgressMeter {
  public:
   // `trained_before`: seconds trained by earlier invocations (resume);
@@ -38,16 +48,19 @@ class ProgressMeter {
   // 0's event writer, or null.
   // `invocation_start`: MPI_Wtime() when this invocation began; the first
   // step's line in train.log says how long after it the step was done
-  // (building the job, resuming, the first step).
+  // (building the job, resuming, the first step). `resumed`: the window the
+  // checkpoint resumed from was in.
   ProgressMeter(const TrainConfig& train, int64_t total_steps, int64_t num_epochs, int64_t first_step,
                 double trained_before, bool live, RunFolder& folder, TensorBoardWriter* tensorboard,
-                double invocation_start);
+                double invocation_start, const ProgressWindow& resumed = {});
 
   void record(const StepRecord& step);
   // Ends the live line (before other output goes to the terminal).
   void end_line();
   // Training time so far, earlier invocations included.
   double elapsed_total() const;
+  // The steps since the last logged row, for a checkpoint.
+  ProgressWindow window() const { return {window_loss_, window_norm_, window_steps_}; }
 
  private:
   int64_t log_every_steps_;

@@ -12,9 +12,11 @@
 //
 // A resumed run cuts result.jsonl and progress.csv back to the checkpoint's
 // step, so an interrupted and resumed run leaves the same files (up to timing
-// columns) as one never interrupted. start() is the first write to the folder
-// (besides train.log): train() calls it only once every check that can refuse
-// the job has passed, and not at all when there is nothing to train.
+// columns) as one never interrupted. start() is the first write to the folder,
+// train.log included (rank 0's lines are held in memory until then): train()
+// calls it only once every check that can refuse the job has passed, and not
+// at all when there is nothing to train; a refused job's train.log gets only
+// the error (cli's train command appends it).
 //
 //   RunFolder folder(config.run, comm);            // collective: rank 0 creates it
 //   folder.start(config_toml, resumed_step);       // collective
@@ -33,7 +35,8 @@ namespace shardtrain {
 class RunFolder {
  public:
   // Collective: rank 0 creates the folder (Error naming run.storage_path, or
-  // the run folder when that path is a file, when it cannot), and rank 0's log goes to its train.log from now on.
+  // the run folder when that path is a file, when it cannot), and rank 0's log
+  // is held for its train.log from now on (written there at start()).
   RunFolder(const JobConfig& run, MPI_Comm comm);
   ~RunFolder();  // rank 0's log stops going to train.log
   RunFolder(const RunFolder&) = delete;
@@ -44,8 +47,9 @@ class RunFolder {
   MPI_Comm comm() const { return comm_; }
   std::string file(const std::string& name) const;
 
-  // Collective (rank 0 writes): config.toml, and result.jsonl / progress.csv
-  // emptied for a fresh run (resumed_step unset) or cut after resumed_step.
+  // Collective (rank 0 writes): the held log lines into train.log, config.toml,
+  // and result.jsonl / progress.csv emptied for a fresh run (resumed_step
+  // unset) or cut after resumed_step.
   void start(const std::string& config_toml, std::optional<int64_t> resumed_step);
 
   // Rank 0 only: the reports result.jsonl holds now (read from the file).

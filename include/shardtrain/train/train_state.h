@@ -45,6 +45,13 @@ struct TrainState {
   double loss_sum = 0;
   int64_t loss_count = 0;
   double train_seconds = 0;
+  // The progress log's window (train/progress.h, ProgressWindow): the sums of
+  // the steps since the last logged row, so the first row after a resume
+  // averages what an uninterrupted run's does. Older checkpoints read as 0
+  // (the window restarts at the resume).
+  double log_window_loss_sum = 0;
+  double log_window_grad_norm_sum = 0;
+  int64_t log_window_steps = 0;
   // Mixed precision (fp16): steps skipped for non-finite gradients (the
   // optimizer's step count is step - skipped_steps; the learning rate follows
   // it), and the loss scaler. loss_scale 0: no loss scaling. Checkpoints
