@@ -36,7 +36,7 @@ at::Tensor classifier_head(const EncoderConfig& c, const UnitWeights& w, const a
                                          w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias], c.layer_norm_eps);
       return classify(shardtrain::dropout(head, p, training));
     }
-    case ModelFamily::kDebertaV2: {  // ContextPooler (dropout, dense, act), dropout (cls_dropout), classifier
+    case ModelFamily::kDebertaV2: {  // ContextPooler (dropout, dense, act), dropout (cls_dropout), classifier (both tasks)
       const at::Tensor pooled_dense = dense(shardtrain::dropout(pooled, c.pooler_dropout, training));
       return classify(shardtrain::dropout(apply_activation(c.pooler_hidden_act, pooled_dense), p, training));
     }
@@ -54,6 +54,7 @@ at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Te
     case ModelFamily::kElectra:  // dropout (classifier_dropout, else hidden_dropout_prob), classifier
       return classify(shardtrain::dropout(hidden, c.effective_classifier_dropout(), training));
     case ModelFamily::kDistilBert:  // dropout (config.dropout), classifier
+    case ModelFamily::kDebertaV2:   // dropout (hidden_dropout_prob), classifier
       return classify(shardtrain::dropout(hidden, c.hidden_dropout_prob, training));
     case ModelFamily::kModernBert: {  // final_norm (the model's), head, drop, classifier
       const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);

@@ -96,7 +96,7 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
     b.linear(layer + "attention.self.value", D, D, Slot::kValueWeight);
     bert_layer_after_attention(b, layer, D, I);
   }
-  b.set_unit(c.num_hidden_layers + 1);
+  b.set_unit(c.head_unit());
   const int64_t C = c.head_outputs();
   switch (c.task) {
     case Task::kSequenceClassification:
@@ -145,7 +145,7 @@ void distilbert(const EncoderConfig& c, PlanBuilder& b) {
     b.linear(layer + "ffn.lin2", D, I, Slot::kMlpOutWeight);
     b.norm(layer + "output_layer_norm", D, Slot::kMlpNormWeight);
   }
-  b.set_unit(c.num_hidden_layers + 1);
+  b.set_unit(c.head_unit());
   // Token classification: dropout and classifier on every token; the others:
   // pre_classifier, ReLU, dropout, classifier on the first token.
   if (c.task != Task::kTokenClassification) b.linear("pre_classifier", D, D, Slot::kHeadDenseWeight);
@@ -179,7 +179,7 @@ void modernbert(const EncoderConfig& c, PlanBuilder& b) {
     b.weights(InitKind::kTruncatedNormal, out_std);
     b.linear(layer + "mlp.Wo", D, I, Slot::kMlpOutWeight, c.mlp_bias);
   }
-  b.set_unit(c.num_hidden_layers + 1);
+  b.set_unit(c.head_unit());
   b.norm("model.final_norm", D, Slot::kFinalNormWeight, c.norm_bias);
   b.weights(InitKind::kTruncatedNormal, out_std);
   b.linear("head.dense", D, D, Slot::kHeadDenseWeight, c.classifier_bias);
@@ -226,8 +226,10 @@ void deberta_v2(const EncoderConfig& c, PlanBuilder& b) {
     bert_layer_after_attention(b, layer, D, I);
   }
   b.set_unit(c.head_unit());
-  b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);  // ContextPooler
-  b.linear("classifier", c.num_labels, D, Slot::kClassifierWeight);
+  // Sequence classification and multiple choice: the ContextPooler; token
+  // classification: dropout and the classifier on every token.
+  if (c.task != Task::kTokenClassification) b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);
+  b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
 
 }  // namespace
