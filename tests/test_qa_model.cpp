@@ -40,7 +40,7 @@ void check_qa_fixture(const std::string& name, bool unpadded) {
   HfModel hf = load_hf_folder(kQaGolden + name);
   CHECK(hf.config.task == Task::kQuestionAnswering);
   CHECK(hf.report.missing_keys.empty());
-  CHECK(hf.report.unexpected_keys.empty());
+  CHECK_MESSAGE(hf.report.unexpected_keys.empty(), hf.report.message() << " arch " << hf.config.architecture());
   const NamedTensors golden = SafetensorsFile(kQaGolden + name + "/golden.safetensors").all_tensors();
   SequenceClassifier& model = *hf.model;
   model.eval();
