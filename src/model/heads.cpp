@@ -48,6 +48,11 @@ at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Te
   auto classify = [&](const at::Tensor& x) {
     return at::linear(x, w[Slot::kClassifierWeight], w[Slot::kClassifierBias]);
   };
+  // <Family>ForQuestionAnswering: qa_outputs straight on the hidden states
+  // (BERT, RoBERTa, ELECTRA, DeBERTa-v2), after dropout (qa_dropout) for
+  // DistilBERT; ModernBERT's is its token head below.
+  if (c.task == Task::kQuestionAnswering && c.family != ModelFamily::kModernBert)
+    return classify(c.family == ModelFamily::kDistilBert ? shardtrain::dropout(hidden, c.qa_dropout, training) : hidden);
   switch (c.family) {
     case ModelFamily::kBert:
     case ModelFamily::kRoberta:

@@ -111,6 +111,9 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
     case Task::kTokenClassification:  // no pooler: dropout, classifier on every token
       b.linear("classifier", C, D, Slot::kClassifierWeight);
       break;
+    case Task::kQuestionAnswering:  // qa_outputs on every token: start and end logits
+      b.linear("qa_outputs", C, D, Slot::kClassifierWeight);
+      break;
     case Task::kMultipleChoice:  // BERT and RoBERTa: the pooler; ELECTRA: SequenceSummary's projection
       b.linear(c.family == ModelFamily::kElectra ? "sequence_summary.summary" : base + "pooler.dense", D, D,
                Slot::kHeadDenseWeight);
@@ -148,6 +151,11 @@ void distilbert(const EncoderConfig& c, PlanBuilder& b) {
   b.set_unit(c.head_unit());
   // Token classification: dropout and classifier on every token; the others:
   // pre_classifier, ReLU, dropout, classifier on the first token.
+  // Question answering: dropout (qa_dropout) and qa_outputs on every token.
+  if (c.task == Task::kQuestionAnswering) {
+    b.linear("qa_outputs", c.head_outputs(), D, Slot::kClassifierWeight);
+    return;
+  }
   if (c.task != Task::kTokenClassification) b.linear("pre_classifier", D, D, Slot::kHeadDenseWeight);
   b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
@@ -226,6 +234,10 @@ void deberta_v2(const EncoderConfig& c, PlanBuilder& b) {
     bert_layer_after_attention(b, layer, D, I);
   }
   b.set_unit(c.head_unit());
+  if (c.task == Task::kQuestionAnswering) {  // DebertaV2ForQuestionAnswering: qa_outputs on every token
+    b.linear("qa_outputs", c.head_outputs(), D, Slot::kClassifierWeight);
+    return;
+  }
   // Sequence classification and multiple choice: the ContextPooler; token
   // classification: dropout and the classifier on every token.
   if (c.task != Task::kTokenClassification) b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);
