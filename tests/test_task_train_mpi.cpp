@@ -177,6 +177,7 @@ void check_strategies_like_ddp(Task task) {
     bool unpadded;
   };
   for (const Variant v : {Variant{StrategyKind::kDdp, true}, Variant{StrategyKind::kZero1, false},
+                          Variant{StrategyKind::kZero1, true}, Variant{StrategyKind::kZero2, false},
                           Variant{StrategyKind::kZero2, true}, Variant{StrategyKind::kZero3, false},
                           Variant{StrategyKind::kZero3, true}, Variant{StrategyKind::kFsdp, false},
                           Variant{StrategyKind::kFsdp, true}}) {
@@ -360,6 +361,15 @@ TEST_CASE("a checkpoint of one task is refused by a job of another, naming both;
   CAPTURE(error);
   CHECK(shardtrain_test::contains(error, "BertForTokenClassification (model.task = \"token_classification\")"));
   CHECK(shardtrain_test::contains(error, "BertForMultipleChoice (model.task = \"multiple_choice\")"));
+  CHECK(checkpoints_in_run() == before);
+  // The same with the checkpoint named (`train --resume CKPT`) for a new run.
+  choice.run.name = "other";
+  TrainOptions named = shardtrain_test::quiet_train_options();
+  named.resume_from = dir + "/run/" + before.front();
+  const std::string named_error = shardtrain_test::error_of([&] { train(choice, MPI_COMM_WORLD, named); });
+  CAPTURE(named_error);
+  CHECK(shardtrain_test::contains(named_error, "model.task = \"token_classification\""));
+  CHECK(shardtrain_test::contains(named_error, "model.task = \"multiple_choice\""));
   CHECK(checkpoints_in_run() == before);
   shardtrain_test::remove_shared_dir(dir);
 }
