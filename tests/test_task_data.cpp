@@ -21,6 +21,7 @@
 #include "shardtrain/data/multiple_choice.h"
 #include "shardtrain/data/task_datasets.h"
 #include "shardtrain/data/word_table.h"
+#include "support/mpi_ranks.h"
 #include "support/tokenizer_fixtures.h"
 
 using namespace shardtrain;
@@ -59,17 +60,6 @@ MultipleChoiceTable choices_jsonl(const std::string& text, BadRowPolicy policy =
   options.on_bad_row = policy;
   options.num_choices = num_choices;
   return read_multiple_choice_from_string(text, "mc.jsonl", options);
-}
-
-// The Error message of f(), or "(no error)".
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Tags B-LOC B-PER I-LOC I-PER O (sorted, as collected from a file): ids 0..4.
@@ -182,11 +172,11 @@ TEST_CASE("word tables: CoNLL columns, -DOCSTART-, space-separated columns, JSON
   t = read_word_table_from_string("{\"tokens\": [\"EU\", \"rejects\"], \"ner_tags\": [1, 0]}\n", "a.jsonl", options);
   CHECK(t.tags == std::vector<std::vector<int32_t>>{{1, 0}});
   CHECK(t.tag_names == options.tag_names);
-  const std::string no_names = message_of([] {
+  const std::string no_names = shardtrain_test::error_of([] {
     read_word_table_from_string("{\"tokens\": [\"EU\"], \"ner_tags\": [1]}\n", "a.jsonl", WordTableOptions{});
   });
   CHECK(no_names.find("data.labels") != std::string::npos);
-  const std::string beyond = message_of([&] {
+  const std::string beyond = shardtrain_test::error_of([&] {
     read_word_table_from_string("{\"tokens\": [\"EU\"], \"ner_tags\": [3]}\n", "a.jsonl", options);
   });
   CHECK(beyond.find("a.jsonl:1: tag id 3 is not below the 3 names of data.labels") != std::string::npos);
@@ -195,14 +185,14 @@ TEST_CASE("word tables: CoNLL columns, -DOCSTART-, space-separated columns, JSON
 TEST_CASE("word tables: bad rows name the file and line, or are skipped and counted") {
   // A tag the training data does not have, in the eval file: the line of that tag.
   const std::vector<std::string> trained = {"B-PER", "I-PER", "O"};
-  std::string error = message_of([&] { conll("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n", trained); });
+  std::string error = shardtrain_test::error_of([&] { conll("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n", trained); });
   CHECK(error.find("ner.conll:4: tag 'B-LOC' is not one of the 3 tags it is trained with") != std::string::npos);
   WordTable skipped = conll("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n\nhe\tO\n", trained, BadRowPolicy::kSkip);
   CHECK(skipped.words == std::vector<std::vector<std::string>>{{"Obama"}, {"he"}});
   CHECK(skipped.num_bad_rows == 1);
   CHECK(skipped.line_numbers == std::vector<int64_t>{1, 6});
   // A line with the wrong column count.
-  error = message_of([] { conll("Obama\tB-PER\nsaid\tO\tx\n"); });
+  error = shardtrain_test::error_of([] { conll("Obama\tB-PER\nsaid\tO\tx\n"); });
   CHECK(error.find("ner.conll:2: 3 columns, but the file's word lines have 2") != std::string::npos);
   skipped = conll("Obama\tB-PER\nsaid\tO\tx\nit\tO\n\nhe\tO\n", {}, BadRowPolicy::kSkip);
   CHECK(skipped.words == std::vector<std::vector<std::string>>{{"he"}});
@@ -212,7 +202,7 @@ TEST_CASE("word tables: bad rows name the file and line, or are skipped and coun
   CHECK(skipped.words == std::vector<std::vector<std::string>>{{"he"}, {"it"}});
   CHECK(skipped.num_bad_rows == 1);
   // JSONL: words and tags of different lengths.
-  error = message_of([] {
+  error = shardtrain_test::error_of([] {
     read_word_table_from_string("{\"tokens\": [\"a\"], \"ner_tags\": [\"O\"]}\n{\"tokens\": [\"a\", \"b\"], "
                                 "\"ner_tags\": [\"O\"]}\n",
                                 "b.jsonl", WordTableOptions{});
@@ -265,7 +255,7 @@ TEST_CASE("multiple choice: bad rows name the file and line, or are skipped and 
   const std::string two = "{\"context\": \"c\", \"endings\": [\"a\", \"b\"], \"label\": 1}\n";
   const std::string beyond = "{\"context\": \"c\", \"endings\": [\"a\", \"b\", \"c\"], \"label\": 3}\n";
   // A choice list of the wrong length.
-  std::string error = message_of([&] { choices_jsonl(good + good + two); });
+  std::string error = shardtrain_test::error_of([&] { choices_jsonl(good + good + two); });
   CHECK(error.find("mc.jsonl:3: 2 choices, but the data has 3 per row") != std::string::npos);
   MultipleChoiceTable t = choices_jsonl(good + two + good, BadRowPolicy::kSkip);
   CHECK(t.size() == 2);
@@ -278,14 +268,14 @@ TEST_CASE("multiple choice: bad rows name the file and line, or are skipped and 
   CHECK(t.size() == 2);
   CHECK(t.num_bad_rows == 1);
   // data.num_choices given: a row with another number is bad.
-  error = message_of([&] { choices_jsonl(good, BadRowPolicy::kError, 4); });
+  error = shardtrain_test::error_of([&] { choices_jsonl(good, BadRowPolicy::kError, 4); });
   CHECK(error.find("mc.jsonl:1: 3 choices, but the data has 4 per row") != std::string::npos);
   // A label out of range for the choices.
-  error = message_of([&] { choices_jsonl(good + beyond); });
+  error = shardtrain_test::error_of([&] { choices_jsonl(good + beyond); });
   CHECK(error.find("mc.jsonl:2: data.label = 3, but the row has 3 choices") != std::string::npos);
   t = choices_jsonl(beyond + good, BadRowPolicy::kSkip);
   CHECK(t.size() == 1);
   CHECK(t.num_bad_rows == 1);
-  error = message_of([&] { choices_jsonl("{\"context\": \"c\", \"endings\": [\"a\", \"b\"], \"label\": -1}\n"); });
+  error = shardtrain_test::error_of([&] { choices_jsonl("{\"context\": \"c\", \"endings\": [\"a\", \"b\"], \"label\": -1}\n"); });
   CHECK(error.find("mc.jsonl:1: data.label: '-1' is not a choice index") != std::string::npos);
 }

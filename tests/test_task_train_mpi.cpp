@@ -52,10 +52,8 @@ const std::vector<std::string> kWnutTags = {
 // dir/name (rank 0 writes).
 std::string conll_part(const std::string& dir, const std::string& name, const std::string& source, int first,
                        int count) {
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
+  return shardtrain_test::written_by_rank0(dir, name, [&](std::ofstream& out) {
     std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
-    std::ofstream out(path);
     std::string line;
     int sentence = 0;
     bool in_sentence = false;
@@ -70,9 +68,7 @@ std::string conll_part(const std::string& dir, const std::string& name, const st
       in_sentence = true;
       if (sentence >= first) out << line << "\n";
     }
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
+  });
 }
 
 // Collective: `rows` multiple-choice rows as JSON Lines dir/name: row r's
@@ -80,8 +76,7 @@ std::string conll_part(const std::string& dir, const std::string& name, const st
 // the second sentences of rows first + r .. first + r + 2, rotated so that
 // the right one (its own) is at r % 3.
 std::string choice_part(const std::string& dir, const std::string& name, int first, int rows) {
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
+  return shardtrain_test::written_by_rank0(dir, name, [&](std::ofstream& out) {
     std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/glue/MRPC/train.tsv");
     std::string line;
     std::getline(in, line);  // header
@@ -94,18 +89,16 @@ std::string choice_part(const std::string& dir, const std::string& name, int fir
       fields.push_back(line.substr(start));
       pairs.emplace_back(fields.at(3), fields.at(4));
     }
-    std::ofstream out(path);
     for (int r = first; r < first + rows; ++r) {
       const int label = r % 3;
       std::vector<std::string> choices(3);
-      for (int k = 0; k < 3; ++k) choices[static_cast<size_t>((label + k) % 3)] = pairs.at(static_cast<size_t>(r + k)).second;
+      for (int k = 0; k < 3; ++k)
+        choices[static_cast<size_t>((label + k) % 3)] = pairs.at(static_cast<size_t>(r + k)).second;
       out << nlohmann::json{{"context", pairs[static_cast<size_t>(r)].first}, {"endings", choices}, {"label", label}}
                  .dump()
           << "\n";
     }
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
+  });
 }
 
 // A tiny_run_config (tests/support/train_fixtures.h) for `task`, 3 steps,
@@ -172,19 +165,11 @@ void check_strategies_like_ddp(Task task) {
     CHECK(ddp.baseline->metrics.at("eval_accuracy") == doctest::Approx(1.0 / 3));
   }
 
-  struct Variant {
-    StrategyKind strategy;
-    bool unpadded;
-  };
-  for (const Variant v : {Variant{StrategyKind::kDdp, true}, Variant{StrategyKind::kZero1, false},
-                          Variant{StrategyKind::kZero1, true}, Variant{StrategyKind::kZero2, false},
-                          Variant{StrategyKind::kZero2, true}, Variant{StrategyKind::kZero3, false},
-                          Variant{StrategyKind::kZero3, true}, Variant{StrategyKind::kFsdp, false},
-                          Variant{StrategyKind::kFsdp, true}}) {
+  for (const shardtrain_test::StrategyVariant& v : shardtrain_test::variants_against_ddp()) {
     RunConfig c = config;
     c.parallel.strategy = v.strategy;
     c.model.unpadded = v.unpadded;
-    c.run.name = std::string(choice_name(v.strategy)) + (v.unpadded ? "_packed" : "");
+    c.run.name = v.name();
     CAPTURE(c.run.name);
     const TrainResult r = train(c, MPI_COMM_WORLD, shardtrain_test::quiet_train_options());
     REQUIRE(r.steps == 3);
