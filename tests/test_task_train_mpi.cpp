@@ -228,8 +228,7 @@ TEST_CASE("token classification and multiple choice: evaluation on 1 rank and on
       const auto all = evaluate_on(MPI_COMM_WORLD, batch_size);
       for (int ranks : {1, 3}) {
         if (ranks > world_size()) continue;
-        MPI_Comm part = MPI_COMM_NULL;
-        MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &part);
+        MPI_Comm part = shardtrain_test::first_world_ranks(ranks);
         if (part == MPI_COMM_NULL) continue;
         CAPTURE(ranks);
         const auto m = evaluate_on(part, batch_size);
