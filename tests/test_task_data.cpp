@@ -28,10 +28,9 @@ using namespace shardtrain;
 
 namespace task_data_test {
 
-using Ids = std::vector<int32_t>;
-constexpr int32_t kIgnore = kIgnoreLabel;
+using LabelIds = std::vector<int32_t>;
 
-WordTable conll(const std::string& text, const std::vector<std::string>& tag_names = {},
+WordTable conll_table(const std::string& text, const std::vector<std::string>& tag_names = {},
                 BadRowPolicy policy = BadRowPolicy::kError) {
   WordTableOptions options;
   options.format = FileFormat::kConll;
@@ -40,15 +39,15 @@ WordTable conll(const std::string& text, const std::vector<std::string>& tag_nam
   return read_word_table_from_string(text, "ner.conll", options);
 }
 
-std::vector<std::string> tokens_of(const Tokenizer& tokenizer, const TokenizedDataset& data, int64_t example) {
+std::vector<std::string> task_tokens(const Tokenizer& tokenizer, const TokenizedDataset& data, int64_t example) {
   std::vector<std::string> out;
   for (int64_t t = data.offsets[example]; t < data.offsets[example + 1]; ++t)
     out.push_back(tokenizer.token(data.input_ids[static_cast<size_t>(t)]));
   return out;
 }
 
-Ids labels_of(const TokenizedDataset& data, int64_t example) {
-  return Ids(data.token_labels.begin() + data.offsets[example], data.token_labels.begin() + data.offsets[example + 1]);
+LabelIds task_labels(const TokenizedDataset& data, int64_t example) {
+  return LabelIds(data.token_labels.begin() + data.offsets[example], data.token_labels.begin() + data.offsets[example + 1]);
 }
 
 MultipleChoiceTable choices_jsonl(const std::string& text, BadRowPolicy policy = BadRowPolicy::kError,
@@ -71,48 +70,48 @@ using namespace task_data_test;
 
 TEST_CASE("align_word_labels: the first token of a word carries its tag; label_all_tokens turns B- into I-") {
   const std::vector<std::string> names = {"B-MISC", "B-PER", "I-PER", "O"};
-  CHECK(b_to_i_map(names) == Ids{0, 2, 2, 3});  // B-MISC has no I-MISC: stays B-MISC
-  const Ids word_ids = {-1, 0, 0, 1, 2, 2, 2, -1};
-  const Ids tags = {1, 3, 0};  // B-PER O B-MISC
+  CHECK(b_to_i_map(names) == LabelIds{0, 2, 2, 3});  // B-MISC has no I-MISC: stays B-MISC
+  const LabelIds word_ids = {-1, 0, 0, 1, 2, 2, 2, -1};
+  const LabelIds tags = {1, 3, 0};  // B-PER O B-MISC
   CHECK(align_word_labels(word_ids, tags, b_to_i_map(names), false) ==
-        Ids{kIgnore, 1, kIgnore, 3, 0, kIgnore, kIgnore, kIgnore});
-  CHECK(align_word_labels(word_ids, tags, b_to_i_map(names), true) == Ids{kIgnore, 1, 2, 3, 0, 0, 0, kIgnore});
+        LabelIds{kIgnoreLabel, 1, kIgnoreLabel, 3, 0, kIgnoreLabel, kIgnoreLabel, kIgnoreLabel});
+  CHECK(align_word_labels(word_ids, tags, b_to_i_map(names), true) == LabelIds{kIgnoreLabel, 1, 2, 3, 0, 0, 0, kIgnoreLabel});
 }
 
 TEST_CASE("token dataset: WordPiece sub-words, label_all_tokens, and the labelled positions") {
   const Tokenizer& tokenizer = shardtrain_test::bert_cased();
-  const WordTable table = conll(kPelosi);
+  const WordTable table = conll_table(kPelosi);
   REQUIRE(table.tag_names == std::vector<std::string>{"B-LOC", "B-PER", "I-LOC", "I-PER", "O"});
   REQUIRE(table.size() == 2);
   CHECK(table.line_numbers == std::vector<int64_t>{1, 7});
   TokenAlignment stats;
   TokenizedDataset data = build_token_dataset(table, tokenizer, {32, false, false}, MPI_COMM_SELF, &stats);
-  CHECK(tokens_of(tokenizer, data, 0) ==
+  CHECK(task_tokens(tokenizer, data, 0) ==
         std::vector<std::string>{"[CLS]", "P", "##elo", "##si", "lives", "in", "New", "York", "[SEP]"});
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 1, kIgnore, kIgnore, 4, 4, 0, 2, kIgnore});
-  CHECK(labels_of(data, 1) == Ids{kIgnore, 1, 3, kIgnore});
-  CHECK(labelled_positions(data, 0) == Ids{1, 4, 5, 6, 7});
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 1, kIgnoreLabel, kIgnoreLabel, 4, 4, 0, 2, kIgnoreLabel});
+  CHECK(task_labels(data, 1) == LabelIds{kIgnoreLabel, 1, 3, kIgnoreLabel});
+  CHECK(labelled_positions(data, 0) == LabelIds{1, 4, 5, 6, 7});
   CHECK(stats.truncated_sentences == 0);
   CHECK(stats.truncated_words == 0);
   // label_all_tokens: Pelosi's ##elo ##si get I-PER (3).
   data = build_token_dataset(table, tokenizer, {32, false, true}, MPI_COMM_SELF);
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 1, 3, 3, 4, 4, 0, 2, kIgnore});
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 1, 3, 3, 4, 4, 0, 2, kIgnoreLabel});
 }
 
 TEST_CASE("token dataset: truncation drops the words past max_length and counts them") {
   const Tokenizer& tokenizer = shardtrain_test::bert_cased();
-  const WordTable table = conll(kPelosi);
+  const WordTable table = conll_table(kPelosi);
   TokenAlignment stats;
   // 6 tokens: [CLS] P ##elo ##si lives [SEP]; in, New, York are lost.
   TokenizedDataset data = build_token_dataset(table, tokenizer, {6, false, false}, MPI_COMM_SELF, &stats);
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 1, kIgnore, kIgnore, 4, kIgnore});
-  CHECK(labels_of(data, 1) == Ids{kIgnore, 1, 3, kIgnore});  // Barack Obama fits
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 1, kIgnoreLabel, kIgnoreLabel, 4, kIgnoreLabel});
+  CHECK(task_labels(data, 1) == LabelIds{kIgnoreLabel, 1, 3, kIgnoreLabel});  // Barack Obama fits
   CHECK(stats.truncated_sentences == 1);
   CHECK(stats.truncated_words == 3);
   // 4 tokens: [CLS] P ##elo [SEP]: Pelosi keeps its first token (and its
   // label); the 4 words after it are lost.
   data = build_token_dataset(table, tokenizer, {4, false, false}, MPI_COMM_SELF, &stats);
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 1, kIgnore, kIgnore});
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 1, kIgnoreLabel, kIgnoreLabel});
   CHECK(stats.truncated_sentences == 1);
   CHECK(stats.truncated_words == 4);
 }
@@ -120,45 +119,45 @@ TEST_CASE("token dataset: truncation drops the words past max_length and counts 
 TEST_CASE("token dataset: a word that tokenizes to nothing has no token and is not counted as truncated") {
   const Tokenizer& tokenizer = shardtrain_test::bert_cased();
   // U+00AD (soft hyphen, a format character) is removed by BERT's cleaning.
-  const WordTable table = conll("Obama\tB-PER\n\xC2\xAD\tO\nlives\tO\n");
+  const WordTable table = conll_table("Obama\tB-PER\n\xC2\xAD\tO\nlives\tO\n");
   REQUIRE(table.words.at(0).size() == 3);
   TokenAlignment stats;
   TokenizedDataset data = build_token_dataset(table, tokenizer, {32, false, false}, MPI_COMM_SELF, &stats);
-  CHECK(tokens_of(tokenizer, data, 0) == std::vector<std::string>{"[CLS]", "Obama", "lives", "[SEP]"});
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 0, 1, kIgnore});  // tags B-PER O: ids 0, 1
+  CHECK(task_tokens(tokenizer, data, 0) == std::vector<std::string>{"[CLS]", "Obama", "lives", "[SEP]"});
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 0, 1, kIgnoreLabel});  // tags B-PER O: ids 0, 1
   CHECK(stats.truncated_words == 0);
   // Cut after Obama: only "lives" is lost.
   data = build_token_dataset(table, tokenizer, {3, false, false}, MPI_COMM_SELF, &stats);
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 0, kIgnore});
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 0, kIgnoreLabel});
   CHECK(stats.truncated_sentences == 1);
   CHECK(stats.truncated_words == 1);
 }
 
 TEST_CASE("token dataset: byte-level BPE with the prefix space (run_ner for RoBERTa) and without") {
   const Tokenizer& tokenizer = shardtrain_test::roberta_base();
-  const WordTable table = conll("Zuckerberg\tB-PER\nin\tO\nNew\tB-LOC\nYork\tI-LOC\n");
+  const WordTable table = conll_table("Zuckerberg\tB-PER\nin\tO\nNew\tB-LOC\nYork\tI-LOC\n");
   // Tags B-LOC B-PER I-LOC O: ids 0..3.
   TokenizedDataset data = build_token_dataset(table, tokenizer, {32, true, false}, MPI_COMM_SELF);
-  CHECK(tokens_of(tokenizer, data, 0) ==
+  CHECK(task_tokens(tokenizer, data, 0) ==
         std::vector<std::string>{"<s>", "\xC4\xA0Zuckerberg", "\xC4\xA0in", "\xC4\xA0New", "\xC4\xA0York", "</s>"});
-  CHECK(labels_of(data, 0) == Ids{kIgnore, 1, 3, 0, 2, kIgnore});
+  CHECK(task_labels(data, 0) == LabelIds{kIgnoreLabel, 1, 3, 0, 2, kIgnoreLabel});
   // Without it each word is tokenized as written: "Zuckerberg" is several
   // tokens, the first one labelled; label_all_tokens gives the rest I-PER's
   // id... here there is no I-PER, so B-PER stays (b_to_i_map).
   data = build_token_dataset(table, tokenizer, {32, false, true}, MPI_COMM_SELF);
-  const std::vector<std::string> tokens = tokens_of(tokenizer, data, 0);
+  const std::vector<std::string> tokens = task_tokens(tokenizer, data, 0);
   REQUIRE(tokens.size() > 6);
   CHECK(tokens[1].rfind("\xC4\xA0", 0) == std::string::npos);
   CHECK(tokens[tokens.size() - 2] == "York");
-  const Ids labels = labels_of(data, 0);
+  const LabelIds labels = task_labels(data, 0);
   const size_t zuckerberg = tokens.size() - 5;  // its tokens: 1 .. tokens.size() - 5
   for (size_t t = 1; t <= zuckerberg; ++t) CHECK(labels[t] == 1);
-  CHECK(Ids(labels.end() - 4, labels.end()) == Ids{3, 0, 2, kIgnore});
+  CHECK(LabelIds(labels.end() - 4, labels.end()) == LabelIds{3, 0, 2, kIgnoreLabel});
 }
 
 TEST_CASE("word tables: CoNLL columns, -DOCSTART-, space-separated columns, JSONL names and ids") {
   // Space-separated CoNLL-2003 style: word POS chunk tag; the tag is the last column.
-  WordTable t = conll("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n \nPeter NNP B-NP B-PER\n");
+  WordTable t = conll_table("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n \nPeter NNP B-NP B-PER\n");
   CHECK(t.words == std::vector<std::vector<std::string>>{{"EU", "rejects"}, {"Peter"}});
   CHECK(t.tag_names == std::vector<std::string>{"B-ORG", "B-PER", "O"});
   CHECK(t.tags == std::vector<std::vector<int32_t>>{{0, 2}, {1}});
@@ -185,20 +184,20 @@ TEST_CASE("word tables: CoNLL columns, -DOCSTART-, space-separated columns, JSON
 TEST_CASE("word tables: bad rows name the file and line, or are skipped and counted") {
   // A tag the training data does not have, in the eval file: the line of that tag.
   const std::vector<std::string> trained = {"B-PER", "I-PER", "O"};
-  std::string error = shardtrain_test::error_of([&] { conll("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n", trained); });
+  std::string error = shardtrain_test::error_of([&] { conll_table("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n", trained); });
   CHECK(error.find("ner.conll:4: tag 'B-LOC' is not one of the 3 tags it is trained with") != std::string::npos);
-  WordTable skipped = conll("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n\nhe\tO\n", trained, BadRowPolicy::kSkip);
+  WordTable skipped = conll_table("Obama\tB-PER\n\nthe\tO\nMoon\tB-LOC\n\nhe\tO\n", trained, BadRowPolicy::kSkip);
   CHECK(skipped.words == std::vector<std::vector<std::string>>{{"Obama"}, {"he"}});
   CHECK(skipped.num_bad_rows == 1);
   CHECK(skipped.line_numbers == std::vector<int64_t>{1, 6});
   // A line with the wrong column count.
-  error = shardtrain_test::error_of([] { conll("Obama\tB-PER\nsaid\tO\tx\n"); });
+  error = shardtrain_test::error_of([] { conll_table("Obama\tB-PER\nsaid\tO\tx\n"); });
   CHECK(error.find("ner.conll:2: 3 columns, but the file's word lines have 2") != std::string::npos);
-  skipped = conll("Obama\tB-PER\nsaid\tO\tx\nit\tO\n\nhe\tO\n", {}, BadRowPolicy::kSkip);
+  skipped = conll_table("Obama\tB-PER\nsaid\tO\tx\nit\tO\n\nhe\tO\n", {}, BadRowPolicy::kSkip);
   CHECK(skipped.words == std::vector<std::vector<std::string>>{{"he"}});
   CHECK(skipped.num_bad_rows == 1);
   // Under skip a bad first line does not make every later line bad.
-  skipped = conll("Obama\tB-PER\tx\n\nhe\tO\n\nit\tO\n", {}, BadRowPolicy::kSkip);
+  skipped = conll_table("Obama\tB-PER\tx\n\nhe\tO\n\nit\tO\n", {}, BadRowPolicy::kSkip);
   CHECK(skipped.words == std::vector<std::vector<std::string>>{{"he"}, {"it"}});
   CHECK(skipped.num_bad_rows == 1);
   // JSONL: words and tags of different lengths.
