@@ -214,9 +214,10 @@ TEST_CASE("token classification and multiple choice: evaluation on 1 rank and on
     model_config.set_num_labels(task == Task::kTokenClassification ? static_cast<int64_t>(kWnutTags.size()) : 2);
     SequenceClassifier model(model_config);
     model.init_weights(11);
+    TokenAlignment stats;  // of the last evaluate_on: the same whichever ranks tokenized
     auto evaluate_on = [&](MPI_Comm comm, int64_t batch_size) {
       const TokenizedDataset data = task == Task::kTokenClassification
-                                        ? build_token_dataset(words, tokenizer, {40, false, false}, comm)
+                                        ? build_token_dataset(words, tokenizer, {40, false, false}, comm, &stats)
                                         : build_choice_dataset(choices, tokenizer, 48, comm);
       return evaluate_task(model, data, batch_size, tokenizer.pad_id(), at::kCPU, comm, kWnutTags);
     };
@@ -226,6 +227,8 @@ TEST_CASE("token classification and multiple choice: evaluation on 1 rank and on
     for (int64_t batch_size : {1, 4}) {
       CAPTURE(batch_size);
       const auto all = evaluate_on(MPI_COMM_WORLD, batch_size);
+      const TokenAlignment all_stats = stats;
+      if (task == Task::kTokenClassification) CHECK(all_stats.truncated_words > 0);
       for (int ranks : {1, 3}) {
         if (ranks > world_size()) continue;
         MPI_Comm part = shardtrain_test::first_world_ranks(ranks);
@@ -233,6 +236,8 @@ TEST_CASE("token classification and multiple choice: evaluation on 1 rank and on
         CAPTURE(ranks);
         const auto m = evaluate_on(part, batch_size);
         MPI_Comm_free(&part);
+        CHECK(stats.truncated_sentences == all_stats.truncated_sentences);
+        CHECK(stats.truncated_words == all_stats.truncated_words);
         REQUIRE(m.size() == all.size());
         for (const auto& [key, value] : all) {
           CAPTURE(key);
