@@ -2,6 +2,7 @@
 #include "shardtrain/data/multiple_choice.h"
 
 #include <algorithm>
+#include <map>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
@@ -14,6 +15,23 @@ std::optional<std::string> copa_question(const std::string& question) {
   if (question == "cause") return std::string("What was the cause of this?");
   if (question == "effect") return std::string("What happened as a result?");
   return std::nullopt;
+}
+
+// The number of choices of most rows (ties: the earliest). Not the first
+// row's: a bad first row would make every good row after it bad, and an error
+// would name a good row.
+int64_t usual_num_choices(const FieldRows& rows, size_t first_choice, size_t num_columns) {
+  std::map<int64_t, std::pair<int64_t, int64_t>> seen;  // choices -> (rows, -first row)
+  for (size_t r = 0; r < rows.rows.size(); ++r) {
+    const FieldValue& value = rows.rows[r][first_choice];
+    const int64_t n = static_cast<int64_t>(num_columns == 1 && value.is_list ? value.list.size() : num_columns);
+    ++seen.try_emplace(n, 0, -static_cast<int64_t>(r)).first->second.first;
+  }
+  int64_t best = 0;
+  std::pair<int64_t, int64_t> best_score{-1, 0};
+  for (const auto& [n, score] : seen)
+    if (score > best_score) best_score = score, best = n;
+  return best;
 }
 
 }  // namespace
@@ -43,7 +61,8 @@ MultipleChoiceTable read_multiple_choice_from_string(const std::string& content,
   MultipleChoiceTable table;
   table.path = path;
   table.num_bad_rows = rows.num_bad_rows;
-  table.num_choices = options.num_choices;
+  table.num_choices =
+      options.num_choices > 0 ? options.num_choices : usual_num_choices(rows, first_choice, options.choice_columns.size());
   table.labels.kind = labelled ? LabelKind::kClass : LabelKind::kNone;
   auto bad_row = [&](int64_t line, const std::string& what) {
     if (options.on_bad_row == BadRowPolicy::kError)
@@ -80,7 +99,6 @@ MultipleChoiceTable read_multiple_choice_from_string(const std::string& content,
       }
       if (!ok) continue;
     }
-    if (table.num_choices == 0) table.num_choices = static_cast<int64_t>(choices.size());
     if (static_cast<int64_t>(choices.size()) != table.num_choices) {
       bad_row(line, str_format("%zu choices, but the data has %lld per row", choices.size(),
                                static_cast<long long>(table.num_choices)));

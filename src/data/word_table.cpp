@@ -48,6 +48,7 @@ struct RawSentence {
   int64_t line = 0;
   std::vector<std::string> words;
   std::vector<std::string> tags;
+  std::vector<int64_t> tag_lines;  // CoNLL: each tag's line (an unknown tag is named there)
 };
 
 // Collects sentences and bad rows, then turns tags into ids.
@@ -113,7 +114,10 @@ class WordTableBuilder {
     for (RawSentence& s : sentences_) {
       std::vector<int32_t> tag_ids;
       std::optional<std::string> problem;
-      for (const std::string& tag : s.tags) {
+      int64_t problem_line = s.line;
+      for (size_t t = 0; t < s.tags.size(); ++t) {
+        const std::string& tag = s.tags[t];
+        if (t < s.tag_lines.size()) problem_line = s.tag_lines[t];
         if (numeric) {
           const long long id = std::strtoll(tag.c_str(), nullptr, 10);
           if (tag.size() > 9 || id >= static_cast<long long>(names.size())) {
@@ -134,7 +138,7 @@ class WordTableBuilder {
         tag_ids.push_back(found->second);
       }
       if (problem) {
-        bad_row(s.line, *problem);
+        bad_row(problem_line, *problem);
         continue;
       }
       table_.tags.push_back(std::move(tag_ids));
@@ -155,11 +159,43 @@ std::optional<int> column_index(const std::string& spec) {
   return std::stoi(spec);
 }
 
+// The lines of a CoNLL file, a CR of CRLF removed.
+std::vector<std::string> conll_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(pos, end - pos));
+    if (!lines.back().empty() && lines.back().back() == '\r') lines.back().pop_back();
+    pos = end + 1;
+  }
+  return lines;
+}
+
+// The column count of most word lines (ties: the earliest). Not the first
+// line's: a bad first line would make every good line after it bad, and an
+// error would name a good line.
+size_t usual_width(const std::vector<std::string>& lines) {
+  std::map<size_t, std::pair<int64_t, int64_t>> seen;  // width -> (lines, -first line)
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (is_blank(lines[i])) continue;
+    const std::vector<std::string> columns = conll_columns(lines[i]);
+    if (columns[0] == "-DOCSTART-") continue;
+    ++seen.try_emplace(columns.size(), 0, -static_cast<int64_t>(i)).first->second.first;
+  }
+  size_t best = 0;
+  std::pair<int64_t, int64_t> best_score{-1, 0};
+  for (const auto& [width, score] : seen)
+    if (score > best_score) best_score = score, best = width;
+  return best;
+}
+
 void read_conll(const std::string& text, const WordTableOptions& options, WordTableBuilder& builder,
                 const std::string& path) {
   const std::optional<int> words_at = column_index(options.words_column);
   const std::optional<int> tags_at = column_index(options.tags_column);
-  size_t width = 0;  // the first word line's column count
+  const std::vector<std::string> lines = conll_lines(text);
+  const size_t width = usual_width(lines);
   RawSentence sentence;
   bool sentence_bad = false;
   auto close = [&]() {
@@ -167,15 +203,9 @@ void read_conll(const std::string& text, const WordTableOptions& options, WordTa
     sentence = RawSentence{};
     sentence_bad = false;
   };
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string row = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line;
-    if (!row.empty() && row.back() == '\r') row.pop_back();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& row = lines[i];
+    const int64_t line = static_cast<int64_t>(i) + 1;
     if (is_blank(row)) {
       close();
       continue;
@@ -192,9 +222,8 @@ void read_conll(const std::string& text, const WordTableOptions& options, WordTa
       sentence_bad = true;
     };
     if (!is_valid_utf8(row.data(), row.size())) { bad("invalid UTF-8"); continue; }
-    if (width == 0) width = columns.size();
     if (columns.size() != width) {
-      bad(str_format("%zu columns, but the file's first line has %zu", columns.size(), width));
+      bad(str_format("%zu columns, but the file's word lines have %zu", columns.size(), width));
       continue;
     }
     const size_t word_column = words_at ? static_cast<size_t>(*words_at) : 0;
@@ -211,6 +240,7 @@ void read_conll(const std::string& text, const WordTableOptions& options, WordTa
       continue;
     }
     sentence.tags.push_back(columns[tag_column]);
+    sentence.tag_lines.push_back(line);
   }
   close();
   (void)path;

@@ -66,6 +66,14 @@ inline void remove_shared_dir(const std::string& dir) {
   if (world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
+// Collective: a communicator of world ranks 0 .. ranks-1 (in order), or
+// MPI_COMM_NULL on the other ranks. The caller frees it (MPI_Comm_free).
+inline MPI_Comm first_world_ranks(int ranks) {
+  MPI_Comm part = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &part);
+  return part;
+}
+
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace shardtrain_test

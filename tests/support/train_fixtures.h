@@ -37,19 +37,43 @@ inline shardtrain::EncoderConfig tiny_bert_config() {
   return c;
 }
 
+// Collective: dir/name written by rank 0 alone, write(std::ofstream&); its
+// path on every rank once it is written.
+template <class Write>
+std::string written_by_rank0(const std::string& dir, const std::string& name, Write&& write) {
+  const std::string path = dir + "/" + name;
+  if (world_rank() == 0) {
+    std::ofstream out(path);
+    write(out);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
 // Collective: the header and the first `rows` rows of a shipped file (e.g.
 // data/glue/MRPC/train.tsv), written to dir/name by rank 0.
 inline std::string head_of_shipped(const std::string& source, int rows, const std::string& dir,
                                    const std::string& name) {
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
+  return written_by_rank0(dir, name, [&](std::ofstream& out) {
     std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
-    std::ofstream out(path);
     std::string line;
     for (int i = 0; i <= rows && std::getline(in, line); ++i) out << line << '\n';
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
+  });
+}
+
+// The runs a strategy test compares with DDP's padded run: DDP packed, then
+// every other strategy padded and packed (model.unpadded); name() is a run.name.
+struct StrategyVariant {
+  shardtrain::StrategyKind strategy;
+  bool unpadded;
+  std::string name() const { return std::string(shardtrain::choice_name(strategy)) + (unpadded ? "_packed" : ""); }
+};
+inline std::vector<StrategyVariant> variants_against_ddp() {
+  using shardtrain::StrategyKind;
+  std::vector<StrategyVariant> variants = {{StrategyKind::kDdp, true}};
+  for (StrategyKind s : {StrategyKind::kZero1, StrategyKind::kZero2, StrategyKind::kZero3, StrategyKind::kFsdp})
+    for (bool unpadded : {false, true}) variants.push_back({s, unpadded});
+  return variants;
 }
 
 // Collective: a run of tests/data/bert_h32.json on 96 MRPC train rows and 37

@@ -16,8 +16,8 @@
 //          ("cause" / "effect") becomes a question after the premise, as jiant
 //          formats COPA: pair i = (premise + " What was the cause of this?" or
 //          " What happened as a result?", choice_i).
-// Every row must have the same number of choices (num_choices, or the first
-// row's), and a label below it. A row that breaks a rule is a bad row: an
+// Every row must have the same number of choices (num_choices, or most rows'
+// number, so that an odd first row is the one named), and a label below it. A row that breaks a rule is a bad row: an
 // error naming the file and the line, or (kSkip) dropped and counted.
 //
 //   MultipleChoiceOptions options;
@@ -41,7 +41,7 @@ struct MultipleChoiceOptions {
   std::vector<std::string> choice_columns;
   std::string label_column;
   DataPreset preset = DataPreset::kNone;
-  int64_t num_choices = 0;  // 0 = the first row's
+  int64_t num_choices = 0;  // 0 = most rows' number (ties: the earliest)
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
 };
 

@@ -7,8 +7,9 @@
 //          sentence; a line whose first column is -DOCSTART- is skipped. The
 //          words are column `words_column` and the tags column `tags_column`
 //          when those are 0-based indices, else the first and the last
-//          column. Every word line must have as many columns as the file's
-//          first one.
+//          column. Every word line must have as many columns as most of
+//          the file's word lines (ties: the earliest count), so that one bad
+//          line is named, whichever it is.
 //   jsonl / csv / tsv   one sentence per row: `words_column` holds a list of
 //          words and `tags_column` a list of tags (names, or integer ids with
 //          `tag_names` giving their names), as HF datasets writes them
@@ -20,7 +21,8 @@
 // this file, sorted, become the names (run_ner's get_label_list). A tag not in
 // the names, a word list and a tag list of different lengths, an empty
 // sentence or a malformed line is a bad row: an error naming the file and the
-// line, or (BadRowPolicy::kSkip) the sentence is dropped and counted.
+// line (CoNLL: the line of the bad tag or column), or (BadRowPolicy::kSkip)
+// the sentence is dropped and counted.
 //
 //   WordTableOptions options;
 //   options.format = FileFormat::kConll;
