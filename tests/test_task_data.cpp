@@ -175,6 +175,14 @@ TEST_CASE("word tables: CoNLL columns, -DOCSTART-, space-separated columns, JSON
     read_word_table_from_string("{\"tokens\": [\"EU\"], \"ner_tags\": [1]}\n", "a.jsonl", WordTableOptions{});
   });
   CHECK(no_names.find("data.labels") != std::string::npos);
+  // A model's id2label names integer ids (id_names), and never string tags.
+  WordTableOptions with_model;
+  with_model.id_names = {"O", "B-ORG", "I-ORG"};
+  t = read_word_table_from_string("{\"tokens\": [\"EU\", \"rejects\"], \"ner_tags\": [1, 0]}\n", "a.jsonl", with_model);
+  CHECK(t.tags == std::vector<std::vector<int32_t>>{{1, 0}});
+  CHECK(t.tag_names == with_model.id_names);
+  t = read_word_table_from_string("{\"tokens\": [\"EU\"], \"ner_tags\": [\"B-ORG\"]}\n", "a.jsonl", with_model);
+  CHECK(t.tag_names == std::vector<std::string>{"B-ORG"});
   const std::string beyond = shardtrain_test::error_of([&] {
     read_word_table_from_string("{\"tokens\": [\"EU\"], \"ner_tags\": [3]}\n", "a.jsonl", options);
   });

@@ -100,6 +100,7 @@ class WordTableBuilder {
                          std::none_of(names.begin(), names.end(), [](const std::string& n) {
                            return !n.empty() && std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isdigit(c); });
                          });
+    if (numeric && names.empty()) names = options_.id_names;  // the model's id2label, when it has names
     if (numeric && names.empty())
       throw Error(table_.path + ": the tags are integer ids, which name no entity type; give their names in id order "
                   "as data.labels (e.g. [\"O\", \"B-person\", \"I-person\", ...], the data set's ClassLabel names)");

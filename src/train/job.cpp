@@ -145,12 +145,14 @@ void read_word_tables(TrainJob& job, Tables& t) {
   options.tags_column = d.label;
   options.tag_names = d.labels;
   options.on_bad_row = d.on_bad_row;
+  const std::vector<std::string> model_labels = d.labels.empty() ? named_model_labels(config.model)
+                                                                 : std::vector<std::string>();
+  options.id_names = model_labels;  // integer tags (HF datasets' ner_tags) named by the model's id2label
   t.words_train = read_word_table(d.train_file, options);
   WordTable& train = *t.words_train;
   warn_skipped(d.train_file, train.num_bad_rows);
   if (train.size() == 0) throw Error(d.train_file + ": no sentences to train on");
-  if (d.labels.empty()) {
-    const std::vector<std::string> model_labels = named_model_labels(config.model);
+  if (d.labels.empty() && train.tag_names != model_labels) {
     std::vector<std::string> sorted_model = model_labels;
     std::sort(sorted_model.begin(), sorted_model.end());
     if (!model_labels.empty() && sorted_model == train.tag_names) {

@@ -45,6 +45,9 @@ struct WordTableOptions {
   std::string tags_column = "ner_tags";
   bool with_tags = true;                  // false: a file to predict (conll: the tag column may be absent)
   std::vector<std::string> tag_names;     // fixed names in id order; empty = collected from this file
+  // With tag_names empty: the names of integer tags (a model's id2label);
+  // string tags ignore them. Empty: integer tags need tag_names.
+  std::vector<std::string> id_names;
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
 };
 
