@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -223,6 +224,11 @@ SweepSpec parse_sweep_text(const std::string& text, const std::string& source, c
   const toml::node* space = sweep->get("space");
   if (space && !space->is_table()) throw Error("sweep.space: expected a table, [sweep.space]" + line_of(*space, source));
   if (space) read_space(*space->as_table(), "", source, run_config_keys(), spec.space);
+  std::sort(spec.space.begin(), spec.space.end(),
+            [](const SpaceDimension& a, const SpaceDimension& b) { return a.key < b.key; });
+  for (size_t i = 1; i < spec.space.size(); ++i)
+    if (spec.space[i].key == spec.space[i - 1].key)
+      throw Error("sweep.space." + spec.space[i].key + " is given twice (" + source + ")");
   if (spec.space.empty())
     throw Error("sweep.space is empty (" + source + "): give at least one run-config key to search, e.g. "
                 "\"train.lr\" = { loguniform = [1e-5, 1e-3] }");

@@ -60,7 +60,7 @@ struct SweepSpec {
   int64_t grace_period = 1;    // ASHA (Ray Tune's ASHAScheduler defaults)
   int64_t reduction_factor = 4;
   int64_t max_t = 100;
-  std::vector<SpaceDimension> space;  // in key order
+  std::vector<SpaceDimension> space;  // sorted by key
 };
 
 // One trial: a configuration (config_index) run with one seed (repeat).
