@@ -137,7 +137,7 @@ double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkp
 
 TEST_CASE("estimated activations are within 10% of the measured ones, with and without checkpointing" *
           doctest::skip(kSanitized)) {
-  const int64_t B = 16, L = 128;
+  const int64_t L = 128;
   for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta"}) {
     EncoderConfig config = memory_estimate_model(family == "modernbert mean" ? "modernbert" : family);
     if (family == "modernbert mean") config.classifier_pooling = "mean";
@@ -149,6 +149,9 @@ TEST_CASE("estimated activations are within 10% of the measured ones, with and w
         CAPTURE(family);
         CAPTURE(unpadded);
         CAPTURE(checkpointing);
+        // Checkpointed, a 16-row batch keeps ~3 MB, and the allocator's noise
+        // in RssAnon (up to ~1 MB, measured) would be a third of it: 64 rows.
+        const int64_t B = checkpointing ? 64 : 16;
         const double measured = memory_estimate_measure_in_child(config, checkpointing, B, L, unpadded);
         REQUIRE(measured > 0);
         const ActivationEstimate a = estimate_activations(config, B, L, 4, checkpointing, /*device_is_cpu=*/true, unpadded);

@@ -463,11 +463,12 @@ void validate_data(const DataConfig& d) {
 }
 
 // The data keys of one task, against model.task.
-void validate_task(const ModelConfig& m, const DataConfig& d, const std::set<std::string>& keys_set) {
+void validate_task(const ModelConfig& m, const DataConfig& d) {
   const Task task = m.task;
   const std::string name = std::string("\"") + choice_name(task) + "\"";
+  // A key at its default is harmless (a printed config lists every key).
   auto only_for = [&](const char* key, Task owner, bool changed) {
-    require(task == owner || (!keys_set.count(key) && !changed),
+    require(task == owner || !changed,
             std::string(key) + " only applies when model.task = \"" + choice_name(owner) + "\" (it is " + name + ")");
   };
   only_for("data.labels", Task::kTokenClassification, !d.labels.empty());
@@ -671,7 +672,7 @@ void validate_run(const JobConfig& r) {
 void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
   validate_model(c.model);
   validate_data(c.data);
-  validate_task(c.model, c.data, keys_set);
+  validate_task(c.model, c.data);
   validate_train(c.train, c.run);
   validate_lr_schedule_config(c.train, keys_set);
   validate_parallel(c.parallel, keys_set);
