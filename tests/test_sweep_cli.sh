@@ -11,6 +11,7 @@
 #     left, and results.csv's metrics equal the uninterrupted sweep's bit for bit;
 #   - ASHA with 9 trials, grace_period 1, reduction_factor 3: every recorded
 #     decision follows the rule, replayed here in the recorded order;
+#   - `plot` of the sweep folder draws the pruned trials dashed;
 #   - bad sweep files refused before any training, naming the key.
 # Usage: test_sweep_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Needs bash, python3 and h5diff (hdf5-tools).
@@ -259,6 +260,21 @@ else
 fi
 grep -q "pruned at rung [13]: eval_loss .* is not in the top 1/3 of" "$A/results.csv" &&
   pass "a pruned trial's reason recorded in results.csv" || fail "the pruning reason" "$A/results.csv"
+
+# plot takes the sweep folder: every trial a run, the pruned ones dashed (legend and curves).
+if "$BIN" plot "$A" --output "$TMP/asha.svg" >"$TMP/plot.log" 2>&1 && python3 - "$A" "$TMP/asha.svg" <<'PY'; then
+import json, re, sys
+state = json.load(open(sys.argv[1] + "/sweep_state.json"))
+svg = open(sys.argv[2]).read()
+legend = dict(re.findall(r'<line [^>]*?( stroke-dasharray="7 4")?/>\n<text [^>]*class="legend">(trial_\d+)</text>', svg)[i][::-1]
+              for i in range(len(state["trials"])))
+for t in state["trials"]:
+    assert (legend[t["id"]] != "") == (t["status"] == "pruned"), (t["id"], t["status"], legend[t["id"]])
+PY
+  pass "plot of the sweep folder: one run per trial, exactly the pruned ones dashed"
+else
+  fail "plot of the sweep folder" "$TMP/plot.log"
+fi
 
 # ---- bad sweep files: refused before any training, naming the key ------------------------------
 bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin
