@@ -9,6 +9,8 @@
 #     SIGKILL, then run again: trials finished before the kill are not rerun,
 #     the interrupted one resumes from its checkpoint, no temporary file is
 #     left, and results.csv's metrics equal the uninterrupted sweep's bit for bit;
+#   - SIGTERM to the process group of scripts/mpirun.sh running the sweep:
+#     exit 143 after emergency checkpoints; run again, the same metrics;
 #   - ASHA with 9 trials, grace_period 1, reduction_factor 3: every recorded
 #     decision follows the rule, replayed here in the recorded order;
 #   - `plot` of the sweep folder draws the pruned trials dashed;
@@ -130,8 +132,7 @@ else
 fi
 
 # ---- a finished sweep, run again: nothing changes -------------------------------------
-snapshot "$D" >"$TMP/before.txt"
-sleep 1
+snapshot "$D" >"$TMP/before.txt"  # mtimes to the nanosecond: any rewrite shows
 if sweep 4 grid && grep -q "^nothing to do: every trial of" "$TMP/grid.log" && snapshot "$D" >"$TMP/after.txt" &&
   cmp -s "$TMP/before.txt" "$TMP/after.txt"; then
   pass "the finished sweep run again: nothing to do, its folder unchanged (names, sizes, mtimes, sha256)"
@@ -195,6 +196,39 @@ if timeout -s KILL $((240 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np 4 "$BIN" sw
     fail "run again after the kill" "$TMP/killed.log.2"
 else
   fail "run again after the kill (status $?)" "$TMP/killed.log.2"
+fi
+
+# ---- SIGTERM to the process group of scripts/mpirun.sh running the sweep ----------------------
+# Both groups stop at their next step boundary with an emergency checkpoint;
+# the same command again finishes the sweep with the uninterrupted metrics.
+grid_file stopped
+S=$TMP/runs/stopped
+setsid bash "$SRC/scripts/mpirun.sh" -np 4 "$BIN" sweep --config "$TMP/stopped.sweep.toml" >"$TMP/stopped.log" 2>&1 &
+JOB=$!
+(sleep $((200 * SCALE)) && kill -KILL -- -$JOB) 2>/dev/null &
+GUARD=$!
+for ((i = 0; i < 1200 * SCALE; i++)); do
+  grep -q "evaluation 1 at step 4" "$TMP/stopped.log" 2>/dev/null && break
+  sleep 0.05
+done
+kill -TERM -- -$JOB
+wait $JOB
+status=$?
+kill $GUARD 2>/dev/null
+emergency=$(grep -c "^emergency checkpoint of step" "$TMP/stopped.log")
+if [ $status -eq 143 ] && [ "$emergency" -ge 1 ] && ! ls "$S"/*/*.tmp* >/dev/null 2>&1 &&
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert "running" not in [t["status"] for t in s["trials"]]' \
+    "$S/sweep_state.json"; then
+  pass "SIGTERM to the launcher's process group mid-sweep: exit 143, $emergency emergency checkpoint(s), no trial left running"
+else
+  fail "SIGTERM mid-sweep (status $status, $emergency emergency checkpoints)" "$TMP/stopped.log"
+fi
+if timeout -s KILL $((240 * SCALE)) bash "$SRC/scripts/mpirun.sh" -np 4 "$BIN" sweep --config "$TMP/stopped.sweep.toml" \
+  >"$TMP/stopped.log.2" 2>&1 && grep -q "^resumed from $S/trial_" "$TMP/stopped.log.2" &&
+  metrics_of "$S/results.csv" >"$TMP/stopped_metrics.txt" && cmp -s "$TMP/grid_metrics.txt" "$TMP/stopped_metrics.txt"; then
+  pass "the sweep run again after SIGTERM: resumed, results.csv's metrics bit-identical to the uninterrupted sweep"
+else
+  fail "the sweep run again after SIGTERM" "$TMP/stopped.log.2"
 fi
 
 # ---- ASHA: 9 trials, grace_period 1, reduction_factor 3 -------------------------------------
