@@ -87,6 +87,8 @@ TEST_CASE("sweep file: bad files are refused, naming the key") {
   CHECK(error_of("ranks_per_trial = 0\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.ranks_per_trial = 0") == 0);
   CHECK(error_of("[sweep.space]\n\"train.lr\" = { grid = [1] }\n[sweep.space.train]\nlr = { grid = [2] }\n").find("sweep.space.train.lr is given twice") == 0);
   CHECK(error_of("grace_period = 2\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.grace_period only applies with sweep.scheduler = \"asha\"") == 0);
+  CHECK(error_of("num_samples = 100000000000\nrepeats = 1000\n[sweep.space]\n\"train.lr\" = { grid = [1, 2] }\n")
+            .find("sweep.num_samples x grid points x sweep.repeats = 200000000000000 trials") == 0);
   CHECK(error_of("repeats = 2\n[sweep.space]\n\"train.seed\" = { grid = [1, 2] }\n").find("sweep.space.train.seed with sweep.repeats = 2") == 0);
   bool no_base = false;
   try {

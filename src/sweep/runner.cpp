@@ -11,6 +11,7 @@
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/signals.h"
+#include "shardtrain/core/text.h"
 #include "shardtrain/sweep/asha.h"
 #include "shardtrain/train/run_lock.h"
 #include "shardtrain/train/trainer.h"
@@ -27,12 +28,20 @@ struct CommOwner {
   }
 };
 
-// Log lines of a group's rank 0 (its trial's train.log and stderr) while it
-// trains; the world's rank again afterwards.
+// Log lines of a group's rank 0 (its
+// trial's train.log and stderr) while it trains, its stderr lines marked
+// with the trial where several groups share the terminal; the world's rank
+// again afterwards.
 struct LogRankScope {
   int world_rank;
-  LogRankScope(int group_rank, int world_rank) : world_rank(world_rank) { set_log_rank(group_rank); }
-  ~LogRankScope() { set_log_rank(world_rank); }
+  LogRankScope(int group_rank, int world_rank, const std::string& prefix) : world_rank(world_rank) {
+    set_log_rank(group_rank);
+    set_log_stderr_prefix(prefix);
+  }
+  ~LogRankScope() {
+    set_log_rank(world_rank);
+    set_log_stderr_prefix("");
+  }
 };
 
 // ASHA's rungs rebuilt from the recorded evaluations, in their recorded order
@@ -123,8 +132,8 @@ bool prepare(const SweepPlan& plan, std::unique_ptr<RunLock>& lock) {
 
 class GroupWorker {
  public:
-  GroupWorker(const SweepPlan& plan, MPI_Comm group, int group_index, int world_rank)
-      : plan_(plan), group_(group), group_index_(group_index), world_rank_(world_rank) {
+  GroupWorker(const SweepPlan& plan, MPI_Comm group, int group_index, int num_groups, int world_rank)
+      : plan_(plan), group_(group), group_index_(group_index), num_groups_(num_groups), world_rank_(world_rank) {
     MPI_Comm_rank(group_, &rank_);
   }
 
@@ -184,7 +193,7 @@ class GroupWorker {
         if (!same_bits(e->value, value))
           log_warn("%s: %s at step %lld is %s, the sweep recorded %s before this trial resumed (the recorded "
                    "decision stands)", id.c_str(), plan_.spec.metric.c_str(), static_cast<long long>(step),
-                   shortest_text_of(value).c_str(), shortest_text_of(e->value).c_str());
+                   shortest_text(value).c_str(), shortest_text(e->value).c_str());
         return (e->stop ? "1" : "0") + e->reason;
       }
       SweepEvent event;
@@ -208,14 +217,12 @@ class GroupWorker {
       }
       write_sweep_state(plan_.dir, state);
       log_info("%s: evaluation %lld at step %lld: %s %s (%s)", id.c_str(), static_cast<long long>(event.evaluation),
-               static_cast<long long>(step), plan_.spec.metric.c_str(), shortest_text_of(value).c_str(),
+               static_cast<long long>(step), plan_.spec.metric.c_str(), shortest_text(value).c_str(),
                event.reason.c_str());
       return (event.stop ? "1" : "0") + event.reason;
     });
     return decision[0] == '1' ? decision.substr(1) : "";
   }
-
-  static std::string shortest_text_of(double v) { return str_format("%.17g", v); }
 
   // False after a stop signal.
   bool run_trial(const std::string& id) {
@@ -253,7 +260,7 @@ class GroupWorker {
     TrainResult result;
     std::string error;
     {
-      LogRankScope scope(rank_, world_rank_);
+      LogRankScope scope(rank_, world_rank_, num_groups_ > 1 ? "[" + id + "] " : "");
       try {
         result = train(config, group_, options);
       } catch (const Error& e) {
@@ -280,9 +287,9 @@ class GroupWorker {
         t.status = pruned ? TrialStatus::kPruned : TrialStatus::kFinished;
         t.stop_reason = result.stop_reason;
         t.best_checkpoint = result.best_checkpoint.empty() ? result.last_checkpoint : result.best_checkpoint;
-        log_info("%s %s at step %lld%s%s", id.c_str(), pruned ? "pruned" : "finished",
-                 static_cast<long long>(result.steps), result.stop_reason.empty() ? "" : ": ",
-                 result.stop_reason.c_str());
+        log_info("%s %s at step %lld%s%s%s", id.c_str(), pruned ? "stopped" : "finished",
+                 static_cast<long long>(result.steps), result.stop_reason.empty() ? "" : " (",
+                 result.stop_reason.c_str(), result.stop_reason.empty() ? "" : ")");
       }
       write_sweep_state(plan_.dir, state);
     });
@@ -292,6 +299,7 @@ class GroupWorker {
   const SweepPlan& plan_;
   MPI_Comm group_;
   int group_index_;
+  int num_groups_;
   int world_rank_;
   int rank_ = 0;
 };
@@ -326,7 +334,7 @@ SweepOutcome run_sweep(const SweepPlan& plan, MPI_Comm world) {
   if (left) {
     CommOwner group;
     ST_CHECK_MPI(MPI_Comm_split(world, rank / per_trial, rank, &group.comm));
-    GroupWorker worker(plan, group.comm, rank / per_trial, rank);
+    GroupWorker worker(plan, group.comm, rank / per_trial, size / per_trial, rank);
     stopped = worker.run() ? 0 : 1;
     wait_for_all_groups(world);
     stopped = max_over_ranks(stopped, world, "sweep: whether a group stopped for a signal");

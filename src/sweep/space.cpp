@@ -232,6 +232,13 @@ SweepSpec parse_sweep_text(const std::string& text, const std::string& source, c
   if (spec.space.empty())
     throw Error("sweep.space is empty (" + source + "): give at least one run-config key to search, e.g. "
                 "\"train.lr\" = { loguniform = [1e-5, 1e-3] }");
+  // num_samples x grid points x repeats, refused past kMaxTrials before any is made.
+  double num_trials = static_cast<double>(spec.num_samples) * static_cast<double>(spec.repeats);
+  for (const SpaceDimension& d : spec.space)
+    if (d.kind == SpaceKind::kGrid) num_trials *= static_cast<double>(d.values.size());
+  if (num_trials > static_cast<double>(kMaxTrials))
+    throw Error(str_format("sweep.num_samples x grid points x sweep.repeats = %.0f trials (%s); a sweep makes at most "
+                           "%lld", num_trials, source.c_str(), static_cast<long long>(kMaxTrials)));
   if (spec.repeats > 1)
     for (const SpaceDimension& d : spec.space)
       if (d.key == "train.seed")

@@ -71,6 +71,9 @@ struct TrialSpec {
   std::vector<std::pair<std::string, std::string>> params;  // (key, config text), in space order
 };
 
+// The most trials one sweep file may make (num_samples x grid points x repeats).
+constexpr int64_t kMaxTrials = 100000;
+
 // Parses a sweep file (TOML). Throws Error naming the key or line.
 SweepSpec read_sweep_file(const std::string& path);
 // The same from text; `base_dir` resolves a relative [sweep] base.
