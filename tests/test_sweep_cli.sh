@@ -215,7 +215,7 @@ kill -TERM -- -$JOB
 wait $JOB
 status=$?
 kill $GUARD 2>/dev/null
-emergency=$(grep -c "^emergency checkpoint of step" "$TMP/stopped.log")
+emergency=$(grep -c "^\(\[trial_[0-9]*\] \)\?emergency checkpoint of step" "$TMP/stopped.log")
 if [ $status -eq 143 ] && [ "$emergency" -ge 1 ] && ! ls "$S"/*/*.tmp* >/dev/null 2>&1 &&
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); assert "running" not in [t["status"] for t in s["trials"]]' \
     "$S/sweep_state.json"; then
@@ -224,7 +224,7 @@ else
   fail "SIGTERM mid-sweep (status $status, $emergency emergency checkpoints)" "$TMP/stopped.log"
 fi
 if timeout -s KILL $((240 * SCALE)) bash "$SRC/scripts/mpirun.sh" -np 4 "$BIN" sweep --config "$TMP/stopped.sweep.toml" \
-  >"$TMP/stopped.log.2" 2>&1 && grep -q "^resumed from $S/trial_" "$TMP/stopped.log.2" &&
+  >"$TMP/stopped.log.2" 2>&1 && grep -q "^\[trial_[0-9]*\] resumed from $S/trial_" "$TMP/stopped.log.2" &&
   metrics_of "$S/results.csv" >"$TMP/stopped_metrics.txt" && cmp -s "$TMP/grid_metrics.txt" "$TMP/stopped_metrics.txt"; then
   pass "the sweep run again after SIGTERM: resumed, results.csv's metrics bit-identical to the uninterrupted sweep"
 else
