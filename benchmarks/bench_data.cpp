@@ -5,6 +5,10 @@
 //            tokenizer has its own benchmark)
 //   epoch    one epoch of DistributedSampler + collate at batch 16 (plain and
 //            length-bucketed), reported with its padding fraction
+//   squad    extractive QA on the shipped SQuAD v1.1 part (7,010 questions of
+//            the dev set's 10,570): read_qa_table on both files, and
+//            build_qa_features with bert-base-cased's WordPiece at run_qa's
+//            384 / 128 (windows, labels, character offsets), reported per question
 // Each result is checked before timing (row count, every example once per
 // epoch); each timing is warmed up once and repeated; min/median/max printed,
 // and written as JSON with --json FILE.
@@ -25,8 +29,11 @@
 
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
+#include "shardtrain/data/qa_data.h"
+#include "shardtrain/data/qa_features.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/data/tokenizer.h"
 #include "bench_util.h"
 
 namespace bench_data {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
@@ -156,6 +163,41 @@ int main(int argc, char** argv) {
     t.extra["examples_per_s"] = static_cast<double>(dataset.size()) / t.seconds[t.seconds.size() / 2];
     timings.push_back(t);
   }
+
+  // SQuAD: check (every question has a feature, answers in range), then time.
+  const std::string squad_dir = SHARDTRAIN_SOURCE_DIR "/data/qa/squad-v1.1/";
+  auto read_squad = [&] {
+    QaTable all = read_qa_table(squad_dir + "train-articles-00-23.json", {});
+    QaTable dev = read_qa_table(squad_dir + "dev-articles-24-29.json", {});
+    for (size_t q = 0; q < dev.examples.size(); ++q) {
+      all.examples.push_back(std::move(dev.examples[q]));
+      all.line_numbers.push_back(dev.line_numbers[q]);
+    }
+    return all;
+  };
+  const QaTable squad = read_squad();
+  const Tokenizer wordpiece =
+      Tokenizer::from_vocab_file(SHARDTRAIN_SOURCE_DIR "/data/vocab/bert-base-cased-vocab.txt", TokenizerOptions{});
+  QaFeatureOptions qa_options;  // 384 / 128
+  const TokenizedDataset features = build_qa_features(squad, wordpiece, qa_options, MPI_COMM_NULL, build_options);
+  const std::vector<int64_t> first = features_per_question(features, squad.size());
+  bool squad_ok = squad.size() == 7010 && features.size() >= squad.size();
+  for (int64_t q = 0; q < squad.size(); ++q) squad_ok = squad_ok && first[q + 1] > first[q];
+  for (size_t i = 0; i < features.span_labels.size(); ++i)
+    squad_ok = squad_ok && features.span_labels[i] >= 0 && features.span_labels[i] < 384;
+  if (!squad_ok) {
+    std::fprintf(stderr, "FAIL: SQuAD features (%lld questions, %lld features)\n", (long long)squad.size(),
+                 (long long)features.size());
+    return 1;
+  }
+  timings.push_back(time_it("squad_read", repeats, [&] { read_squad(); }));
+  Timing squad_timing = time_it("squad_features_384_128", repeats, [&] {
+    build_qa_features(squad, wordpiece, qa_options, MPI_COMM_NULL, build_options);
+  });
+  squad_timing.extra["questions_per_s"] =
+      static_cast<double>(squad.size()) / squad_timing.seconds[squad_timing.seconds.size() / 2];
+  squad_timing.extra["features"] = static_cast<double>(features.size());
+  timings.push_back(squad_timing);
 
   std::printf("MRPC train: %lld rows, %lld tokens, threads %d, repeats %d\n", (long long)dataset.size(),
               (long long)dataset.num_tokens(), threads, repeats);

@@ -301,6 +301,13 @@ void apply_task_defaults(RunConfig& config, const std::set<std::string>& keys_se
     fill("data.text_a", d.text_a, "tokens");
     fill("data.text_b", d.text_b, "");
     fill("data.label", d.label, "ner_tags");
+  } else if (config.model.task == Task::kQuestionAnswering) {
+    // run_qa.py's max_seq_length; the question and context are fields of the
+    // SQuAD file, not columns (data/qa_data.h).
+    if (!keys_set.count("data.max_length")) d.max_length = 384;
+    fill("data.text_a", d.text_a, "");
+    fill("data.text_b", d.text_b, "");
+    fill("data.label", d.label, "");
   } else if (config.model.task == Task::kMultipleChoice) {
     if (d.preset == DataPreset::kSwag) {
       fill("data.text_a", d.text_a, "sent1");
@@ -491,6 +498,26 @@ void validate_task(const ModelConfig& m, const DataConfig& d) {
     require(m.num_labels == 0 || d.labels.empty() || static_cast<size_t>(m.num_labels) == d.labels.size(),
             "model.num_labels = " + std::to_string(m.num_labels) + " but data.labels lists " +
                 std::to_string(d.labels.size()) + " tags; leave model.num_labels out (0)");
+  }
+  for (const char* key : {"data.doc_stride", "data.version_2_with_negative", "data.n_best_size",
+                          "data.max_answer_length", "data.null_score_diff_threshold"})
+    only_for(key, Task::kQuestionAnswering, false);
+  if (task == Task::kQuestionAnswering) {
+    for (const char* key : {"data.text_a", "data.text_b", "data.label"})
+      require(!keys_set.count(key), std::string(key) +
+                                        " does not apply to question answering: the question, context and answers "
+                                        "are SQuAD's fields (id, question, context, answers)");
+    require(d.format == FileFormat::kAuto || d.format == FileFormat::kJsonl,
+            "data.format: question answering reads SQuAD JSON (.json) or HF's flattened JSON Lines (.jsonl)");
+    require(d.doc_stride >= 0 && d.doc_stride < d.max_length,
+            str_format("data.doc_stride = %lld: must be in [0, data.max_length = %lld)",
+                       static_cast<long long>(d.doc_stride), static_cast<long long>(d.max_length)));
+    positive("data.n_best_size", d.n_best_size);
+    positive("data.max_answer_length", d.max_answer_length);
+    require(std::isfinite(d.null_score_diff_threshold), "data.null_score_diff_threshold: must be a finite number");
+    require(m.num_labels == 0 || m.num_labels == 2,
+            "model.num_labels = " + std::to_string(m.num_labels) +
+                ": a question-answering head gives a start and an end logit per token; leave model.num_labels out");
   }
   if (task == Task::kMultipleChoice) {
       require(!d.choices.empty(),

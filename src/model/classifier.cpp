@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -94,7 +95,7 @@ struct SequenceClassifier::Impl {
                   const std::function<at::Tensor(const at::Tensor&)>& pool_mean, const at::Tensor& hidden) const {
     const detail::UnitWeights& w = units[head_unit()];
     before(head_unit());
-    if (config.task == Task::kTokenClassification)  // every token: [B, L, C] or [T, C]
+    if (config.task == Task::kTokenClassification || config.task == Task::kQuestionAnswering)  // [B, L, C] or [T, C]
       return after(head_unit(), detail::token_head(config, w, hidden, training));
     at::Tensor pooled;
     if (config.family == ModelFamily::kModernBert) {
@@ -341,7 +342,7 @@ at::Tensor SequenceClassifier::forward_batch(const Batch& batch) {
   } else {
     const PackedBatch p = pack_batch(batch).to(batch.input_ids.device());
     logits = forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
-    if (task == Task::kTokenClassification) {
+    if (task == Task::kTokenClassification || task == Task::kQuestionAnswering) {
       // [T, C] -> the padded batch's [B, L, C] (zeros at padding, which the
       // labels ignore): token p of sequence b is padded row b * L + p.
       const int64_t rows = batch.input_ids.size(0), width = batch.input_ids.size(1);
@@ -355,6 +356,13 @@ at::Tensor SequenceClassifier::forward_batch(const Batch& batch) {
   }
   // Multiple choice: one logit per choice, [B * choices, 1] -> [B, choices].
   if (task == Task::kMultipleChoice) logits = logits.view({-1, batch.num_choices});
+  // Question answering: [B, L, 2] start and end logits, -inf at padding so
+  // that neither the loss's softmax nor post-processing sees a padded
+  // position: the result does not depend on the batch's longest feature, and
+  // packed equals padded (docs/DESIGN.md, "Question answering").
+  if (task == Task::kQuestionAnswering && batch.attention_mask.defined())
+    logits = logits.masked_fill(batch.attention_mask.eq(0).unsqueeze(-1),
+                                -std::numeric_limits<double>::infinity());
   return logits;
 }
 
@@ -413,6 +421,14 @@ at::Tensor SequenceClassifier::loss(const at::Tensor& logits_in, const at::Tenso
   const at::Tensor logits = logits_in.to(at::kFloat);
   if (config.task == Task::kTokenClassification)  // tokens labelled -100 are ignored
     return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}).to(at::kLong));
+  if (config.task == Task::kQuestionAnswering) {
+    // logits [B, L, 2], labels [B, 2]: the mean of the start and end
+    // positions' cross-entropy, as <Family>ForQuestionAnswering computes it.
+    const at::Tensor positions = labels.to(at::kLong);
+    return (at::cross_entropy_loss(logits.select(2, 0), positions.select(1, 0)) +
+            at::cross_entropy_loss(logits.select(2, 1), positions.select(1, 1))) /
+           2;
+  }
   if (config.task == Task::kMultipleChoice)  // logits [B, choices], labels [B]
     return at::cross_entropy_loss(logits, labels.view({-1}).to(at::kLong));
   std::string problem = config.problem_type;

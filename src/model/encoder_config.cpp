@@ -185,6 +185,7 @@ std::optional<Task> task_of_architectures(const json& j) {
   if (ends_with("ForSequenceClassification")) return Task::kSequenceClassification;
   if (ends_with("ForTokenClassification")) return Task::kTokenClassification;
   if (ends_with("ForMultipleChoice")) return Task::kMultipleChoice;
+  if (ends_with("ForQuestionAnswering")) return Task::kQuestionAnswering;
   return std::nullopt;
 }
 
@@ -557,6 +558,7 @@ void EncoderConfig::validate(const std::string& source) const {
 std::string EncoderConfig::architecture() const {
   const char* suffix = task == Task::kTokenClassification ? "ForTokenClassification"
                        : task == Task::kMultipleChoice    ? "ForMultipleChoice"
+                       : task == Task::kQuestionAnswering ? "ForQuestionAnswering"
                                                           : "ForSequenceClassification";
   std::string base;
   switch (family) {

@@ -36,7 +36,7 @@ at::Tensor classifier_head(const EncoderConfig& c, const UnitWeights& w, const a
                                          w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias], c.layer_norm_eps);
       return classify(shardtrain::dropout(head, p, training));
     }
-    case ModelFamily::kDebertaV2: {  // ContextPooler (dropout, dense, act), dropout (cls_dropout), classifier
+    case ModelFamily::kDebertaV2: {  // ContextPooler (dropout, dense, act), dropout (cls_dropout), classifier (both tasks)
       const at::Tensor pooled_dense = dense(shardtrain::dropout(pooled, c.pooler_dropout, training));
       return classify(shardtrain::dropout(apply_activation(c.pooler_hidden_act, pooled_dense), p, training));
     }
@@ -48,12 +48,18 @@ at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Te
   auto classify = [&](const at::Tensor& x) {
     return at::linear(x, w[Slot::kClassifierWeight], w[Slot::kClassifierBias]);
   };
+  // <Family>ForQuestionAnswering: qa_outputs straight on the hidden states
+  // (BERT, RoBERTa, ELECTRA, DeBERTa-v2), after dropout (qa_dropout) for
+  // DistilBERT; ModernBERT's is its token head below.
+  if (c.task == Task::kQuestionAnswering && c.family != ModelFamily::kModernBert)
+    return classify(c.family == ModelFamily::kDistilBert ? shardtrain::dropout(hidden, c.qa_dropout, training) : hidden);
   switch (c.family) {
     case ModelFamily::kBert:
     case ModelFamily::kRoberta:
     case ModelFamily::kElectra:  // dropout (classifier_dropout, else hidden_dropout_prob), classifier
       return classify(shardtrain::dropout(hidden, c.effective_classifier_dropout(), training));
     case ModelFamily::kDistilBert:  // dropout (config.dropout), classifier
+    case ModelFamily::kDebertaV2:   // dropout (hidden_dropout_prob), classifier
       return classify(shardtrain::dropout(hidden, c.hidden_dropout_prob, training));
     case ModelFamily::kModernBert: {  // final_norm (the model's), head, drop, classifier
       const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);

@@ -235,7 +235,7 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   if (config_json.is_object() && !config_json.contains("model_type"))
     throw Error(config_path + ": no \"model_type\" key, so the model family is unknown (transformers' AutoConfig "
                 "refuses it too); add the family the weights were saved from, e.g. \"model_type\": \"bert\" "
-                "(bert, roberta, xlm-roberta, camembert, distilbert, electra, modernbert)");
+                "(bert, roberta, xlm-roberta, camembert, distilbert, electra, modernbert, deberta-v2)");
   out.config = EncoderConfig::from_json(config_text, config_path);
   if (options.hidden_dropout_prob) out.config.hidden_dropout_prob = *options.hidden_dropout_prob;
   if (options.attention_probs_dropout_prob)
@@ -251,7 +251,7 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
       replaced_head = out.config.architecture();
       std::set<std::string> head;
       for (const ParameterSpec& p : parameter_plan(out.config))
-        if (p.unit == out.config.num_hidden_layers + 1 && p.name.rfind(out.config.base_prefix(), 0) != 0)
+        if (p.unit == out.config.head_unit() && p.name.rfind(out.config.base_prefix(), 0) != 0)
           head.insert(p.name);
       NamedTensors kept;
       for (auto& [name, tensor] : checkpoint)

@@ -96,7 +96,7 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
     b.linear(layer + "attention.self.value", D, D, Slot::kValueWeight);
     bert_layer_after_attention(b, layer, D, I);
   }
-  b.set_unit(c.num_hidden_layers + 1);
+  b.set_unit(c.head_unit());
   const int64_t C = c.head_outputs();
   switch (c.task) {
     case Task::kSequenceClassification:
@@ -110,6 +110,9 @@ void bert_style(const EncoderConfig& c, PlanBuilder& b) {
       break;
     case Task::kTokenClassification:  // no pooler: dropout, classifier on every token
       b.linear("classifier", C, D, Slot::kClassifierWeight);
+      break;
+    case Task::kQuestionAnswering:  // qa_outputs on every token: start and end logits
+      b.linear("qa_outputs", C, D, Slot::kClassifierWeight);
       break;
     case Task::kMultipleChoice:  // BERT and RoBERTa: the pooler; ELECTRA: SequenceSummary's projection
       b.linear(c.family == ModelFamily::kElectra ? "sequence_summary.summary" : base + "pooler.dense", D, D,
@@ -145,9 +148,14 @@ void distilbert(const EncoderConfig& c, PlanBuilder& b) {
     b.linear(layer + "ffn.lin2", D, I, Slot::kMlpOutWeight);
     b.norm(layer + "output_layer_norm", D, Slot::kMlpNormWeight);
   }
-  b.set_unit(c.num_hidden_layers + 1);
+  b.set_unit(c.head_unit());
   // Token classification: dropout and classifier on every token; the others:
   // pre_classifier, ReLU, dropout, classifier on the first token.
+  // Question answering: dropout (qa_dropout) and qa_outputs on every token.
+  if (c.task == Task::kQuestionAnswering) {
+    b.linear("qa_outputs", c.head_outputs(), D, Slot::kClassifierWeight);
+    return;
+  }
   if (c.task != Task::kTokenClassification) b.linear("pre_classifier", D, D, Slot::kHeadDenseWeight);
   b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
@@ -179,7 +187,7 @@ void modernbert(const EncoderConfig& c, PlanBuilder& b) {
     b.weights(InitKind::kTruncatedNormal, out_std);
     b.linear(layer + "mlp.Wo", D, I, Slot::kMlpOutWeight, c.mlp_bias);
   }
-  b.set_unit(c.num_hidden_layers + 1);
+  b.set_unit(c.head_unit());
   b.norm("model.final_norm", D, Slot::kFinalNormWeight, c.norm_bias);
   b.weights(InitKind::kTruncatedNormal, out_std);
   b.linear("head.dense", D, D, Slot::kHeadDenseWeight, c.classifier_bias);
@@ -226,8 +234,14 @@ void deberta_v2(const EncoderConfig& c, PlanBuilder& b) {
     bert_layer_after_attention(b, layer, D, I);
   }
   b.set_unit(c.head_unit());
-  b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);  // ContextPooler
-  b.linear("classifier", c.num_labels, D, Slot::kClassifierWeight);
+  if (c.task == Task::kQuestionAnswering) {  // DebertaV2ForQuestionAnswering: qa_outputs on every token
+    b.linear("qa_outputs", c.head_outputs(), D, Slot::kClassifierWeight);
+    return;
+  }
+  // Sequence classification and multiple choice: the ContextPooler; token
+  // classification: dropout and the classifier on every token.
+  if (c.task != Task::kTokenClassification) b.linear("pooler.dense", D, D, Slot::kHeadDenseWeight);
+  b.linear("classifier", c.head_outputs(), D, Slot::kClassifierWeight);
 }
 
 }  // namespace

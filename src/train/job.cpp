@@ -12,6 +12,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
 #include "shardtrain/data/reader.h"
+#include "shardtrain/data/qa_features.h"
 #include "shardtrain/data/task_datasets.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
@@ -113,6 +114,7 @@ struct Tables {
   std::optional<RawTable> eval;
   std::optional<WordTable> words_train, words_eval;
   std::optional<MultipleChoiceTable> choices_train, choices_eval;
+  std::optional<QaTable> qa_train, qa_eval;
 };
 
 void warn_skipped(const std::string& path, int64_t n) {
@@ -206,6 +208,32 @@ void read_choice_tables(TrainJob& job, Tables& t) {
   }
 }
 
+// Question answering: SQuAD JSON or flattened JSON Lines (data/qa_data.h);
+// a QA head has two outputs (start, end).
+void read_qa_tables(TrainJob& job, Tables& t) {
+  const DataConfig& d = job.config->data;
+  QaReadOptions options;
+  options.allow_unanswered = d.version_2_with_negative;
+  t.qa_train = read_qa_table(d.train_file, options);
+  if (t.qa_train->size() == 0) throw Error(d.train_file + ": no questions to train on");
+  if (!d.eval_file.empty()) {
+    t.qa_eval = read_qa_table(d.eval_file, options);
+    if (t.qa_eval->size() == 0) throw Error(d.eval_file + ": no questions to evaluate");
+  }
+  job.num_labels = 2;
+  job.qa_options.n_best_size = d.n_best_size;
+  job.qa_options.max_answer_length = d.max_answer_length;
+  job.qa_options.version_2_with_negative = d.version_2_with_negative;
+  job.qa_options.null_score_diff_threshold = d.null_score_diff_threshold;
+  const std::string& score = job.config->checkpoint.score_attribute;
+  if (score.empty() || score == "train_loss") return;
+  const std::vector<std::string> names = qa_metric_names(d.version_2_with_negative);
+  if (std::find(names.begin(), names.end(), score) == names.end())
+    throw Error("checkpoint.score_attribute = \"" + score + "\" is never reported by model.task = "
+                "\"question_answering\"" + (d.version_2_with_negative ? " with" : " without") +
+                " data.version_2_with_negative; use one of " + quoted_list(names) + " or \"train_loss\"");
+}
+
 // Reads the data files and settles the number of labels.
 Tables read_tables(TrainJob& job) {
   const RunConfig& config = *job.config;
@@ -213,6 +241,9 @@ Tables read_tables(TrainJob& job) {
     Tables t;
     if (config.model.task == Task::kTokenClassification) {
       read_word_tables(job, t);
+    } else if (config.model.task == Task::kQuestionAnswering) {
+      read_qa_tables(job, t);
+      return t;
     } else {
       read_choice_tables(job, t);
       job.num_labels = 0;  // the model's own (a multiple-choice head scores each choice with one logit)
@@ -264,6 +295,7 @@ void preflight(const TrainJob& job) {
   // Multiple choice encodes (context, choice) pairs whatever data.text_b is.
   DataConfig data = config.data;
   if (config.model.task == Task::kMultipleChoice && data.text_b.empty()) data.text_b = data.choices.front();
+  if (config.model.task == Task::kQuestionAnswering) data.text_b = "context";  // (question, context) pairs
   check_model_for_data(model, data, job.tokenizer->max_token_type(!data.text_b.empty()), config_path);
   const int world = job.topology.world_size;
   if (job.topology.rank == 0) log_info("%s", describe_estimate(estimate_memory(config, model, world)).c_str());
@@ -456,6 +488,27 @@ TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions
       };
       job.train_data = build(*tables.words_train);
       if (tables.words_eval) job.eval_data = build(*tables.words_eval);
+      break;
+    }
+    case Task::kQuestionAnswering: {
+      QaFeatureOptions options;
+      options.max_length = max_length;
+      options.doc_stride = static_cast<int>(config.data.doc_stride);
+      options.with_offsets = false;
+      job.train_data = build_qa_features(*tables.qa_train, *job.tokenizer, options, comm);
+      if (tables.qa_eval) {
+        options.with_offsets = true;
+        job.eval_data = build_qa_features(*tables.qa_eval, *job.tokenizer, options, comm);
+        job.qa_eval = std::make_shared<const QaTable>(*tables.qa_eval);
+      }
+      if (job.topology.rank == 0)
+        log_info("question answering: %lld questions -> %lld training features (windows of %d tokens, stride %d)%s",
+                 static_cast<long long>(tables.qa_train->size()), static_cast<long long>(job.train_data.size()),
+                 max_length, options.doc_stride,
+                 job.eval_data ? str_format("; %lld eval questions -> %lld features",
+                                            static_cast<long long>(tables.qa_eval->size()),
+                                            static_cast<long long>(job.eval_data->size())).c_str()
+                               : "");
       break;
     }
     case Task::kMultipleChoice:

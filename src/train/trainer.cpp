@@ -190,9 +190,12 @@ class Reporter {
       PhaseGuard phase(job_.comm, str_format("evaluation at step %lld", static_cast<long long>(at.step)),
                        PhaseGuard::kNoDeadline);
       const TrainConfig& t = job_.config->train;
-      for (const auto& kv : evaluate_task(*job_.model, *job_.eval_data, t.eval_batch_size, job_.tokenizer->pad_id(),
-                                          job_.device, job_.comm, job_.label_names))
-        report.metrics[kv.first] = kv.second;
+      const std::map<std::string, double> metrics =
+          job_.qa_eval ? evaluate_qa(*job_.model, *job_.eval_data, *job_.qa_eval, job_.qa_options, t.eval_batch_size,
+                                     job_.tokenizer->pad_id(), job_.device, job_.comm)
+                       : evaluate_task(*job_.model, *job_.eval_data, t.eval_batch_size, job_.tokenizer->pad_id(),
+                                       job_.device, job_.comm, job_.label_names);
+      for (const auto& kv : metrics) report.metrics[kv.first] = kv.second;
       report.metrics["eval_seconds"] = MPI_Wtime() - start;
       if (early_.enabled()) update_early_stopping(at, report, last);
       if (options_.on_evaluation && !at.early.stopped) {
@@ -502,6 +505,8 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
       result.baseline = outside_baseline(job.train_data, *job.eval_data, job.label_names);
     else if (task == Task::kMultipleChoice)
       result.baseline = chance_baseline(job.eval_data->sequences_per_example);
+    else if (task == Task::kQuestionAnswering)
+      result.baseline = first_sentence_baseline(*job.qa_eval, job.qa_options.version_2_with_negative);
     else if (job.num_labels >= 2 && job.train_data.labels.kind == LabelKind::kClass)
       result.baseline = majority_baseline(job.train_data.labels, job.eval_data->labels, job.num_labels);
   }

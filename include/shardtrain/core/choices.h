@@ -23,7 +23,7 @@ namespace shardtrain {
 
 enum class ModelInit { kPretrained, kRandom };
 // What the model is fine-tuned for (model.task): transformers' AutoModelFor<Task> classes.
-enum class Task { kSequenceClassification, kTokenClassification, kMultipleChoice };
+enum class Task { kSequenceClassification, kTokenClassification, kMultipleChoice, kQuestionAnswering };
 // Column layouts of well-known multiple-choice data sets (data.preset).
 enum class DataPreset { kNone, kSwag, kCopa };
 enum class FileFormat { kAuto, kTsv, kCsv, kJsonl, kConll };
@@ -63,7 +63,8 @@ ST_CHOICES(ModelInit, {ModelInit::kPretrained, "pretrained"}, {ModelInit::kRando
 ST_CHOICES(FileFormat, {FileFormat::kAuto, "auto"}, {FileFormat::kTsv, "tsv"}, {FileFormat::kCsv, "csv"},
            {FileFormat::kJsonl, "jsonl"}, {FileFormat::kConll, "conll"});
 ST_CHOICES(Task, {Task::kSequenceClassification, "sequence_classification"},
-           {Task::kTokenClassification, "token_classification"}, {Task::kMultipleChoice, "multiple_choice"});
+           {Task::kTokenClassification, "token_classification"}, {Task::kMultipleChoice, "multiple_choice"},
+           {Task::kQuestionAnswering, "question_answering"});
 ST_CHOICES(DataPreset, {DataPreset::kNone, "none"}, {DataPreset::kSwag, "swag"}, {DataPreset::kCopa, "copa"});
 ST_CHOICES(BadRowPolicy, {BadRowPolicy::kError, "error"}, {BadRowPolicy::kSkip, "skip"});
 ST_CHOICES(Precision, {Precision::kNo, "no"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"});

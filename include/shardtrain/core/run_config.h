@@ -62,7 +62,15 @@ struct DataConfig {
   // Multiple choice: the columns of SWAG (sent1, sent2, ending0..3, label) or
   // COPA / XCOPA (premise, question, choice1, choice2, label).
   DataPreset preset = DataPreset::kNone;
-  int64_t max_length = 128;
+  // Extractive QA (run_qa.py's arguments; data/qa_data.h reads SQuAD JSON or
+  // HF's flattened JSONL): the overlap of a long context's windows in tokens,
+  // SQuAD v2 (questions without an answer), and post-processing's settings.
+  int64_t doc_stride = 128;
+  bool version_2_with_negative = false;
+  int64_t n_best_size = 20;
+  int64_t max_answer_length = 30;
+  double null_score_diff_threshold = 0.0;
+  int64_t max_length = 128;  // extractive QA: 384 unless set
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
   bool drop_last = false;        // train: drop the incomplete last global batch instead of padding it
   bool group_by_length = false;  // train: batch rows of similar length (changes batch composition; data/sampler.h)
@@ -196,7 +204,10 @@ struct RunConfig {
 // Metric names that checkpoint.score_attribute may name.
 inline const std::vector<std::string>& known_metric_names() {
   static const std::vector<std::string> names = {"eval_accuracy", "eval_f1", "eval_macro_f1", "eval_mcc", "eval_precision", "eval_recall",
-                                                 "eval_loss", "eval_mse", "eval_pearson", "train_loss"};
+                                                 "eval_loss", "eval_mse", "eval_pearson", "train_loss",
+                                                 // extractive QA (train/squad_metrics.h)
+                                                 "eval_exact_match", "eval_exact", "eval_HasAns_exact", "eval_HasAns_f1",
+                                                 "eval_NoAns_exact", "eval_NoAns_f1", "eval_best_exact", "eval_best_f1"};
   return names;
 }
 
@@ -245,7 +256,16 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("data.preset", c.data.preset,
         "multiple choice: the columns of SWAG (sent1, sent2, ending0-3, label) or COPA / XCOPA (premise, "
         "question, choice1, choice2, label)");
-  visit("data.max_length", c.data.max_length, "truncate pairs to this many tokens (longest first)");
+  visit("data.doc_stride", c.data.doc_stride,
+        "question answering: tokens shared by consecutive windows of a long context (run_qa's doc_stride)");
+  visit("data.version_2_with_negative", c.data.version_2_with_negative,
+        "question answering: some questions have no answer (SQuAD v2); predict \"\" when the null score wins");
+  visit("data.n_best_size", c.data.n_best_size, "question answering: start and end candidates per window");
+  visit("data.max_answer_length", c.data.max_answer_length, "question answering: the longest answer, in tokens");
+  visit("data.null_score_diff_threshold", c.data.null_score_diff_threshold,
+        "question answering (v2): predict no answer when the null score beats the best span's by more than this");
+  visit("data.max_length", c.data.max_length,
+        "truncate pairs to this many tokens (longest first); question answering: window length (default 384)");
   visit("data.on_bad_row", c.data.on_bad_row, "a malformed row stops the run, or is skipped and counted");
   visit("data.drop_last", c.data.drop_last, "drop the incomplete last global batch instead of padding it");
   visit("data.group_by_length", c.data.group_by_length,

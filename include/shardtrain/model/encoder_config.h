@@ -173,7 +173,9 @@ struct EncoderConfig {
   std::string architecture() const;
   // The logits per sequence (sequence classification: num_labels; multiple
   // choice: 1 per choice) or per token (token classification: num_labels).
-  int64_t head_outputs() const { return task == Task::kMultipleChoice ? 1 : num_labels; }
+  int64_t head_outputs() const {
+    return task == Task::kMultipleChoice ? 1 : task == Task::kQuestionAnswering ? 2 : num_labels;
+  }
   // The prefix of the encoder's parameters in HF's state dict: "bert.",
   // "roberta.", "distilbert.", "electra.", "model." (ModernBERT), "deberta.".
   std::string base_prefix() const;

@@ -32,6 +32,7 @@
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
+#include "shardtrain/data/qa_data.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/classifier.h"
@@ -39,6 +40,7 @@
 #include "shardtrain/optim/schedule.h"
 #include "shardtrain/parallel/strategy.h"
 #include "shardtrain/parallel/topology.h"
+#include "shardtrain/train/qa_postprocess.h"
 
 namespace shardtrain {
 
@@ -69,6 +71,10 @@ struct TrainJob {
   std::string tokenizer_files;  // Tokenizer::saved_files(): what checkpoints store to rebuild it
   TokenizedDataset train_data;
   std::optional<TokenizedDataset> eval_data;
+  // Question answering: the eval questions (eval_data holds their features)
+  // and how they are post-processed.
+  std::shared_ptr<const QaTable> qa_eval;
+  QaPostprocessOptions qa_options;
   int64_t num_labels = 2;           // classes or tags (multiple choice: the model's, unused)
   std::vector<std::string> label_names;  // token classification: the tags in id order
   std::shared_ptr<SequenceClassifier> model;

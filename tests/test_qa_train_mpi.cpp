@@ -1,0 +1,188 @@
+// Extractive QA end to end on a tiny random BERT and a few SQuAD paragraphs
+// (windows of 64 tokens, stride 16, so questions have several features):
+// every strategy trains like DDP (padded and packed), evaluation gives the
+// same answers and EM / F1 on 1 rank and on 2 or 3 (the windows of a question
+// on different ranks), and a stopped run resumes exactly. Runs at -np 2 and
+// -np 4.
+//
+// Tolerance: parameters within 5e-6 of DDP's after 3 steps at lr 1e-3
+// (test_family_strategies_mpi.cpp says why AdamW carries reduction-order
+// rounding that far); the eval metrics compared within 1e-9 of each other.
+#include <torch/torch.h>
+
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/mpi_ranks.h"
+#include "support/train_fixtures.h"
+#include "shardtrain/data/qa_data.h"
+#include "shardtrain/data/qa_features.h"
+#include "shardtrain/data/tokenizer.h"
+#include "shardtrain/model/classifier.h"
+#include "shardtrain/train/checkpoint_manager.h"
+#include "shardtrain/train/qa_postprocess.h"
+#include "shardtrain/train/trainer.h"
+
+using namespace shardtrain;
+
+namespace qa_train_mpi_test {
+using shardtrain_test::world_rank;
+using shardtrain_test::world_size;
+
+namespace {
+
+constexpr double kQaParamTolerance = 5e-6;
+
+// Collective: paragraphs [first, first + count) of article `article` of the
+// shipped SQuAD training part, as a SQuAD JSON file dir/name (rank 0 writes).
+std::string squad_part(const std::string& dir, const std::string& name, int article, int first, int count) {
+  const std::string path = dir + "/" + name;
+  if (world_rank() == 0) {
+    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/qa/squad-v1.1/train-articles-00-23.json");
+    const nlohmann::json all = nlohmann::json::parse(in);
+    nlohmann::json part = {{"version", "1.1"}, {"data", nlohmann::json::array()}};
+    nlohmann::json chosen = all["data"][article];
+    nlohmann::json paragraphs = nlohmann::json::array();
+    for (int p = first; p < first + count; ++p) paragraphs.push_back(chosen["paragraphs"][p]);
+    chosen["paragraphs"] = paragraphs;
+    part["data"].push_back(chosen);
+    std::ofstream(path) << part.dump();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+RunConfig qa_config(const std::string& dir) {
+  RunConfig c = shardtrain_test::tiny_run_config(dir);
+  c.model.task = Task::kQuestionAnswering;
+  c.model.hidden_dropout_prob = 0.0;
+  c.model.attention_probs_dropout_prob = 0.0;
+  c.data.train_file = squad_part(dir, "train.json", 0, 0, 3);
+  c.data.eval_file = squad_part(dir, "dev.json", 1, 0, 2);
+  c.data.format = FileFormat::kAuto;
+  c.data.max_length = 64;
+  c.data.doc_stride = 16;
+  c.train.num_epochs = 1;
+  c.train.max_steps = 3;
+  c.train.gradient_accumulation_steps = 1;
+  c.train.max_grad_norm = 1.0;
+  c.checkpoint.every_epochs = 0;
+  return c;
+}
+
+TrainOptions qa_quiet() { return shardtrain_test::quiet_train_options(); }
+
+const std::map<std::string, double>& last_metrics(const TrainResult& r) { return r.reports.back().metrics; }
+
+}  // namespace
+
+TEST_CASE("qa: every strategy trains like DDP, padded and packed, and evaluates to the same EM / F1") {
+  const std::string dir = shardtrain_test::make_shared_temp_dir("qa_strategies");
+  RunConfig config = qa_config(dir);
+  config.run.name = "ddp";
+  const TrainResult ddp = train(config, MPI_COMM_WORLD, qa_quiet());
+  REQUIRE(ddp.finished);
+  REQUIRE(ddp.steps == 3);
+  const auto& reference = last_metrics(ddp);
+  for (const char* key : {"eval_exact_match", "eval_f1", "eval_loss"}) CHECK(reference.count(key) == 1);
+  REQUIRE(ddp.baseline.has_value());
+  CHECK(ddp.baseline->name == "first sentence of the context");
+  CHECK(ddp.baseline->metrics.at("eval_f1") > 0.0);
+
+  struct Variant {
+    StrategyKind strategy;
+    bool unpadded;
+  };
+  for (const Variant v : {Variant{StrategyKind::kDdp, true}, Variant{StrategyKind::kZero1, false},
+                          Variant{StrategyKind::kZero2, false}, Variant{StrategyKind::kZero3, true},
+                          Variant{StrategyKind::kFsdp, false}}) {
+    RunConfig c = config;
+    c.parallel.strategy = v.strategy;
+    c.model.unpadded = v.unpadded;
+    c.run.name = std::string(choice_name(v.strategy)) + (v.unpadded ? "_packed" : "");
+    CAPTURE(c.run.name);
+    const TrainResult r = train(c, MPI_COMM_WORLD, qa_quiet());
+    REQUIRE(r.steps == 3);
+    CHECK((r.final_params - ddp.final_params).abs().max().item<double>() < kQaParamTolerance);
+    CHECK(last_metrics(r).at("train_loss") == doctest::Approx(reference.at("train_loss")).epsilon(1e-5));
+    CHECK(last_metrics(r).at("eval_f1") == doctest::Approx(reference.at("eval_f1")).epsilon(1e-9));
+    CHECK(last_metrics(r).at("eval_exact_match") == doctest::Approx(reference.at("eval_exact_match")).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("qa: evaluation on 1 rank and on 2 or 3 gives the same answers and EM / F1") {
+  const std::string dir = shardtrain_test::make_shared_temp_dir("qa_eval_ranks");
+  const std::string dev = squad_part(dir, "dev.json", 2, 0, 3);
+  const QaTable table = read_qa_table(dev, {});
+  const Tokenizer tokenizer = Tokenizer::from_vocab_file(
+      std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt", TokenizerOptions{});
+  EncoderConfig model_config = EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json");
+  model_config.task = Task::kQuestionAnswering;
+  model_config.set_num_labels(2);
+  SequenceClassifier model(model_config);
+  model.init_weights(11);
+  QaFeatureOptions feature_options;
+  feature_options.max_length = 48;
+  feature_options.doc_stride = 12;
+  QaPostprocessOptions post;
+  // Batch 1: a feature's logits do not depend on what else is in its batch,
+  // so any difference would be the sharding's or the gather's.
+  auto evaluate_on = [&](MPI_Comm comm, std::vector<QaAnswer>* answers) {
+    const TokenizedDataset features = build_qa_features(table, tokenizer, feature_options, comm);
+    REQUIRE(features.size() > table.size() + 3);  // several windows per question
+    return evaluate_qa(model, features, table, post, 1, tokenizer.pad_id(), at::kCPU, comm, answers);
+  };
+  std::vector<QaAnswer> all_answers;
+  const auto all = evaluate_on(MPI_COMM_WORLD, &all_answers);
+  // One rank alone, and ranks 0-2 (at -np 4).
+  for (int ranks : {1, 3}) {
+    if (ranks > world_size()) continue;
+    MPI_Comm part = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &part);
+    if (part == MPI_COMM_NULL) continue;
+    CAPTURE(ranks);
+    std::vector<QaAnswer> answers;
+    const auto m = evaluate_on(part, &answers);
+    MPI_Comm_free(&part);
+    CHECK(m.at("eval_exact_match") == all.at("eval_exact_match"));
+    CHECK(m.at("eval_f1") == all.at("eval_f1"));
+    CHECK(m.at("eval_loss") == doctest::Approx(all.at("eval_loss")).epsilon(1e-6));
+    REQUIRE(answers.size() == all_answers.size());
+    for (size_t q = 0; q < answers.size(); ++q) {
+      CHECK(answers[q].text == all_answers[q].text);
+      CHECK(answers[q].start_char == all_answers[q].start_char);
+    }
+  }
+  CHECK(all_answers.size() == static_cast<size_t>(table.size()));
+}
+
+TEST_CASE("qa: a run stopped between checkpoints and re-run ends exactly like an uninterrupted one") {
+  const std::string dir = shardtrain_test::make_shared_temp_dir("qa_resume");
+  RunConfig config = qa_config(dir);
+  config.model.hidden_dropout_prob.reset();  // dropout on: the reseeding must make it exact too
+  config.model.attention_probs_dropout_prob.reset();
+  config.train.max_steps = 5;
+  config.train.eval_every_steps = 2;
+  config.checkpoint.every_steps = 2;
+  config.run.name = "straight";
+  const TrainResult straight = train(config, MPI_COMM_WORLD, qa_quiet());
+  REQUIRE(straight.steps == 5);
+  config.run.name = "interrupted";
+  TrainOptions stop = qa_quiet();
+  stop.stop_after_step = 3;
+  const TrainResult first = train(config, MPI_COMM_WORLD, stop);
+  CHECK(first.steps == 3);
+  const TrainResult second = train(config, MPI_COMM_WORLD, qa_quiet());
+  CHECK_FALSE(second.resumed_from.empty());
+  CHECK(second.steps == 5);
+  CHECK(at::equal(second.final_params, straight.final_params));
+  CHECK(last_metrics(second).at("eval_f1") == last_metrics(straight).at("eval_f1"));
+}
+
+}  // namespace qa_train_mpi_test
