@@ -123,7 +123,7 @@ bool prepare(const SweepPlan& plan, std::unique_ptr<RunLock>& lock) {
       ++done;
     }
   }
-  replay(plan.spec, state);  // reports a state whose decisions do not follow the rule
+  if (plan.spec.asha) replay(plan.spec, state);  // reports a state whose decisions do not follow the rule
   if (changed) write_sweep_state(plan.dir, state);
   log_info("sweep %s: resuming (%lld of %zu trials done, %lld to resume from their checkpoints)", plan.spec.name.c_str(),
            static_cast<long long>(done), state.trials.size(), static_cast<long long>(resumed));
