@@ -92,7 +92,8 @@ double memory_estimate_measure(const EncoderConfig& config, bool checkpointing, 
   b.input_ids = at::randint(1, config.vocab_size, {B, L}, at::kLong);
   b.token_type_ids = at::zeros({B, L}, at::kLong);
   b.attention_mask = at::ones({B, L}, at::kLong);
-  b.labels = at::randint(0, 2, {B}, at::kLong);
+  b.labels = config.task == Task::kTokenClassification ? at::randint(0, config.num_labels, {B, L}, at::kLong)
+                                                         : at::randint(0, 2, {B}, at::kLong);
   b.num_real_tokens = b.num_total_tokens = B * L;
   for (auto& p : model.parameters()) p.mutable_grad() = at::zeros_like(p);
   model.loss(model.forward_batch(b), b.labels).backward();  // one-time costs
@@ -138,9 +139,13 @@ double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkp
 TEST_CASE("estimated activations are within 10% of the measured ones, with and without checkpointing" *
           doctest::skip(kSanitized)) {
   const int64_t L = 128;
-  for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta"}) {
-    EncoderConfig config = memory_estimate_model(family == "modernbert mean" ? "modernbert" : family);
+  for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta", "bert tokens", "modernbert tokens"}) {
+    EncoderConfig config = memory_estimate_model(family.substr(0, family.find(' ')));
     if (family == "modernbert mean") config.classifier_pooling = "mean";
+    if (family.find("tokens") != std::string::npos) {  // the head on every token
+      config.task = Task::kTokenClassification;
+      config.set_num_labels(13);
+    }
     // Padded rows, and packed ones (model.unpadded, training's default; at
     // 128 tokens the ModernBERT model's local layers run in blocks of their
     // 64-token window).

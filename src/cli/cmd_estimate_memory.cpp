@@ -161,10 +161,14 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
 
   const std::string json_path = model_json_path(args.model, base, have_config);
   EncoderConfig model = EncoderConfig::from_file(json_path);
-  // --num-labels, else model.num_labels, else the labels of the config.json.
-  const int64_t num_labels = args.num_labels ? *args.num_labels
-                             : base.model.num_labels > 0 ? base.model.num_labels
-                                                         : model.num_labels;
+  // The run config's task (its head), else the config.json's architectures.
+  if (have_config) model.task = base.model.task;
+  // --num-labels, else model.num_labels, else data.labels (token
+  // classification), else the labels of the config.json.
+  const int64_t num_labels = args.num_labels               ? *args.num_labels
+                             : base.model.num_labels > 0   ? base.model.num_labels
+                             : !base.data.labels.empty()   ? static_cast<int64_t>(base.data.labels.size())
+                                                           : model.num_labels;
   if (num_labels != model.num_labels) model.set_num_labels(num_labels);
   if (base.data.max_length > model.max_sequence_length())
     throw Error(str_format("--seq-len %lld exceeds the %lld positions of %s", static_cast<long long>(base.data.max_length),
@@ -172,11 +176,15 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
 
   std::vector<std::string> lines;
   if (!args.json) {
-    lines.push_back(str_format("# %s: %s, %s trainable parameters, %lld labels; mixed precision %s; batch %lld x %lld "
-                               "tokens per rank; device %s%s%s",
-                               json_path.c_str(), model.model_type.c_str(), count_text(model.num_parameters()).c_str(),
-                               static_cast<long long>(num_labels), choice_name(base.train.mixed_precision),
-                               static_cast<long long>(base.train.batch_size),
+    const std::string per_row = model.task == Task::kMultipleChoice && base.data.choices.size() > 1
+                                    ? str_format(" x %zu choices", base.data.choices.size())
+                                    : std::string();
+    lines.push_back(str_format("# %s: %s %s, %s trainable parameters, %lld labels; mixed precision %s; batch %lld%s x "
+                               "%lld tokens per rank; device %s%s%s",
+                               json_path.c_str(), model.model_type.c_str(), choice_name(model.task),
+                               count_text(model.num_parameters()).c_str(), static_cast<long long>(num_labels),
+                               choice_name(base.train.mixed_precision), static_cast<long long>(base.train.batch_size),
+                               per_row.c_str(),
                                static_cast<long long>(base.data.max_length), choice_name(base.run.device),
                                base.parallel.offload_optimizer == OffloadDevice::kCpu ? "; optimizer offload" : "",
                                capacity ? ("; capacity " + format_bytes(*capacity) + " per rank").c_str() : ""));

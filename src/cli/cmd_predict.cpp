@@ -24,6 +24,7 @@ struct PredictFlags {
   std::string dtype = "float32";
   std::string format = "auto";
   std::string on_bad_row = "error";
+  std::string preset = "none";
   std::string output;
 };
 
@@ -46,6 +47,7 @@ void run_predict(const World& world, PredictFlags& flags) {
   with_flag_names([&] {
     options.format = parse_file_format(flags.format);
     options.on_bad_row = parse_bad_row_policy(flags.on_bad_row);
+    options.preset = parse_choice<DataPreset>(flags.preset, "--preset");
   });
   if (flags.dtype == "float32") options.dtype = at::kFloat;
   else if (flags.dtype == "bfloat16") options.dtype = at::kBFloat16;
@@ -75,7 +77,14 @@ void run_predict(const World& world, PredictFlags& flags) {
            static_cast<long long>(result.num_rows), result.world_size, result.seconds,
            result.seconds > 0 ? static_cast<double>(result.num_rows) / result.seconds : 0.0,
            static_cast<long long>(options.batch_size), flags.output.c_str());
-  if (result.classification) {
+  if (result.truncated_rows > 0)
+    log_warn("predict: --max-length %d cut %lld words off %lld sentences (their tags are null)", options.max_length,
+             static_cast<long long>(result.truncated_words), static_cast<long long>(result.truncated_rows));
+  if (!result.task_metrics.empty()) {
+    std::string line;
+    for (const auto& [name, value] : result.task_metrics) line += str_format(" %s %.4f", name.c_str(), value);
+    log_info("eval:%s (%lld rows)", line.c_str(), static_cast<long long>(result.num_rows));
+  } else if (result.classification) {
     log_info("eval: %s (%lld rows)", result.classification->summary().c_str(),
              static_cast<long long>(result.classification->count));
   } else if (result.regression_metrics) {
@@ -98,9 +107,19 @@ void add_predict_command(CLI::App& root, World& world) {
       ->required();
   sub->add_option("--data", o.data_path, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")
       ->required();
-  sub->add_option("--text-a", o.text_a, "first text column: header name / JSON key, or 0-based index")->required();
-  sub->add_option("--text-b", o.text_b, "second text column for pairs: header name / JSON key, or index");
-  sub->add_option("--label", o.label, "label column; when given, accuracy and F1 (or MSE, Pearson) are printed");
+  sub->add_option("--text-a", o.text_a,
+                  "first text column: header name / JSON key, or 0-based index (required for a sequence classifier; "
+                  "token classifier: the words column, default tokens; multiple choice: the context)");
+  sub->add_option("--text-b", o.text_b,
+                  "second text column for pairs (multiple choice: put before each choice, as SWAG's sent2)");
+  sub->add_option("--label", o.label,
+                  "label column; when given, the metrics train reports are printed (token classifier: the tags "
+                  "column, e.g. ner_tags, or a CoNLL file's tag column index)");
+  sub->add_option("--choices", o.choices,
+                  "multiple choice: the choice columns (comma-separated), or one column holding a list")
+      ->delimiter(',');
+  sub->add_option("--preset", flags->preset, "multiple choice: none, swag or copa (names the columns not given)")
+      ->capture_default_str();
   sub->add_option("--format", flags->format, "tsv, csv, jsonl, or auto (from the extension)")->capture_default_str();
   sub->add_option("--on-bad-row", flags->on_bad_row, "error: stop at the first bad row; skip: drop and count it")
       ->capture_default_str();

@@ -11,12 +11,14 @@
 #include <map>
 #include <sstream>
 #include <system_error>
+#include <tuple>
 #include <sys/stat.h>
 
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/data/multiple_choice.h"
 #include "shardtrain/optim/schedule.h"
 
 namespace shardtrain {
@@ -309,16 +311,12 @@ void apply_task_defaults(RunConfig& config, const std::set<std::string>& keys_se
     fill("data.text_b", d.text_b, "");
     fill("data.label", d.label, "");
   } else if (config.model.task == Task::kMultipleChoice) {
-    if (d.preset == DataPreset::kSwag) {
-      fill("data.text_a", d.text_a, "sent1");
-      fill("data.text_b", d.text_b, "sent2");
-      fill("data.label", d.label, "label");
-      if (!keys_set.count("data.choices")) d.choices = {"ending0", "ending1", "ending2", "ending3"};
-    } else if (d.preset == DataPreset::kCopa) {
-      fill("data.text_a", d.text_a, "premise");
-      fill("data.text_b", d.text_b, "question");
-      fill("data.label", d.label, "label");
-      if (!keys_set.count("data.choices")) d.choices = {"choice1", "choice2"};
+    if (d.preset != DataPreset::kNone) {
+      const ChoiceColumns preset = preset_columns(d.preset);
+      fill("data.text_a", d.text_a, preset.context);
+      fill("data.text_b", d.text_b, preset.prefix);
+      fill("data.label", d.label, preset.label);
+      if (!keys_set.count("data.choices")) d.choices = preset.choices;
     } else {
       fill("data.text_b", d.text_b, "");
     }
@@ -499,12 +497,19 @@ void validate_task(const ModelConfig& m, const DataConfig& d) {
             "model.num_labels = " + std::to_string(m.num_labels) + " but data.labels lists " +
                 std::to_string(d.labels.size()) + " tags; leave model.num_labels out (0)");
   }
-  for (const char* key : {"data.doc_stride", "data.version_2_with_negative", "data.n_best_size",
-                          "data.max_answer_length", "data.null_score_diff_threshold"})
-    only_for(key, Task::kQuestionAnswering, false);
+  const DataConfig defaults;
+  only_for("data.doc_stride", Task::kQuestionAnswering, d.doc_stride != defaults.doc_stride);
+  only_for("data.version_2_with_negative", Task::kQuestionAnswering,
+           d.version_2_with_negative != defaults.version_2_with_negative);
+  only_for("data.n_best_size", Task::kQuestionAnswering, d.n_best_size != defaults.n_best_size);
+  only_for("data.max_answer_length", Task::kQuestionAnswering, d.max_answer_length != defaults.max_answer_length);
+  only_for("data.null_score_diff_threshold", Task::kQuestionAnswering,
+           d.null_score_diff_threshold != defaults.null_score_diff_threshold);
   if (task == Task::kQuestionAnswering) {
-    for (const char* key : {"data.text_a", "data.text_b", "data.label"})
-      require(!keys_set.count(key), std::string(key) +
+    for (const auto& [key, value, fallback] : {std::tuple{"data.text_a", &d.text_a, &defaults.text_a},
+                                               std::tuple{"data.text_b", &d.text_b, &defaults.text_b},
+                                               std::tuple{"data.label", &d.label, &defaults.label}})
+      require(*value == *fallback, std::string(key) +
                                         " does not apply to question answering: the question, context and answers "
                                         "are SQuAD's fields (id, question, context, answers)");
     require(d.format == FileFormat::kAuto || d.format == FileFormat::kJsonl,

@@ -18,6 +18,15 @@ std::optional<std::string> copa_question(const std::string& question) {
 
 }  // namespace
 
+ChoiceColumns preset_columns(DataPreset preset) {
+  switch (preset) {
+    case DataPreset::kSwag: return {"sent1", "sent2", "label", {"ending0", "ending1", "ending2", "ending3"}};
+    case DataPreset::kCopa: return {"premise", "question", "label", {"choice1", "choice2"}};
+    case DataPreset::kNone: break;
+  }
+  return {};
+}
+
 MultipleChoiceTable read_multiple_choice_from_string(const std::string& content, const std::string& path,
                                           const MultipleChoiceOptions& options) {
   if (options.context_column.empty()) throw Error("data.text_a: no context column given for " + path);

@@ -169,9 +169,30 @@ double embedding_activation_bytes(const EncoderConfig& c, double B, double L, do
 //     mask); packed, the per-sequence sum (index_add) keeps its source, the
 //     normed output.
 // Beside it, the pooled rows and the head's own tensors are [B, D].
+// Token classification and question answering run the head on every token:
+// the dropout's mask and output (the classifier's input; the last layer's
+// output itself is not kept), ModernBERT's final_norm and prediction head in
+// front of it (the norms' fp32 inputs, the dense and activation inputs), and
+// the logits with what the loss keeps of them.
 double head_activation_bytes(const EncoderConfig& c, double B, double L, double e, bool unpadded) {
   const double TD = B * L * static_cast<double>(c.hidden_size), BD = B * static_cast<double>(c.hidden_size);
   const bool modernbert = c.family == ModelFamily::kModernBert;
+  if (c.task == Task::kTokenClassification || c.task == Task::kQuestionAnswering) {
+    // Measured (tests/test_memory_estimate.cpp): about 16 bytes per logit and
+    // 40 per token (logits, their fp32 log-softmax and loss terms, the
+    // labels' mask); packed rows add the [B, L, C] scatter of the [T, C]
+    // logits and its index.
+    const double C = static_cast<double>(c.head_outputs()), T = B * L;
+    const double outputs = T * (C * 16 + 40) + (unpadded ? T * (C * 4 + 24) : 0.0);
+    // The head's dropout (model/heads.cpp, token_head).
+    const bool plain_hidden = c.family == ModelFamily::kDistilBert || c.family == ModelFamily::kDebertaV2;
+    double p = plain_hidden ? c.hidden_dropout_prob : c.effective_classifier_dropout();
+    if (c.task == Task::kQuestionAnswering && !modernbert)
+      p = c.family == ModelFamily::kDistilBert ? c.qa_dropout : 0.0;
+    double bytes = TD * e + (p > 0 ? TD : 0.0) + outputs;
+    if (modernbert) bytes += TD * 4 + 2 * TD * e + TD * 4;
+    return bytes;
+  }
   double last_output = 0.0;
   if (modernbert && c.classifier_pooling == "mean")
     last_output = TD * 4 + (unpadded ? TD * e : 0.0);
@@ -403,7 +424,11 @@ MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model_
   e.precision = choice_name(run.train.mixed_precision);
   e.world_size = world_size;
   e.device_is_cpu = run.run.device == Device::kCpu;
-  e.batch_size = run.train.batch_size;
+  // Multiple choice: every row is a sequence per choice (a single column
+  // holding the lists counts one; docs/tasks.md).
+  const int64_t sequences_per_row =
+      run.model.task == Task::kMultipleChoice ? std::max<int64_t>(1, static_cast<int64_t>(run.data.choices.size())) : 1;
+  e.batch_size = run.train.batch_size * sequences_per_row;
   e.seq_len = run.data.max_length;
   e.checkpointing = run.model.gradient_checkpointing;
   estimate_states(run, model, world_size, e);

@@ -16,9 +16,14 @@
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/data/multiple_choice.h"
+#include "shardtrain/data/task_datasets.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/data/word_table.h"
 #include "shardtrain/train/checkpoint_model.h"
+#include "shardtrain/train/entity_metrics.h"
 #include "shardtrain/train/evaluate.h"
+#include "shardtrain/train/job.h"
 #include "shardtrain/train/preflight.h"
 
 namespace shardtrain {
@@ -93,6 +98,111 @@ PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm) {
                       options.model_dir + "/config.json"};
 }
 
+void check_gathered_rows(const PredictResult& result) {
+  for (int64_t i = 0; i < result.num_rows; ++i)
+    ST_ASSERT(result.rows[i] == i, "predict: gathered rows are not the input rows in order");
+}
+
+// Token classification: the file's sentences as words (run_ner's
+// is_split_into_words), the predicted tag of each word's first token.
+void predict_tokens(const PredictOptions& options, const PredictModel& loaded, int max_length, MPI_Comm comm,
+                    PredictResult* result) {
+  const EncoderConfig& config = loaded.config;
+  if (!options.text_b.empty())
+    throw Error("--text-b '" + options.text_b + "': a token classifier tags the words of one text; leave it out");
+  WordTableOptions read;
+  read.format = options.format;
+  if (!options.text_a.empty()) read.words_column = options.text_a;
+  read.with_tags = !options.label.empty();
+  if (read.with_tags) read.tags_column = options.label;
+  read.tag_names = config.id2label;  // a tag the model does not know is a bad row, named by line
+  read.on_bad_row = options.on_bad_row;
+  const WordTable table = read_word_table(options.data_path, read);
+  if (table.size() == 0) throw Error(options.data_path + ": no sentences to predict");
+  result->num_rows = table.size();
+  result->num_bad_rows = table.num_bad_rows;
+  result->line_numbers = table.line_numbers;
+  result->tag_names = config.id2label;
+
+  const double start = MPI_Wtime();
+  TokenTaskOptions encode;
+  encode.max_length = max_length;
+  encode.add_prefix_space = token_task_prefix_space(config);
+  TokenAlignment truncation;
+  const TokenizedDataset data = build_token_dataset(table, loaded.tokenizer, encode, comm, &truncation);
+  const int64_t positions = token_record_positions(data);
+  const std::vector<float> records =
+      sharded_records(*loaded.model, data, options.batch_size, loaded.tokenizer.pad_id(), at::kCPU, comm,
+                      positions + 2, token_record(positions), &result->rows);
+  result->seconds = max_over_ranks(MPI_Wtime() - start, comm, "predict: the time taken");
+  check_gathered_rows(*result);
+  result->truncated_rows = truncation.truncated_sentences;
+  result->truncated_words = truncation.truncated_words;
+  result->words = table.words;
+  result->word_tags.resize(table.size());
+  for (int64_t i = 0; i < table.size(); ++i) {
+    std::vector<int32_t>& tags = result->word_tags[i];
+    tags.assign(table.words[i].size(), -1);
+    const std::vector<int32_t> first_tokens = labelled_positions(data, i);  // one per kept word, in order
+    const float* record = records.data() + i * (positions + 2);
+    for (size_t w = 0; w < first_tokens.size() && w < tags.size(); ++w)
+      tags[w] = static_cast<int32_t>(record[first_tokens[w]]);
+  }
+  if (table.has_tags) result->task_metrics = token_metrics(records, positions, data, config.id2label);
+}
+
+// Multiple choice: each row's (context, choice) pairs, one logit per choice.
+void predict_choices(const PredictOptions& options, const PredictModel& loaded, int max_length, MPI_Comm comm,
+                     PredictResult* result) {
+  const ChoiceColumns preset = preset_columns(options.preset);
+  MultipleChoiceOptions read;
+  read.format = options.format;
+  read.preset = options.preset;
+  read.context_column = options.text_a.empty() ? preset.context : options.text_a;
+  read.prefix_column = options.text_b.empty() ? preset.prefix : options.text_b;
+  read.choice_columns = options.choices.empty() ? preset.choices : options.choices;
+  read.label_column = options.label;
+  read.on_bad_row = options.on_bad_row;
+  if (read.context_column.empty())
+    throw Error("--text-a: the context column of a multiple-choice model (or --preset swag / copa)");
+  if (read.choice_columns.empty())
+    throw Error("--choices: the choice columns of a multiple-choice model, e.g. --choices ending0,ending1 (or one "
+                "column holding a list; or --preset swag / copa)");
+  const MultipleChoiceTable table = read_multiple_choice(options.data_path, read);
+  if (table.size() == 0) throw Error(options.data_path + ": no rows to predict");
+  result->num_rows = table.size();
+  result->num_bad_rows = table.num_bad_rows;
+  result->line_numbers = table.line_numbers;
+  result->num_labels = table.num_choices;
+
+  const double start = MPI_Wtime();
+  const TokenizedDataset data = build_choice_dataset(table, loaded.tokenizer, max_length, comm);
+  result->logits = sharded_logits(*loaded.model, data, options.batch_size, loaded.tokenizer.pad_id(), at::kCPU, comm,
+                                  &result->rows);
+  result->seconds = max_over_ranks(MPI_Wtime() - start, comm, "predict: the time taken");
+  check_gathered_rows(*result);
+  const int64_t c = table.num_choices;
+  ST_ASSERT(static_cast<int64_t>(result->logits.size()) == table.size() * c,
+            "predict: a multiple-choice model gave other than one logit per choice");
+  result->predicted_ids.resize(table.size());
+  for (int64_t i = 0; i < table.size(); ++i) {
+    const float* row = result->logits.data() + i * c;
+    result->predicted_ids[i] = std::max_element(row, row + c) - row;
+  }
+  if (table.labels.kind == LabelKind::kClass) {
+    result->label_kind = LabelKind::kClass;
+    result->label_ids = table.labels.class_ids;
+    result->task_metrics = choice_metrics(result->logits, data);
+  }
+}
+
+// Code points in UTF-8 text (the reader checked it is valid).
+int64_t code_points(const std::string& text) {
+  int64_t n = 0;
+  for (const unsigned char byte : text) n += (byte & 0xC0) != 0x80;
+  return n;
+}
+
 void append_float(std::string& out, float value) {
   if (!std::isfinite(value)) {
     out += "null";  // JSON has no NaN / Infinity
@@ -136,15 +246,37 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
                            options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
                            static_cast<long long>(config.vocab_size), loaded.config_source.c_str()));
 
+  const bool pairs = config.task == Task::kMultipleChoice || !options.text_b.empty();
   DataConfig data;  // the one data setting the model must be able to take
-  data.text_b = options.text_b;
-  check_model_for_data(config, data, tokenizer.max_token_type(!data.text_b.empty()), loaded.config_source);
+  data.text_b = pairs ? "second text" : "";
+  check_model_for_data(config, data, tokenizer.max_token_type(pairs), loaded.config_source);
 
   PredictResult result;
-  result.regression = config.num_labels == 1 || config.problem_type == "regression";
+  result.task = config.task;
   result.num_labels = config.num_labels;
   result.world_size = world_size;
   result.load_report = loaded.report;
+  // The tasks' datasets always truncate: no limit is the model's own.
+  const int task_max_length =
+      options.max_length > 0 ? options.max_length : static_cast<int>(config.max_sequence_length());
+  if (config.task != Task::kMultipleChoice && !options.choices.empty())
+    throw Error("--choices: only for a multiple-choice model (this one is " + std::string(choice_name(config.task)) +
+                ", " + loaded.config_source + ")");
+  if (config.task != Task::kMultipleChoice && options.preset != DataPreset::kNone)
+    throw Error("--preset: only for a multiple-choice model (this one is " + std::string(choice_name(config.task)) +
+                ", " + loaded.config_source + ")");
+  switch (config.task) {
+    case Task::kTokenClassification:
+      predict_tokens(options, loaded, task_max_length, comm, &result);
+      return result;
+    case Task::kMultipleChoice:
+      predict_choices(options, loaded, task_max_length, comm, &result);
+      return result;
+    default: break;
+  }
+  if (options.text_a.empty())
+    throw Error("--text-a: the text column of a sequence classifier (a header name, JSON key or 0-based index)");
+  result.regression = config.num_labels == 1 || config.problem_type == "regression";
   if (!result.regression && has_custom_label_names(config)) result.label_names = config.id2label;
 
   ReaderOptions reader;
@@ -187,6 +319,36 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
 
 std::string prediction_json_line(const PredictResult& result, int64_t row) {
   ST_ASSERT(row >= 0 && row < result.num_rows, "prediction_json_line: row out of range");
+  if (result.task == Task::kTokenClassification) {
+    const std::vector<std::string>& words = result.words[row];
+    const std::vector<int32_t>& ids = result.word_tags[row];
+    std::vector<std::string> tags(ids.size(), "O");
+    nlohmann::json names = nlohmann::json::array();
+    for (size_t w = 0; w < ids.size(); ++w) {
+      if (ids[w] < 0) {
+        names.push_back(nullptr);  // cut off by max_length: no prediction, and no entity
+        continue;
+      }
+      tags[w] = result.tag_names[ids[w]];
+      names.push_back(tags[w]);
+    }
+    // Character offsets of the words in " ".join(words).
+    std::vector<int64_t> char_start(words.size() + 1, 0);
+    for (size_t w = 0; w < words.size(); ++w) char_start[w + 1] = char_start[w] + code_points(words[w]) + 1;
+    nlohmann::json entities = nlohmann::json::array();
+    for (const auto& [type, first, last] : entity_chunks(tags)) {
+      std::string text;
+      for (int64_t w = first; w <= last; ++w) text += (w > first ? " " : "") + words[w];
+      entities.push_back({{"type", type},
+                          {"words", {first, last + 1}},
+                          {"chars", {char_start[first], char_start[last + 1] - 1}},
+                          {"text", text}});
+    }
+    return str_format("{\"row\":%lld,\"line\":%lld,", static_cast<long long>(row),
+                      static_cast<long long>(result.line_numbers[row])) +
+           "\"words\":" + nlohmann::json(words).dump() + ",\"tags\":" + names.dump() +
+           ",\"entities\":" + entities.dump() + "}";
+  }
   std::string out = str_format("{\"row\":%lld,\"line\":%lld,\"logits\":[", static_cast<long long>(row),
                                static_cast<long long>(result.line_numbers[row]));
   const float* logits = result.logits.data() + row * result.num_labels;
@@ -195,7 +357,9 @@ std::string prediction_json_line(const PredictResult& result, int64_t row) {
     append_float(out, logits[j]);
   }
   out += ']';
-  if (result.regression) {
+  if (result.task == Task::kMultipleChoice) {
+    out += str_format(",\"choice\":%lld", static_cast<long long>(result.predicted_ids[row]));
+  } else if (result.regression) {
     out += ",\"prediction\":";
     append_float(out, logits[0]);
   } else {

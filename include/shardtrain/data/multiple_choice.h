@@ -57,6 +57,15 @@ struct MultipleChoiceTable {
   int64_t size() const { return static_cast<int64_t>(first.size()); }
 };
 
+// The columns a preset names (the same for train and predict): SWAG's sent1,
+// sent2, ending0..3, label; COPA's premise, question, choice1, choice2, label.
+// kNone: all empty.
+struct ChoiceColumns {
+  std::string context, prefix, label;
+  std::vector<std::string> choices;
+};
+ChoiceColumns preset_columns(DataPreset preset);
+
 MultipleChoiceTable read_multiple_choice(const std::string& path, const MultipleChoiceOptions& options);
 MultipleChoiceTable read_multiple_choice_from_string(const std::string& content, const std::string& path,
                                           const MultipleChoiceOptions& options);

@@ -25,10 +25,12 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "shardtrain/core/choices.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/metrics.h"
@@ -43,7 +45,11 @@ struct PredictOptions {
   std::string data_path;
   std::string text_a;     // column name / JSON key, or 0-based index
   std::string text_b;     // "" = single text
-  std::string label;      // "" = no labels (no metrics)
+  std::string label;      // "" = no labels (no metrics); CoNLL: any name, or the tag column's index
+  // Multiple choice: the choice columns (or one column holding a list), and
+  // a preset (SWAG's, COPA's) naming the columns left empty here.
+  std::vector<std::string> choices;
+  DataPreset preset = DataPreset::kNone;
   FileFormat format = FileFormat::kAuto;
   BadRowPolicy on_bad_row = BadRowPolicy::kError;
   int max_length = 128;   // truncation (longest_first); 0 = none; <= max_position_embeddings
@@ -57,6 +63,7 @@ struct PredictOptions {
 
 // Identical on every rank after predict_file returns.
 struct PredictResult {
+  Task task = Task::kSequenceClassification;  // the model's (config.json architectures / the checkpoint)
   int64_t num_rows = 0;     // rows read (after skipped bad rows)
   int64_t num_bad_rows = 0;
   int64_t num_labels = 0;   // logits per row; 1 = regression
@@ -78,6 +85,17 @@ struct PredictResult {
   std::optional<ClassificationMetrics> classification;
   std::optional<RegressionMetrics> regression_metrics;
 
+  // Token classification: each row's words and the predicted tag of each
+  // (an id into tag_names; -1 for a word that max_length cut off), and the
+  // rows and words that truncation cost.
+  std::vector<std::vector<std::string>> words;
+  std::vector<std::vector<int32_t>> word_tags;
+  std::vector<std::string> tag_names;
+  int64_t truncated_rows = 0, truncated_words = 0;
+  // Token classification and multiple choice with labels in the file: the
+  // metrics train reports (evaluate.h's token_metrics, choice_metrics).
+  std::map<std::string, double> task_metrics;
+
   HfLoadReport load_report;  // missing / unexpected weights (message() empty when none)
   int world_size = 1;
   double seconds = 0;        // tokenize + forward + gather, slowest rank
@@ -95,6 +113,12 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm);
 // Row i as one JSON object (no newline):
 //   {"row":i,"line":L,"logits":[...],"label":id[,"label_name":"name"]}  classification
 //   {"row":i,"line":L,"logits":[v],"prediction":v}                      regression
+//   {"row":i,"line":L,"logits":[...],"choice":k}                        multiple choice
+//   {"row":i,"line":L,"words":[...],"tags":[...],"entities":[...]}      token classification
+// A token classifier's tags are names (null for a word cut off by
+// max_length); each entity (seqeval's chunks of the tags) is
+// {"type":T,"words":[first,end),"chars":[first,end),"text":S}, its character
+// span in the words joined by single spaces (Unicode code points).
 // Floats are printed with 9 significant digits (they read back as the same float).
 std::string prediction_json_line(const PredictResult& result, int64_t row);
 
