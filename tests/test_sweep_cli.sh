@@ -160,7 +160,11 @@ for pid in $(pgrep -f -- "killed.sweep.toml" 2>/dev/null); do
   [ -r "/proc/$pid/environ" ] || continue
   tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
 done
-sleep 0.5
+# The other group goes on meanwhile: kill once it has finished a trial.
+for ((i = 0; i < 600 * SCALE; i++)); do
+  grep -q '"status": "finished"' "$K/sweep_state.json" 2>/dev/null && break
+  sleep 0.05
+done
 [ -n "$victim" ] && kill -9 "$victim"
 wait $JOB
 status=$?
@@ -174,7 +178,7 @@ running_before=$(awk '$2 == "running" {print $1}' "$TMP/killed_state.txt")
 resumable=""  # running trials with a complete checkpoint: they resume from it (the others start again)
 for t in $running_before; do [ -f "$K/$t/checkpoint_000001.h5" ] && resumable="$resumable $t"; done
 for t in $finished_before; do snapshot "$K/$t"; done >"$TMP/finished_before.txt"
-if [ -n "$victim" ] && [ $status -ne 0 ] && [ -n "$resumable" ] && ls "$K"/*/checkpoint_*.h5.tmp* >/dev/null 2>&1; then
+if [ -n "$victim" ] && [ $status -ne 0 ] && [ -n "$resumable" ] && [ -n "$finished_before" ] && ls "$K"/*/checkpoint_*.h5.tmp* >/dev/null 2>&1; then
   pass "rank 1 killed mid-sweep (status $status): finished [$(echo $finished_before)], running [$(echo $running_before)], a temporary checkpoint left"
 else
   fail "the kill mid-sweep (victim '$victim', status $status, state: $(tr '\n' ' ' <"$TMP/killed_state.txt"))" "$TMP/killed.log"
