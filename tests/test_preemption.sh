@@ -11,6 +11,9 @@
 #   - a second SIGTERM 2.5 s after the first, while a rank is frozen inside the
 #     emergency checkpoint: exit 143 at once, the newest complete checkpoint
 #     unchanged (sha256), and the relaunch ends bit-identical;
+#   - SIGTERM to the whole process group of scripts/mpirun.sh -np 2 (a `kill`
+#     of the job, PBS, systemd): the launcher forwards it as SIGUSR1, the job
+#     exits 143 after an emergency checkpoint, and the relaunch ends bit-identical;
 #   - the grace period running out (a rank frozen in the emergency checkpoint's
 #     write, checkpoint.preemption_grace_s 3): the job ends within a few seconds
 #     of it, well before run.collective_timeout_s, the previous checkpoint
@@ -133,6 +136,39 @@ for target in every one; do
     fail "relaunch after SIGTERM to $target rank(s)" "$TMP/$name.log"
   fi
 done
+
+# ---- SIGTERM to the whole process group of scripts/mpirun.sh --------------------------------
+# What `kill -- -PGID`, PBS, LSF, Kubernetes and systemd do: the launcher script
+# turns it into a SIGUSR1 to mpirun (in a session of its own), which forwards it
+# to the ranks; mpirun itself never sees the TERM, so it does not kill them.
+name=term_group
+setsid bash "$SRC/scripts/mpirun.sh" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name "$name" \
+  >>"$TMP/$name.log" 2>&1 &
+JOB=$!  # setsid execs bash: the process group's id
+(sleep $((200 * SCALE)) && kill -KILL -- -$JOB) 2>/dev/null &
+GUARD=$!
+wait_for "$TMP/$name.log" "^step 8/" 120 || fail "$name: never reached step 8" "$TMP/$name.log"
+kill -TERM -- -$JOB
+wait $JOB
+status=$?
+kill $GUARD 2>/dev/null
+D=$TMP/runs/$name
+CKPT=$(newest "$D")
+stop=$(sed -n 's/^SIGTERM .* stopping at step \([0-9]*\) of.*/\1/p' "$TMP/$name.log")
+if [ $status -eq 143 ] && [ -n "$stop" ] && [ "$stop" -lt 40 ] &&
+  grep -q "^emergency checkpoint of step $stop in .* -> $D/checkpoint_000001.h5" "$TMP/$name.log" &&
+  [ "$(ckpt_step "$CKPT")" = "$stop" ] && ! ls "$D" | grep -q '\.tmp'; then
+  pass "SIGTERM to scripts/mpirun.sh's process group at step $stop: exit 143, emergency checkpoint of step $stop"
+else
+  fail "SIGTERM to scripts/mpirun.sh's process group: status $status, stop step '$stop', newest '$CKPT'" "$TMP/$name.log"
+fi
+train "$name"
+if wait $JOB && grep -q "resumed from $D/checkpoint_000001.h5: step $stop," "$TMP/$name.log" &&
+  same_state "$REF" "$(newest "$D")" "$TMP/$name.diff"; then
+  pass "relaunch after SIGTERM to the launcher's process group: resumed at step $stop, bit-identical to the reference"
+else
+  fail "relaunch after SIGTERM to the launcher's process group" "$TMP/$name.log"
+fi
 
 # ---- a second SIGTERM, later than 2 s: exit at once, the newest checkpoint untouched -------
 # Rank 1 freezes inside checkpoint 3 (the emergency one, or the one due at step 15),

@@ -69,6 +69,19 @@ TEST_CASE("signals: SIGTERM sets the flag and the time, and the process carries 
   CHECK(end.status == 0);
 }
 
+TEST_CASE("signals: SIGUSR1 is the same request as SIGTERM (what mpirun forwards); a TERM right after it is a repeat") {
+  const SignalsChildEnd end = signals_run_child([] {
+    shardtrain::install_preemption_handler(100.0);
+    raise(SIGUSR1);
+    if (!shardtrain::preemption_requested()) return 11;
+    raise(SIGTERM);  // within 2 s: the same request, not a second one (which would _exit 143)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return shardtrain::preemption_requested() ? 0 : 12;
+  });
+  CHECK(end.exited);
+  CHECK(end.status == 0);
+}
+
 TEST_CASE("signals: a repeat within 2 s is the same request; a later SIGTERM exits at once with 143") {
   const SignalsChildEnd same = signals_run_child([] {
     shardtrain::install_preemption_handler(100.0);

@@ -87,6 +87,7 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
   add_train_command(app, world);
+  add_sweep_command(app, world);
   add_config_command(app, world);
   add_tokenize_command(app, world);
   add_predict_command(app, world);

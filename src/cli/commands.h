@@ -15,6 +15,7 @@ void add_config_command(CLI::App& root, World& world);
 void add_tokenize_command(CLI::App& root, World& world);
 void add_predict_command(CLI::App& root, World& world);
 void add_train_command(CLI::App& root, World& world);
+void add_sweep_command(CLI::App& root, World& world);
 void add_inspect_command(CLI::App& root, World& world);
 void add_export_command(CLI::App& root, World& world);
 void add_plot_command(CLI::App& root, World& world);

@@ -10,6 +10,7 @@ namespace shardtrain {
 namespace {
 
 int g_rank = 0;
+std::string g_stderr_prefix;
 std::mutex g_mutex;
 std::FILE* g_file = nullptr;
 // set_log_file(path, deferred = true): the path, and the lines held until commit_log_file().
@@ -38,7 +39,8 @@ void emit(const std::string& prefix, const std::string& body) {
   std::string line = prefix + body;
   if (line.empty() || line.back() != '\n') line.push_back('\n');
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fwrite(line.data(), 1, line.size(), stderr);
+  const std::string shown = g_stderr_prefix + line;
+  std::fwrite(shown.data(), 1, shown.size(), stderr);
   std::fflush(stderr);
   if (g_file) {
     std::fputs(time_stamp().c_str(), g_file);
@@ -52,6 +54,11 @@ void emit(const std::string& prefix, const std::string& body) {
 }  // namespace
 
 void set_log_rank(int rank) { g_rank = rank; }
+
+void set_log_stderr_prefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_stderr_prefix = prefix;
+}
 
 void set_log_file(const std::string& path, bool deferred) {
   std::lock_guard<std::mutex> lock(g_mutex);

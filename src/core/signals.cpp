@@ -72,6 +72,11 @@ void install_preemption_handler(double grace_s) {
   g_grace_ms.store(static_cast<int64_t>(std::ceil(grace_s * 1000.0)));
   install(SIGALRM, on_sigalrm);
   install(SIGTERM, on_sigterm);
+  // SIGUSR1 is the same request: Open MPI's mpirun forwards it to the ranks
+  // (a SIGTERM it gets, it answers by killing them a moment later), and Slurm
+  // users ask for it with --signal=USR1@90; scripts/mpirun.sh turns a TERM
+  // or INT it receives into a forwarded USR1.
+  install(SIGUSR1, on_sigterm);
 }
 
 bool preemption_requested() { return g_signals_seen.load() > 0; }

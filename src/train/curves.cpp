@@ -327,11 +327,13 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
   // The curves: a polyline per finite stretch, and dots where points are sparse (reports).
   const bool one_run = runs.size() == 1;
   auto color_of = [&](size_t run, size_t series) { return kColors[(one_run ? series : run) % kNumColors]; };
-  auto dash_of = [&](size_t series) { return one_run ? "" : kDashes[series % kNumDashes]; };
+  const bool dashed_runs = std::any_of(runs.begin(), runs.end(), [](const RunCurves& run) { return run.dashed; });
+  auto run_dash = [&](size_t run) { return runs[run].dashed ? kDashes[1] : ""; };
+  auto dash_of = [&](size_t series) { return one_run || dashed_runs ? "" : kDashes[series % kNumDashes]; };
   for (size_t r = 0; r < runs.size(); ++r)
     for (const CurveSeries& s : runs[r].*panel.member) {
       const size_t k = std::find(names.begin(), names.end(), s.name) - names.begin();
-      const char* dash = dash_of(k);
+      const char* dash = dashed_runs ? run_dash(r) : dash_of(k);
       svg << str_format("<g stroke=\"%s\" fill=\"%s\"%s%s>\n", color_of(r, k), color_of(r, k),
                         *dash ? " stroke-dasharray=\"" : "", *dash ? (std::string(dash) + "\"").c_str() : "");
       std::string points;
@@ -370,7 +372,7 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
   if (one_run) {
     for (size_t k = 0; k < names.size(); ++k) entry(label_of(names[k]), color_of(0, k), "");
   } else {
-    for (size_t r = 0; r < runs.size(); ++r) entry(runs[r].name, color_of(r, 0), "");
+    for (size_t r = 0; r < runs.size(); ++r) entry(runs[r].name, color_of(r, 0), run_dash(r));
     ly += 6;
     for (size_t k = 0; k < names.size(); ++k) entry(label_of(names[k]), "#444444", dash_of(k));
   }

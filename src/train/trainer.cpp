@@ -198,6 +198,13 @@ class Reporter {
       for (const auto& kv : metrics) report.metrics[kv.first] = kv.second;
       report.metrics["eval_seconds"] = MPI_Wtime() - start;
       if (early_.enabled()) update_early_stopping(at, report, last);
+      if (options_.on_evaluation && !at.early.stopped) {
+        const std::string reason = options_.on_evaluation(report.metrics, at.step);
+        if (!reason.empty() && !last) {
+          at.early.stopped = true;
+          at.stop_reason = report.stop_reason = reason;
+        }
+      }
     }
     with_checkpoint = with_checkpoint || at.early.stopped;  // a stopped run stays stopped when re-run
     Json metrics = Json::object();

@@ -9,6 +9,9 @@ namespace shardtrain {
 
 // Called once by World: the rank used for filtering and prefixes.
 void set_log_rank(int rank);
+// Put before every line on stderr (not in the log file): a sweep's trial,
+// "[trial_003] ", where several trials log at once. Empty = none.
+void set_log_stderr_prefix(const std::string& prefix);
 // Every line logged on this rank also goes to `path` (appended). Empty = off.
 // `deferred`: the lines are held in memory and reach the file only at
 // commit_log_file(); closing it first (another set_log_file) drops them, so a

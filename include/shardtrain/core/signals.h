@@ -1,5 +1,7 @@
 // SIGTERM as a request to stop (Slurm preemption, scancel, --signal=TERM@N,
-// mpirun forwarding its own SIGTERM): the handler only records it; the
+// mpirun forwarding its own SIGTERM), and SIGUSR1 the same way (what Open MPI's
+// mpirun forwards to the ranks, what scripts/mpirun.sh sends for a TERM or INT
+// it receives, Slurm's --signal=USR1@N): the handler only records it; the
 // training loop asks at every step boundary, agrees with the other ranks and
 // writes one emergency checkpoint (train/preemption.h; docs/DESIGN.md,
 // "Preemption").
@@ -30,7 +32,7 @@ namespace shardtrain {
 // requeue) resumes from it.
 constexpr int kPreemptedExitStatus = 143;
 
-// Installs the SIGTERM handler (and SIGALRM's, for the grace period):
+// Installs the SIGTERM and SIGUSR1 handler (and SIGALRM's, for the grace period):
 // `grace_s` > 0 is the time from the first SIGTERM within which the job ends.
 // 0 installs nothing: SIGTERM ends the process at once, as by default.
 // SA_RESTART, so that system calls the signal interrupts carry on.

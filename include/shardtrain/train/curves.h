@@ -48,6 +48,10 @@ struct RunCurves {
   std::vector<CurveSeries> loss;     // train_loss, eval_loss (those present)
   std::vector<CurveSeries> metrics;  // eval_* but eval_loss and eval_seconds, in first-seen order
   std::vector<CurveSeries> lr;       // lr
+  // Drawn dashed, every series of it (a sweep's pruned trials, `plot SWEEP_DIR`).
+  // When any run is dashed, dashes tell runs apart, not series: give such runs
+  // one series per panel.
+  bool dashed = false;
 };
 
 // Reads <run_dir>/progress.csv and <run_dir>/result.jsonl; `name` defaults to

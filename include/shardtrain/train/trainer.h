@@ -30,6 +30,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,6 +63,12 @@ struct TrainOptions {
   bool force_loss_scaling = false;
   std::vector<int64_t> overflow_steps;
   int overflow_rank = 0;
+  // Called on every rank after each evaluation with its metrics and the
+  // optimizer step (the same on every rank); it must return the same on every
+  // rank: "" to go on, or the reason to stop here (a sweep's scheduler pruning
+  // the trial, sweep/runner.h). A stop ends training as early stopping does:
+  // a checkpoint of this step, and a re-run has nothing to do.
+  std::function<std::string(const std::map<std::string, double>& metrics, int64_t step)> on_evaluation;
 };
 
 struct TrainReport {

@@ -1,0 +1,296 @@
+// Sweeps (sweep/space.h, asha.h, state.h, results.h): the sweep file's
+// errors name the key; the trials cross the grid keys with the sampled ones,
+// the same seed giving the same trials; ASHA's rule against report sequences
+// worked by hand (Ray Tune's ASHAScheduler: the top 1/rf of the results
+// recorded at a rung so far, numpy's linear percentile); the state file reads
+// back bit for bit; the table sorts by the metric with mean and std per
+// configuration.
+#include <torch/torch.h>
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/sweep/asha.h"
+#include "shardtrain/sweep/results.h"
+#include "shardtrain/sweep/space.h"
+#include "shardtrain/sweep/state.h"
+#include "support/scratch_dir.h"
+
+using namespace shardtrain;
+
+namespace sweep_test {
+namespace {
+
+const char* kHeader =
+    "[sweep]\nbase = \"run.toml\"\nname = \"s\"\nmetric = \"eval_loss\"\nmode = \"min\"\n";
+
+SweepSpec parse(const std::string& rest) { return parse_sweep_text(std::string(kHeader) + rest, "sweep.toml", "/cfg"); }
+
+std::string error_of(const std::string& rest) {
+  try {
+    parse(rest);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string param(const TrialSpec& t, const std::string& key) {
+  for (const auto& kv : t.params)
+    if (kv.first == key) return kv.second;
+  return "";
+}
+
+}  // namespace
+}  // namespace sweep_test
+
+using namespace sweep_test;
+
+TEST_CASE("sweep file: the settings, the base resolved against the file's folder, both spellings of a key") {
+  const SweepSpec spec = parse(
+      "num_samples = 2\nrepeats = 3\nranks_per_trial = 2\nseed = 7\nscheduler = \"asha\"\ngrace_period = 2\n"
+      "reduction_factor = 3\nmax_t = 20\n[sweep.space]\n\"train.lr\" = { loguniform = [1e-5, 1e-3] }\n"
+      "[sweep.space.train]\nbatch_size = { grid = [8, 16] }\n");
+  CHECK(spec.base == "/cfg/run.toml");
+  CHECK_FALSE(spec.maximize);
+  CHECK(spec.num_samples == 2);
+  CHECK(spec.repeats == 3);
+  CHECK(spec.ranks_per_trial == 2);
+  CHECK(spec.asha);
+  CHECK(spec.grace_period == 2);
+  CHECK(spec.reduction_factor == 3);
+  CHECK(spec.max_t == 20);
+  REQUIRE(spec.space.size() == 2);
+  // Sorted by key, however the file spells them.
+  CHECK(spec.space[0].key == "train.batch_size");
+  CHECK(spec.space[0].values == std::vector<std::string>{"8", "16"});
+  CHECK(spec.space[1].key == "train.lr");
+  CHECK(spec.space[1].kind == SpaceKind::kLogUniform);
+}
+
+TEST_CASE("sweep file: bad files are refused, naming the key") {
+  CHECK(error_of("[sweep.space]\n\"train.lrr\" = { grid = [1, 2] }\n").find("sweep.space.train.lrr: unknown run-config key 'train.lrr'") == 0);
+  CHECK(error_of("[sweep.space]\n").find("sweep.space is empty") == 0);
+  CHECK(error_of("").find("sweep.space is empty") == 0);
+  CHECK(error_of("[sweep.space]\n\"train.lr\" = { loguniform = [0, 1e-3] }\n") ==
+        "sweep.space.train.lr: loguniform needs 0 < a < b, got a = 0, b = 0.001 in sweep.toml (line 7)");
+  CHECK(error_of("[sweep.space]\n\"train.lr\" = { loguniform = [-1, 1e-3] }\n").find("loguniform needs 0 < a < b") != std::string::npos);
+  CHECK(error_of("[sweep.space]\n\"train.lr\" = { uniform = [2, 1] }\n").find("sweep.space.train.lr: uniform needs a < b") == 0);
+  CHECK(error_of("[sweep.space]\n\"train.lr\" = { normal = [2, 1] }\n").find("sweep.space.train.lr: unknown domain 'normal'") == 0);
+  CHECK(error_of("[sweep.space]\n\"train.lr\" = { grid = [] }\n").find("sweep.space.train.lr: grid = [] has no values") == 0);
+  CHECK(error_of("[sweep.space]\n\"train.batch_size\" = { randint = [1.5, 4] }\n").find("randint takes two integers") != std::string::npos);
+  CHECK(error_of("[sweep.space]\n\"run.name\" = { grid = [\"a\"] }\n").find("sweep.space.run.name: the sweep sets it") == 0);
+  CHECK(error_of("sedd = 3\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("unknown key 'sweep.sedd'") == 0);
+  CHECK(error_of("ranks_per_trial = 0\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.ranks_per_trial = 0") == 0);
+  CHECK(error_of("[sweep.space]\n\"train.lr\" = { grid = [1] }\n[sweep.space.train]\nlr = { grid = [2] }\n").find("sweep.space.train.lr is given twice") == 0);
+  CHECK(error_of("grace_period = 2\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.grace_period only applies with sweep.scheduler = \"asha\"") == 0);
+  CHECK(error_of("num_samples = 100000000000\nrepeats = 1000\n[sweep.space]\n\"train.lr\" = { grid = [1, 2] }\n")
+            .find("sweep.num_samples x grid points x sweep.repeats = 200000000000000 trials") == 0);
+  CHECK(error_of("repeats = 2\n[sweep.space]\n\"train.seed\" = { grid = [1, 2] }\n").find("sweep.space.train.seed with sweep.repeats = 2") == 0);
+  bool no_base = false;
+  try {
+    parse_sweep_text("[sweep]\nname = \"s\"\nmetric = \"m\"\nmode = \"max\"\n", "f", ".");
+  } catch (const Error& e) {
+    no_base = std::string(e.what()).find("sweep.base: name the run config") == 0;
+  }
+  CHECK(no_base);
+}
+
+TEST_CASE("sweep trials: grid keys cross, sampled keys drawn per point, repeats per configuration; same seed, same trials") {
+  const std::string text =
+      "num_samples = 2\nrepeats = 2\nseed = 3\n[sweep.space]\n\"train.lr\" = { loguniform = [1e-5, 1e-3] }\n"
+      "\"train.batch_size\" = { grid = [8, 16] }\n\"train.warmup_steps\" = { grid = [0, 1, 2] }\n"
+      "\"train.seed\" = { randint = [5, 8] }\n\"parallel.strategy\" = { choice = [\"ddp\", \"zero2\"] }\n"
+      "\"train.weight_decay\" = { uniform = [0.0, 0.1] }\n";
+  // train.seed with repeats is refused: the same space without it.
+  std::string allowed = text;
+  allowed.erase(allowed.find("\"train.seed\""), std::string("\"train.seed\" = { randint = [5, 8] }\n").size());
+  allowed += "\"train.max_steps\" = { randint = [5, 8] }\n";
+  const SweepSpec spec = parse(allowed);
+  const std::vector<TrialSpec> trials = make_trials(spec);
+  REQUIRE(trials.size() == 2 * 2 * 3 * 2);  // num_samples x grid x repeats
+  CHECK(trials[0].id == "trial_000_r0");
+  CHECK(trials[1].id == "trial_000_r1");
+  CHECK(trials[23].id == "trial_011_r1");
+  std::set<std::string> points, lrs;
+  for (size_t i = 0; i < trials.size(); i += 2) {
+    const TrialSpec& t = trials[i];
+    CHECK(trials[i + 1].params == t.params);  // the repeats share the configuration
+    CHECK(trials[i + 1].repeat == 1);
+    // Grid point: the last grid key fastest, then the next sample.
+    const int64_t point = t.config_index % 6;
+    CHECK(param(t, "train.batch_size") == (point / 3 == 0 ? "8" : "16"));
+    CHECK(param(t, "train.warmup_steps") == std::to_string(point % 3));
+    points.insert(param(t, "train.batch_size") + "/" + param(t, "train.warmup_steps"));
+    const double lr = std::stod(param(t, "train.lr"));
+    CHECK(lr >= 1e-5);
+    CHECK(lr < 1e-3);
+    lrs.insert(param(t, "train.lr"));
+    const int steps = std::stoi(param(t, "train.max_steps"));
+    CHECK(steps >= 5);
+    CHECK(steps < 8);  // randint's upper bound is exclusive, as tune.randint
+    const double decay = std::stod(param(t, "train.weight_decay"));
+    CHECK(decay >= 0.0);
+    CHECK(decay < 0.1);
+    const std::string strategy = param(t, "parallel.strategy");
+    CHECK((strategy == "ddp" || strategy == "zero2"));
+  }
+  CHECK(points.size() == 6);
+  CHECK(lrs.size() == 12);  // a fresh draw for every configuration
+  CHECK(make_trials(spec)[13].params == trials[13].params);
+  SweepSpec other = spec;
+  other.seed = 4;
+  CHECK(make_trials(other)[0].params != trials[0].params);
+  CHECK(param(make_trials(other)[0], "train.batch_size") == param(trials[0], "train.batch_size"));  // grid values do not depend on the seed
+}
+
+TEST_CASE("ASHA: numpy's linear percentile") {
+  CHECK(std::isnan(percentile_linear({}, 50)));
+  CHECK(percentile_linear({0.5}, 66.0) == 0.5);
+  CHECK(percentile_linear({0.5, 0.4}, 50) == doctest::Approx(0.45));
+  CHECK(percentile_linear({0.6, 0.4, 0.5}, 75) == doctest::Approx(0.55));
+  CHECK(percentile_linear({NAN, 1.0, 3.0}, 100) == 3.0);
+}
+
+TEST_CASE("ASHA: rungs at grace_period x rf^k below max_t") {
+  CHECK(Asha({1, 3, 9, true}, "m").rungs() == std::vector<int64_t>{1, 3});
+  CHECK(Asha({1, 3, 10, true}, "m").rungs() == std::vector<int64_t>{1, 3, 9});
+  CHECK(Asha({2, 2, 17, true}, "m").rungs() == std::vector<int64_t>{2, 4, 8, 16});
+  CHECK(Asha({1, 4, 100, true}, "m").rungs() == std::vector<int64_t>{1, 4, 16, 64});
+}
+
+TEST_CASE("ASHA: a hand-worked sequence, grace_period 1, reduction_factor 3, max_t 9 (mode max)") {
+  Asha asha({1, 3, 9, true}, "eval_accuracy");
+  // Rung 1. A: first result, goes on.
+  AshaDecision d = asha.on_result("A", 1, 0.5);
+  CHECK_FALSE(d.stop);
+  CHECK(d.rung == 1);
+  CHECK(d.reason == "rung 1: eval_accuracy 0.5, the first result at this rung");
+  // B: the 66.7th percentile of {0.5} is 0.5; 0.4 is below.
+  d = asha.on_result("B", 1, 0.4);
+  CHECK(d.stop);
+  CHECK(d.reason == "pruned at rung 1: eval_accuracy 0.4 is not in the top 1/3 of 1 earlier result at this rung (cutoff 0.5)");
+  // C: of {0.4, 0.5} the cutoff is 0.4 + 0.1 x 2/3 = 0.4667; 0.6 goes on.
+  d = asha.on_result("C", 1, 0.6);
+  CHECK_FALSE(d.stop);
+  CHECK(d.reason.find("rung 1: eval_accuracy 0.6 is in the top 1/3 of 2 earlier results at this rung (cutoff 0.466666") == 0);
+  // D: of {0.4, 0.5, 0.6} the cutoff is 0.5 + 0.1 x 1/3 = 0.5333; 0.45 stops, 0.55 would not.
+  d = asha.on_result("D", 1, 0.45);
+  CHECK(d.stop);
+  CHECK(d.reason.find("(cutoff 0.53333") != std::string::npos);
+  // A's second evaluation: past rung 1 (recorded), below rung 3: goes on, nothing recorded.
+  d = asha.on_result("A", 2, 0.1);
+  CHECK_FALSE(d.stop);
+  CHECK(d.rung == 0);
+  // Rung 3: A first (goes on), then C below A's 0.7 stops.
+  CHECK_FALSE(asha.on_result("A", 3, 0.7).stop);
+  d = asha.on_result("C", 3, 0.65);
+  CHECK(d.stop);
+  CHECK(d.rung == 3);
+  // E reports first at evaluation 4: recorded at the highest rung it reached
+  // (3), compared with {0.7, 0.65}: cutoff 0.6833, 0.69 goes on.
+  d = asha.on_result("E", 4, 0.69);
+  CHECK_FALSE(d.stop);
+  CHECK(d.rung == 3);
+  // max_t: the 9th evaluation stops, whatever the value.
+  d = asha.on_result("A", 9, 0.99);
+  CHECK(d.stop);
+  CHECK(d.reason == "max_t reached (9 evaluations)");
+  // Equal to the cutoff goes on (Ray stops only below it).
+  Asha ties({1, 2, 4, true}, "m");
+  ties.on_result("X", 1, 0.5);
+  CHECK_FALSE(ties.on_result("Y", 1, 0.5).stop);
+}
+
+TEST_CASE("ASHA: mode min compares the negated values; NaN never stops and is left out of cutoffs") {
+  Asha asha({1, 2, 8, false}, "eval_loss");
+  CHECK_FALSE(asha.on_result("A", 1, 0.5).stop);
+  AshaDecision d = asha.on_result("B", 1, 0.6);  // a higher loss is worse
+  CHECK(d.stop);
+  CHECK(d.reason.find("eval_loss 0.6 is not in the top 1/2 of 1 earlier result at this rung (cutoff 0.5)") != std::string::npos);
+  CHECK_FALSE(asha.on_result("C", 1, 0.4).stop);  // cutoff of {-0.5, -0.6} at 50%: -0.55, i.e. loss 0.55
+  CHECK_FALSE(asha.on_result("D", 1, NAN).stop);
+  // {0.5, 0.6, 0.4} (NaN left out): the median loss 0.5; 0.52 stops, 0.5 goes on.
+  CHECK(asha.on_result("E", 1, 0.52).stop);
+  CHECK_FALSE(asha.on_result("F", 1, 0.5).stop);
+}
+
+TEST_CASE("sweep state: written atomically and read back bit for bit") {
+  shardtrain_test::ScratchDir scratch("sweep_state");
+  SweepState state;
+  state.fingerprint = "fp";
+  state.metric = "eval_loss";
+  state.maximize = false;
+  state.rungs = {1, 3};
+  TrialRecord t;
+  t.spec.id = "trial_000";
+  t.spec.params = {{"train.lr", "0.001"}};
+  t.status = TrialStatus::kPruned;
+  t.stop_reason = "pruned at rung 1: ...";
+  state.trials.push_back(t);
+  state.events.push_back({"trial_000", 1, 4, 0.1 + 0.2, true, "pruned at rung 1: ..."});
+  state.events.push_back({"trial_000", 2, 8, NAN, false, "x"});
+  write_sweep_state(scratch.dir, state);
+  const SweepState back = read_sweep_state(scratch.dir);
+  CHECK(back.fingerprint == "fp");
+  CHECK_FALSE(back.maximize);
+  CHECK(back.rungs == state.rungs);
+  REQUIRE(back.trials.size() == 1);
+  CHECK(back.trials[0].status == TrialStatus::kPruned);
+  CHECK(back.trials[0].spec.params == t.spec.params);
+  REQUIRE(back.events.size() == 2);
+  CHECK(back.events[0].value == 0.1 + 0.2);  // exactly: 0.30000000000000004
+  CHECK(std::isnan(back.events[1].value));
+  {
+    SweepStateLock lock(scratch.dir, 5);
+    bool refused = false;
+    try {
+      SweepStateLock second(scratch.dir, 0.05);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("sweep_state.lock was held for more than") != std::string::npos;
+    }
+    CHECK(refused);
+  }
+  SweepStateLock again(scratch.dir, 1);  // released by the first one's destructor
+}
+
+TEST_CASE("sweep results: sorted by the metric (min), mean and sample std per configuration, csv values exact") {
+  SweepState state;
+  state.metric = "eval_loss";
+  state.maximize = false;
+  for (int c = 0; c < 2; ++c)
+    for (int r = 0; r < 2; ++r) {
+      TrialRecord t;
+      t.spec.id = "trial_00" + std::to_string(c) + "_r" + std::to_string(r);
+      t.spec.config_index = c;
+      t.spec.repeat = r;
+      t.spec.params = {{"train.lr", c == 0 ? "0.1" : "0.2"}};
+      t.status = TrialStatus::kFinished;
+      state.trials.push_back(t);
+    }
+  // Loss per evaluation; a trial's value is its best (lowest).
+  state.events = {{"trial_000_r0", 1, 1, 0.9, false, ""}, {"trial_001_r0", 1, 1, 0.7, false, ""},
+                  {"trial_000_r0", 2, 2, 0.8, false, ""}, {"trial_000_r1", 1, 1, 0.6, false, ""},
+                  {"trial_001_r1", 1, 1, 0.5, false, ""}};
+  const SweepResults r = summarize_sweep(state);
+  REQUIRE(r.trials.size() == 4);
+  CHECK(r.trials[0].trial->spec.id == "trial_001_r1");
+  CHECK(r.trials[1].trial->spec.id == "trial_000_r1");
+  CHECK(r.trials[2].trial->spec.id == "trial_001_r0");
+  CHECK(r.trials[3].trial->spec.id == "trial_000_r0");
+  CHECK(r.trials[3].best == 0.8);
+  CHECK(r.trials[3].best_evaluation == 2);
+  REQUIRE(r.configs.size() == 2);
+  CHECK(r.configs[0].config_index == 1);
+  CHECK(r.configs[0].mean == doctest::Approx(0.6));
+  CHECK(r.configs[0].std_dev == doctest::Approx(std::sqrt(0.02)));
+  CHECK(r.configs[1].mean == doctest::Approx(0.7));
+  const std::string csv = sweep_results_csv(state, r);
+  CHECK(csv.find("trial_000_r0,0,0,finished,0.1,2,0.8,0.8,2,") != std::string::npos);
+  const std::string table = sweep_table(state, r);
+  CHECK(table.find("config 001  train.lr=0.2  mean 0.6000  std 0.1414  seeds 0.7000 0.5000") != std::string::npos);
+  CHECK(sweep_best_json(state, r).find("\"trial\": \"trial_001_r1\"") != std::string::npos);
+}
