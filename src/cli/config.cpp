@@ -457,11 +457,12 @@ void validate_model(const ModelConfig& m) {
   if (m.attention_probs_dropout_prob) probability("model.attention_probs_dropout_prob", *m.attention_probs_dropout_prob);
 }
 
-void validate_data(const DataConfig& d) {
+void validate_data(const DataConfig& d, Task task) {
   require(!d.train_file.empty(), "data.train_file: not set (the training data file)");
   require(is_file(d.train_file), "data.train_file = " + quote(d.train_file) + ": no such file");
   if (!d.eval_file.empty()) require(is_file(d.eval_file), "data.eval_file = " + quote(d.eval_file) + ": no such file");
-  require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
+  // Question answering reads SQuAD's own fields (validate_task).
+  require(task == Task::kQuestionAnswering || !d.text_a.empty(), "data.text_a: not set (the first text column)");
   require(d.max_length >= kMinSequenceLength && d.max_length <= kMaxSequenceLength,
           "data.max_length = " + std::to_string(d.max_length) + ": must be in [" + std::to_string(kMinSequenceLength) +
               ", " + std::to_string(kMaxSequenceLength) + "] ([CLS] and two [SEP] need 3 tokens)");
@@ -703,7 +704,7 @@ void validate_run(const JobConfig& r) {
 
 void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
   validate_model(c.model);
-  validate_data(c.data);
+  validate_data(c.data, c.model.task);
   validate_task(c.model, c.data);
   validate_train(c.train, c.run);
   validate_lr_schedule_config(c.train, keys_set);
