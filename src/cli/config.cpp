@@ -461,7 +461,6 @@ void validate_data(const DataConfig& d) {
   require(!d.train_file.empty(), "data.train_file: not set (the training data file)");
   require(is_file(d.train_file), "data.train_file = " + quote(d.train_file) + ": no such file");
   if (!d.eval_file.empty()) require(is_file(d.eval_file), "data.eval_file = " + quote(d.eval_file) + ": no such file");
-  require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
   require(d.max_length >= kMinSequenceLength && d.max_length <= kMaxSequenceLength,
           "data.max_length = " + std::to_string(d.max_length) + ": must be in [" + std::to_string(kMinSequenceLength) +
               ", " + std::to_string(kMaxSequenceLength) + "] ([CLS] and two [SEP] need 3 tokens)");
@@ -471,6 +470,8 @@ void validate_data(const DataConfig& d) {
 void validate_task(const ModelConfig& m, const DataConfig& d) {
   const Task task = m.task;
   const std::string name = std::string("\"") + choice_name(task) + "\"";
+  // Question answering reads SQuAD's fields, not columns.
+  if (task != Task::kQuestionAnswering) require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
   // A key at its default is harmless (a printed config lists every key).
   auto only_for = [&](const char* key, Task owner, bool changed) {
     require(task == owner || !changed,
@@ -506,12 +507,12 @@ void validate_task(const ModelConfig& m, const DataConfig& d) {
   only_for("data.null_score_diff_threshold", Task::kQuestionAnswering,
            d.null_score_diff_threshold != defaults.null_score_diff_threshold);
   if (task == Task::kQuestionAnswering) {
-    for (const auto& [key, value, fallback] : {std::tuple{"data.text_a", &d.text_a, &defaults.text_a},
-                                               std::tuple{"data.text_b", &d.text_b, &defaults.text_b},
-                                               std::tuple{"data.label", &d.label, &defaults.label}})
-      require(*value == *fallback, std::string(key) +
-                                        " does not apply to question answering: the question, context and answers "
-                                        "are SQuAD's fields (id, question, context, answers)");
+    // apply_task_defaults empties them; a printed config lists them empty.
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"data.text_a", &d.text_a},
+                                     {"data.text_b", &d.text_b}, {"data.label", &d.label}})
+      require(value->empty(), std::string(key) + " = " + quote(*value) +
+                                  " does not apply to question answering: the question, context and answers "
+                                  "are SQuAD's fields (id, question, context, answers)");
     require(d.format == FileFormat::kAuto || d.format == FileFormat::kJsonl,
             "data.format: question answering reads SQuAD JSON (.json) or HF's flattened JSON Lines (.jsonl)");
     require(d.doc_stride >= 0 && d.doc_stride < d.max_length,
