@@ -517,10 +517,34 @@ for l, r in zip(lines, rows):
         assert l["answer"] and r["context"][l["start"]:l["end"]] == l["answer"], l
         assert abs(l["score_diff"] - (l["null_score"] - l["score"])) < 1e-4, l
 assert json.load(open(sys.argv[3], encoding="utf-8")) == {l["id"]: l["answer"] for l in lines}
-assert json.load(open(sys.argv[4], encoding="utf-8")) == {l["id"]: l["score_diff"] for l in lines}
+odds = json.load(open(sys.argv[4], encoding="utf-8"))  # full double digits; the lines have 9
+assert list(odds) == [l["id"] for l in lines], odds
+assert all(abs(odds[l["id"]] - l["score_diff"]) <= 1e-6 * max(1.0, abs(l["score_diff"])) for l in lines), odds
 PYEOF
   then pass "predict (QA, v2): \"\" when the null score wins, null_odds.json, --predictions-json"
   else fail "predict (QA, v2) output" "$TMP/qa_pred_v2.cmp"; fi
+  # A threshold between the two questions' score_diff: the one above it answers "".
+  THRESHOLD=$($PY -c 'import json, sys; d = [json.loads(l)["score_diff"] for l in open(sys.argv[1])]; print(repr((d[0] + d[1]) / 2))' \
+    "$TMP/qa/v2_answers.jsonl")
+  if run qa_pred_v2_threshold 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/v2.jsonl" --max-length 48 \
+       --doc-stride 8 --version-2-with-negative --null-score-diff-threshold "$THRESHOLD" --output "$TMP/qa/v2_t.jsonl"; then
+    CHECKS=$((CHECKS + 1))
+    if $PY - "$TMP/qa/v2_answers.jsonl" "$TMP/qa/v2_t.jsonl" "$THRESHOLD" >"$TMP/qa_pred_v2_t.cmp" 2>&1 <<'PYEOF'
+import json, sys
+before = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+after = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8")]
+threshold = float(sys.argv[3])
+assert before[0]["score_diff"] != before[1]["score_diff"], before
+for b, a in zip(before, after):
+    assert a["score_diff"] == b["score_diff"], (a, b)
+    assert (a["answer"] == "") == (a["score_diff"] > threshold), (a, threshold)
+    if a["answer"]:
+        assert a["answer"] == b["answer"] and a["start"] == b["start"], (a, b)
+assert sum(a["answer"] == "" for a in after) == 1, after
+PYEOF
+    then pass "predict (QA, v2): --null-score-diff-threshold between two questions' score_diff makes one answer \"\""
+    else fail "predict (QA, v2) --null-score-diff-threshold" "$TMP/qa_pred_v2_t.cmp"; fi
+  fi
 fi
 if run qa_pred_text_a 2 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --text-a question \
      --output "$TMP/qa/x.jsonl"; then
