@@ -190,7 +190,8 @@ TEST_CASE("question answering's keys: refused under another task when changed; i
         "data.doc_stride only applies when model.task = \"question_answering\" (it is \"sequence_classification\")");
   CHECK(error_of(s.config(""), {{"data.version_2_with_negative", "true"}}).find("data.version_2_with_negative only") ==
         0);
-  const ConfigOverrides qa = {{"model.task", "question_answering"}};
+  std::ofstream(s.dir + "/train.json") << "{\"data\": []}";
+  const ConfigOverrides qa = {{"model.task", "question_answering"}, {"data.train_file", s.dir + "/train.json"}};
   ConfigOverrides with_text_a = qa;
   with_text_a.push_back({"data.text_a", "question"});
   CHECK(error_of(s.config(""), with_text_a).find("data.text_a = 'question' does not apply to question answering") ==
