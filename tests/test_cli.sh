@@ -220,14 +220,15 @@ fi
 echo "== predict"
 # A small random BertForSequenceClassification as a HF folder, written with
 # plain python (safetensors is a JSON header + raw little-endian floats).
-# make_model DIR WITH_CLASSIFIER
+# make_model DIR WITH_CLASSIFIER (1, 0, or qa: a BertForQuestionAnswering)
 make_model() {
   $PY - "$1" "$2" "$VOCAB" <<'PYEOF'
 import json, os, random, shutil, struct, sys
-out, with_classifier, vocab = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+out, head, vocab = sys.argv[1], sys.argv[2], sys.argv[3]
+with_classifier, qa = head == "1", head == "qa"
 os.makedirs(out, exist_ok=True)
 V, H, I, P, L, C = sum(1 for _ in open(vocab, encoding="utf-8")), 16, 32, 512, 2, 2
-config = dict(architectures=["BertForSequenceClassification"], model_type="bert", vocab_size=V, hidden_size=H,
+config = dict(architectures=["BertForQuestionAnswering" if qa else "BertForSequenceClassification"], model_type="bert", vocab_size=V, hidden_size=H,
               num_hidden_layers=L, num_attention_heads=2, intermediate_size=I, hidden_act="gelu",
               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=P,
               type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12, pad_token_id=0,
@@ -244,7 +245,10 @@ for l in range(L):
                (p + "intermediate.dense.weight", [I, H]), (p + "intermediate.dense.bias", [I]),
                (p + "output.dense.weight", [H, I]), (p + "output.dense.bias", [H]),
                (p + "output.LayerNorm.weight", [H]), (p + "output.LayerNorm.bias", [H])]
-shapes += [("bert.pooler.dense.weight", [H, H]), ("bert.pooler.dense.bias", [H])]
+if qa:  # BertForQuestionAnswering has no pooler
+    shapes += [("qa_outputs.weight", [2, H]), ("qa_outputs.bias", [2])]
+else:
+    shapes += [("bert.pooler.dense.weight", [H, H]), ("bert.pooler.dense.bias", [H])]
 if with_classifier:
     shapes += [("classifier.weight", [C, H]), ("classifier.bias", [C])]
 rng = random.Random(1234)
@@ -446,6 +450,112 @@ if run est_zero_batch 2 "$BIN" estimate-memory --model "$SRC/configs/models/bert
    run est_world_gap 2 "$BIN" estimate-memory --model "$SRC/configs/models/bert_tiny.json" --world-size ""; then
   expect_in "estimate-memory --batch-size 0: refused" "$TMP/est_zero_batch.err" "--batch-size = 0: must be >= 1"
   expect_in "estimate-memory --world-size '': refused" "$TMP/est_world_gap.err" "an empty item"
+fi
+
+echo "== predict (question answering)"
+# A random BertForQuestionAnswering over 4 questions of the shipped SQuAD dev
+# part (SQuAD JSON; --max-length 64 makes several windows per question) and a
+# v2 JSON Lines file with an unanswerable question. No --text-a: the question
+# and context are SQuAD's fields.
+make_model "$TMP/model_qa" qa
+mkdir -p "$TMP/qa"
+$PY - "$SRC/data/qa/squad-v1.1/dev-articles-24-29.json" "$TMP/qa" <<'PYEOF'
+import json, sys
+src, out = sys.argv[1], sys.argv[2]
+article = json.load(open(src, encoding="utf-8"))["data"][0]
+paragraph = dict(article["paragraphs"][0], qas=article["paragraphs"][0]["qas"][:2])
+paragraph2 = dict(article["paragraphs"][1], qas=article["paragraphs"][1]["qas"][:2])
+json.dump({"version": "1.1", "data": [dict(article, paragraphs=[paragraph, paragraph2])]},
+          open(out + "/dev.json", "w", encoding="utf-8"), ensure_ascii=False)
+with open(out + "/v2.jsonl", "w", encoding="utf-8") as f:
+    q = paragraph["qas"][0]
+    f.write(json.dumps({"id": "unicode", "context": "Caf\u00e9 \u00e9t\u00e9: " + paragraph["context"],
+                        "question": q["question"], "answers": {"text": [], "answer_start": []}}) + "\n")
+    f.write(json.dumps({"id": "none", "context": "Nothing here answers it.", "question": "Who won?",
+                        "answers": {"text": [], "answer_start": []}}) + "\n")
+PYEOF
+if run qa_pred 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --max-length 64 --doc-stride 16 \
+     --with-answers --output "$TMP/qa/answers.jsonl"; then
+  expect_in "predict (QA): prints EM / F1" "$TMP/qa_pred.err" "eval: eval_exact_match"
+  CHECKS=$((CHECKS + 1))
+  # One line per question in input order; each answer is its context's
+  # characters [start, end) (code points); predictions.json beside the output
+  # holds {id: answer} in the same order.
+  if $PY - "$TMP/qa/dev.json" "$TMP/qa/answers.jsonl" "$TMP/qa/predictions.json" >"$TMP/qa_pred.cmp" 2>&1 <<'PYEOF'
+import json, sys
+data = json.load(open(sys.argv[1], encoding="utf-8"))
+qas = [(qa["id"], p["context"]) for a in data["data"] for p in a["paragraphs"] for qa in p["qas"]]
+lines = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8")]
+assert [l["id"] for l in lines] == [i for i, _ in qas], "ids not in input order"
+assert [l["row"] for l in lines] == list(range(len(qas))), "rows"
+assert [l["line"] for l in lines] == list(range(1, len(qas) + 1)), "question numbers"
+for l, (_, context) in zip(lines, qas):
+    assert "null_score" not in l, l
+    assert l["answer"] and context[l["start"]:l["end"]] == l["answer"], l
+    assert 0 < l["end"] - l["start"] and isinstance(l["score"], float) and 0 < l["probability"] <= 1, l
+official = json.load(open(sys.argv[3], encoding="utf-8"), object_pairs_hook=list)
+assert official == [(l["id"], l["answer"]) for l in lines], official
+PYEOF
+  then pass "predict (QA): answers in input order, character spans, predictions.json beside"
+  else fail "predict (QA) output" "$TMP/qa_pred.cmp"; fi
+fi
+if run qa_pred_v2 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/v2.jsonl" --max-length 48 --doc-stride 8 \
+     --version-2-with-negative --output "$TMP/qa/v2_answers.jsonl" --predictions-json "$TMP/qa/v2_predictions.json"; then
+  CHECKS=$((CHECKS + 1))
+  # v2: "" exactly when the null score beats the best span by more than the
+  # threshold (0); null_odds.json beside the output holds each score_diff.
+  if $PY - "$TMP/qa/v2.jsonl" "$TMP/qa/v2_answers.jsonl" "$TMP/qa/v2_predictions.json" "$TMP/qa/null_odds.json" \
+       >"$TMP/qa_pred_v2.cmp" 2>&1 <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+lines = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8")]
+assert [l["id"] for l in lines] == [r["id"] for r in rows], "ids"
+for l, r in zip(lines, rows):
+    if l["score_diff"] > 0:
+        assert l["answer"] == "" and l["start"] is None and l["score"] == l["null_score"], l
+    else:
+        assert l["answer"] and r["context"][l["start"]:l["end"]] == l["answer"], l
+        assert abs(l["score_diff"] - (l["null_score"] - l["score"])) < 1e-4, l
+assert json.load(open(sys.argv[3], encoding="utf-8")) == {l["id"]: l["answer"] for l in lines}
+odds = json.load(open(sys.argv[4], encoding="utf-8"))  # full double digits; the lines have 9
+assert list(odds) == [l["id"] for l in lines], odds
+assert all(abs(odds[l["id"]] - l["score_diff"]) <= 1e-6 * max(1.0, abs(l["score_diff"])) for l in lines), odds
+PYEOF
+  then pass "predict (QA, v2): \"\" when the null score wins, null_odds.json, --predictions-json"
+  else fail "predict (QA, v2) output" "$TMP/qa_pred_v2.cmp"; fi
+  # A threshold between the two questions' score_diff: the one above it answers "".
+  THRESHOLD=$($PY -c 'import json, sys; d = [json.loads(l)["score_diff"] for l in open(sys.argv[1])]; print(repr((d[0] + d[1]) / 2))' \
+    "$TMP/qa/v2_answers.jsonl")
+  if run qa_pred_v2_threshold 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/v2.jsonl" --max-length 48 \
+       --doc-stride 8 --version-2-with-negative --null-score-diff-threshold "$THRESHOLD" --output "$TMP/qa/v2_t.jsonl"; then
+    CHECKS=$((CHECKS + 1))
+    if $PY - "$TMP/qa/v2_answers.jsonl" "$TMP/qa/v2_t.jsonl" "$THRESHOLD" >"$TMP/qa_pred_v2_t.cmp" 2>&1 <<'PYEOF'
+import json, sys
+before = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+after = [json.loads(l) for l in open(sys.argv[2], encoding="utf-8")]
+threshold = float(sys.argv[3])
+assert before[0]["score_diff"] != before[1]["score_diff"], before
+for b, a in zip(before, after):
+    assert a["score_diff"] == b["score_diff"], (a, b)
+    assert (a["answer"] == "") == (a["score_diff"] > threshold), (a, threshold)
+    if a["answer"]:
+        assert a["answer"] == b["answer"] and a["start"] == b["start"], (a, b)
+assert sum(a["answer"] == "" for a in after) == 1, after
+PYEOF
+    then pass "predict (QA, v2): --null-score-diff-threshold between two questions' score_diff makes one answer \"\""
+    else fail "predict (QA, v2) --null-score-diff-threshold" "$TMP/qa_pred_v2_t.cmp"; fi
+  fi
+fi
+if run qa_pred_text_a 2 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --text-a question \
+     --output "$TMP/qa/x.jsonl"; then
+  expect_in "predict (QA): --text-a is refused, saying why" "$TMP/qa_pred_text_a.err" "do not apply to a question-answering model"
+fi
+if run qa_pred_clash 2 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" \
+     --output "$TMP/qa/predictions.json"; then
+  expect_in "predict (QA): an --output named predictions.json is refused" "$TMP/qa_pred_clash.err" "is also --output"
+fi
+if run pred_no_text_a 2 "$BIN" predict --model "$TMP/model" --data "$DEV" --output "$TMP/no_text_a.jsonl"; then
+  expect_in "predict: a sequence classifier without --text-a is refused" "$TMP/pred_no_text_a.err" "--text-a: the text column of a sequence classifier"
 fi
 
 echo "== inspect / export / predict --model CKPT"

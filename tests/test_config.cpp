@@ -182,6 +182,28 @@ TEST_CASE("the printed config reads back to the same config") {
   CHECK(again.train.warmup_ratio == 0.06);
 }
 
+TEST_CASE("question answering's keys: refused under another task when changed; its printed config reads back") {
+  Scratch s;
+  // At their defaults (a printed config lists every key) they pass under any task.
+  CHECK_NOTHROW(load_run_config(s.config(""), {{"data.doc_stride", "128"}, {"data.n_best_size", "20"}}));
+  CHECK(error_of(s.config(""), {{"data.doc_stride", "64"}}) ==
+        "data.doc_stride only applies when model.task = \"question_answering\" (it is \"sequence_classification\")");
+  CHECK(error_of(s.config(""), {{"data.version_2_with_negative", "true"}}).find("data.version_2_with_negative only") ==
+        0);
+  std::ofstream(s.dir + "/train.json") << "{\"data\": []}";
+  const ConfigOverrides qa = {{"model.task", "question_answering"}, {"data.train_file", s.dir + "/train.json"}};
+  ConfigOverrides with_text_a = qa;
+  with_text_a.push_back({"data.text_a", "question"});
+  CHECK(error_of(s.config(""), with_text_a).find("data.text_a = 'question' does not apply to question answering") ==
+        0);
+  const RunConfig c = load_run_config(s.config(""), qa);
+  CHECK(c.data.max_length == 384);
+  CHECK(c.data.text_a.empty());
+  const std::string path = s.dir + "/qa_resolved.toml";
+  std::ofstream(path) << config_to_toml(c);
+  CHECK(config_to_toml(load_run_config(path, {})) == config_to_toml(c));
+}
+
 TEST_CASE("an empty run.name, a huge label count and a megabyte value are refused with short messages") {
   Scratch s;
   CHECK(error_of(s.config(""), {{"run.name", ""}}).find("run.name = '': must not be empty") == 0);

@@ -3,7 +3,7 @@
 // every strategy trains like DDP (padded and packed), evaluation gives the
 // same answers and EM / F1 on 1 rank and on 2 or 3 (the windows of a question
 // on different ranks), and a stopped run resumes exactly. Runs at -np 2 and
-// -np 4.
+// -np 4. `predict` gives evaluation's answers at any rank count.
 //
 // Tolerance: parameters within 5e-6 of DDP's after 3 steps at lr 1e-3
 // (test_family_strategies_mpi.cpp says why AdamW carries reduction-order
@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -25,7 +26,9 @@
 #include "shardtrain/data/qa_features.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/classifier.h"
+#include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/checkpoint_manager.h"
+#include "shardtrain/train/predict_qa.h"
 #include "shardtrain/train/qa_postprocess.h"
 #include "shardtrain/train/trainer.h"
 
@@ -84,35 +87,46 @@ const std::map<std::string, double>& last_metrics(const TrainResult& r) { return
 
 TEST_CASE("qa: every strategy trains like DDP, padded and packed, and evaluates to the same EM / F1") {
   const std::string dir = shardtrain_test::make_shared_temp_dir("qa_strategies");
-  RunConfig config = qa_config(dir);
-  config.run.name = "ddp";
-  const TrainResult ddp = train(config, MPI_COMM_WORLD, qa_quiet());
-  REQUIRE(ddp.finished);
-  REQUIRE(ddp.steps == 3);
-  const auto& reference = last_metrics(ddp);
+  const RunConfig config = qa_config(dir);
+  // DDP is the reference of each layout: padded and packed rows round
+  // differently, and AdamW carries that into tiny-gradient rows (~1e-4 here).
+  auto run = [&](StrategyKind strategy, bool unpadded) {
+    RunConfig c = config;
+    c.parallel.strategy = strategy;
+    c.model.unpadded = unpadded;
+    c.run.name = std::string(choice_name(strategy)) + (unpadded ? "_packed" : "_padded");
+    return train(c, MPI_COMM_WORLD, qa_quiet());
+  };
+  const TrainResult padded = run(StrategyKind::kDdp, false);
+  const TrainResult packed = run(StrategyKind::kDdp, true);
+  REQUIRE(padded.finished);
+  REQUIRE(padded.steps == 3);
+  const auto& reference = last_metrics(padded);
   for (const char* key : {"eval_exact_match", "eval_f1", "eval_loss"}) CHECK(reference.count(key) == 1);
-  REQUIRE(ddp.baseline.has_value());
-  CHECK(ddp.baseline->name == "first sentence of the context");
-  CHECK(ddp.baseline->metrics.at("eval_f1") > 0.0);
+  REQUIRE(padded.baseline.has_value());
+  CHECK(padded.baseline->name == "first sentence of the context");
+  CHECK(padded.baseline->metrics.at("eval_f1") > 0.0);
+  // The layouts compute the same loss and answers.
+  CHECK(last_metrics(packed).at("train_loss") == doctest::Approx(reference.at("train_loss")).epsilon(1e-5));
+  CHECK(last_metrics(packed).at("eval_loss") == doctest::Approx(reference.at("eval_loss")).epsilon(1e-5));
+  CHECK(last_metrics(packed).at("eval_f1") == reference.at("eval_f1"));
 
   struct Variant {
     StrategyKind strategy;
     bool unpadded;
   };
-  for (const Variant v : {Variant{StrategyKind::kDdp, true}, Variant{StrategyKind::kZero1, false},
-                          Variant{StrategyKind::kZero2, false}, Variant{StrategyKind::kZero3, true},
-                          Variant{StrategyKind::kFsdp, false}}) {
-    RunConfig c = config;
-    c.parallel.strategy = v.strategy;
-    c.model.unpadded = v.unpadded;
-    c.run.name = std::string(choice_name(v.strategy)) + (v.unpadded ? "_packed" : "");
-    CAPTURE(c.run.name);
-    const TrainResult r = train(c, MPI_COMM_WORLD, qa_quiet());
+  for (const Variant v : {Variant{StrategyKind::kZero1, false}, Variant{StrategyKind::kZero2, true},
+                          Variant{StrategyKind::kZero3, true}, Variant{StrategyKind::kFsdp, false}}) {
+    CAPTURE(choice_name(v.strategy));
+    CAPTURE(v.unpadded);
+    const TrainResult& ddp = v.unpadded ? packed : padded;
+    const TrainResult r = run(v.strategy, v.unpadded);
     REQUIRE(r.steps == 3);
     CHECK((r.final_params - ddp.final_params).abs().max().item<double>() < kQaParamTolerance);
-    CHECK(last_metrics(r).at("train_loss") == doctest::Approx(reference.at("train_loss")).epsilon(1e-5));
-    CHECK(last_metrics(r).at("eval_f1") == doctest::Approx(reference.at("eval_f1")).epsilon(1e-9));
-    CHECK(last_metrics(r).at("eval_exact_match") == doctest::Approx(reference.at("eval_exact_match")).epsilon(1e-9));
+    CHECK(last_metrics(r).at("train_loss") == doctest::Approx(last_metrics(ddp).at("train_loss")).epsilon(1e-5));
+    CHECK(last_metrics(r).at("eval_f1") == doctest::Approx(last_metrics(ddp).at("eval_f1")).epsilon(1e-9));
+    CHECK(last_metrics(r).at("eval_exact_match") ==
+          doctest::Approx(last_metrics(ddp).at("eval_exact_match")).epsilon(1e-9));
   }
 }
 
@@ -183,6 +197,66 @@ TEST_CASE("qa: a run stopped between checkpoints and re-run ends exactly like an
   CHECK(second.steps == 5);
   CHECK(at::equal(second.final_params, straight.final_params));
   CHECK(last_metrics(second).at("eval_f1") == last_metrics(straight).at("eval_f1"));
+}
+
+TEST_CASE("qa predict: the answers on 1 rank and on all ranks are evaluation's, gold answers read or not") {
+  const std::string dir = shardtrain_test::make_shared_temp_dir("qa_predict");
+  const std::string dev = squad_part(dir, "dev.json", 3, 0, 2);
+  const std::string folder = dir + "/model";
+  if (world_rank() == 0) {
+    EncoderConfig config = EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json");
+    config.task = Task::kQuestionAnswering;
+    config.set_num_labels(2);
+    SequenceClassifier model(config);
+    model.init_weights(5);
+    save_hf_folder(model, folder);
+    std::filesystem::copy_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt",
+                               folder + "/vocab.txt");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  PredictOptions options;
+  options.model_dir = folder;
+  options.data_path = dev;
+  options.text_a = options.text_b = options.label = "";
+  options.max_length = 48;
+  options.batch_size = 1;  // a window's logits then do not depend on the sharding (see above)
+  QaPredictOptions qa;
+  qa.doc_stride = 12;
+  qa.with_answers = true;
+  const PredictModel model = load_predict_model(options, MPI_COMM_WORLD);
+  REQUIRE(model.config.task == Task::kQuestionAnswering);
+  CHECK_THROWS_WITH_AS(predict_file(options, model, MPI_COMM_WORLD),
+                       doctest::Contains("a question-answering model"), Error);
+  const QaPredictResult all = predict_qa_file(options, qa, model, MPI_COMM_WORLD);
+  const QaPredictResult alone =
+      predict_qa_file(options, qa, load_predict_model(options, MPI_COMM_SELF), MPI_COMM_SELF);
+  qa.with_answers = false;
+  const QaPredictResult unscored = predict_qa_file(options, qa, model, MPI_COMM_WORLD);
+  CHECK(unscored.metrics.empty());
+
+  const QaTable table = read_qa_table(dev, {});
+  QaFeatureOptions feature_options;
+  feature_options.max_length = 48;
+  feature_options.doc_stride = 12;
+  const TokenizedDataset features = build_qa_features(table, model.tokenizer, feature_options, MPI_COMM_WORLD);
+  REQUIRE(all.num_features == features.size());
+  REQUIRE(features.size() > table.size() + 3);  // several windows per question
+  std::vector<QaAnswer> evaluated;
+  const auto metrics = evaluate_qa(*model.model, features, table, qa.postprocess, 1, model.tokenizer.pad_id(),
+                                   at::kCPU, MPI_COMM_WORLD, &evaluated);
+  CHECK(all.metrics.at("eval_exact_match") == metrics.at("eval_exact_match"));
+  CHECK(all.metrics.at("eval_f1") == metrics.at("eval_f1"));
+  CHECK(alone.metrics.at("eval_f1") == metrics.at("eval_f1"));
+  REQUIRE(all.answers.size() == evaluated.size());
+  for (size_t q = 0; q < evaluated.size(); ++q) {
+    CAPTURE(q);
+    for (const QaPredictResult* r : {&all, &alone, &unscored}) {
+      CHECK(r->table.examples[q].id == table.examples[q].id);
+      CHECK(r->answers[q].text == evaluated[q].text);
+      CHECK(r->answers[q].start_char == evaluated[q].start_char);
+      CHECK(r->answers[q].score == evaluated[q].score);
+    }
+  }
 }
 
 }  // namespace qa_train_mpi_test

@@ -29,7 +29,7 @@ const char* kHeader =
 
 SweepSpec parse(const std::string& rest) { return parse_sweep_text(std::string(kHeader) + rest, "sweep.toml", "/cfg"); }
 
-std::string error_of(const std::string& rest) {
+std::string sweep_error_of(const std::string& rest) {
   try {
     parse(rest);
   } catch (const Error& e) {
@@ -72,24 +72,24 @@ TEST_CASE("sweep file: the settings, the base resolved against the file's folder
 }
 
 TEST_CASE("sweep file: bad files are refused, naming the key") {
-  CHECK(error_of("[sweep.space]\n\"train.lrr\" = { grid = [1, 2] }\n").find("sweep.space.train.lrr: unknown run-config key 'train.lrr'") == 0);
-  CHECK(error_of("[sweep.space]\n").find("sweep.space is empty") == 0);
-  CHECK(error_of("").find("sweep.space is empty") == 0);
-  CHECK(error_of("[sweep.space]\n\"train.lr\" = { loguniform = [0, 1e-3] }\n") ==
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lrr\" = { grid = [1, 2] }\n").find("sweep.space.train.lrr: unknown run-config key 'train.lrr'") == 0);
+  CHECK(sweep_error_of("[sweep.space]\n").find("sweep.space is empty") == 0);
+  CHECK(sweep_error_of("").find("sweep.space is empty") == 0);
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lr\" = { loguniform = [0, 1e-3] }\n") ==
         "sweep.space.train.lr: loguniform needs 0 < a < b, got a = 0, b = 0.001 in sweep.toml (line 7)");
-  CHECK(error_of("[sweep.space]\n\"train.lr\" = { loguniform = [-1, 1e-3] }\n").find("loguniform needs 0 < a < b") != std::string::npos);
-  CHECK(error_of("[sweep.space]\n\"train.lr\" = { uniform = [2, 1] }\n").find("sweep.space.train.lr: uniform needs a < b") == 0);
-  CHECK(error_of("[sweep.space]\n\"train.lr\" = { normal = [2, 1] }\n").find("sweep.space.train.lr: unknown domain 'normal'") == 0);
-  CHECK(error_of("[sweep.space]\n\"train.lr\" = { grid = [] }\n").find("sweep.space.train.lr: grid = [] has no values") == 0);
-  CHECK(error_of("[sweep.space]\n\"train.batch_size\" = { randint = [1.5, 4] }\n").find("randint takes two integers") != std::string::npos);
-  CHECK(error_of("[sweep.space]\n\"run.name\" = { grid = [\"a\"] }\n").find("sweep.space.run.name: the sweep sets it") == 0);
-  CHECK(error_of("sedd = 3\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("unknown key 'sweep.sedd'") == 0);
-  CHECK(error_of("ranks_per_trial = 0\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.ranks_per_trial = 0") == 0);
-  CHECK(error_of("[sweep.space]\n\"train.lr\" = { grid = [1] }\n[sweep.space.train]\nlr = { grid = [2] }\n").find("sweep.space.train.lr is given twice") == 0);
-  CHECK(error_of("grace_period = 2\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.grace_period only applies with sweep.scheduler = \"asha\"") == 0);
-  CHECK(error_of("num_samples = 100000000000\nrepeats = 1000\n[sweep.space]\n\"train.lr\" = { grid = [1, 2] }\n")
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lr\" = { loguniform = [-1, 1e-3] }\n").find("loguniform needs 0 < a < b") != std::string::npos);
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lr\" = { uniform = [2, 1] }\n").find("sweep.space.train.lr: uniform needs a < b") == 0);
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lr\" = { normal = [2, 1] }\n").find("sweep.space.train.lr: unknown domain 'normal'") == 0);
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lr\" = { grid = [] }\n").find("sweep.space.train.lr: grid = [] has no values") == 0);
+  CHECK(sweep_error_of("[sweep.space]\n\"train.batch_size\" = { randint = [1.5, 4] }\n").find("randint takes two integers") != std::string::npos);
+  CHECK(sweep_error_of("[sweep.space]\n\"run.name\" = { grid = [\"a\"] }\n").find("sweep.space.run.name: the sweep sets it") == 0);
+  CHECK(sweep_error_of("sedd = 3\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("unknown key 'sweep.sedd'") == 0);
+  CHECK(sweep_error_of("ranks_per_trial = 0\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.ranks_per_trial = 0") == 0);
+  CHECK(sweep_error_of("[sweep.space]\n\"train.lr\" = { grid = [1] }\n[sweep.space.train]\nlr = { grid = [2] }\n").find("sweep.space.train.lr is given twice") == 0);
+  CHECK(sweep_error_of("grace_period = 2\n[sweep.space]\n\"train.lr\" = { grid = [1] }\n").find("sweep.grace_period only applies with sweep.scheduler = \"asha\"") == 0);
+  CHECK(sweep_error_of("num_samples = 100000000000\nrepeats = 1000\n[sweep.space]\n\"train.lr\" = { grid = [1, 2] }\n")
             .find("sweep.num_samples x grid points x sweep.repeats = 200000000000000 trials") == 0);
-  CHECK(error_of("repeats = 2\n[sweep.space]\n\"train.seed\" = { grid = [1, 2] }\n").find("sweep.space.train.seed with sweep.repeats = 2") == 0);
+  CHECK(sweep_error_of("repeats = 2\n[sweep.space]\n\"train.seed\" = { grid = [1, 2] }\n").find("sweep.space.train.seed with sweep.repeats = 2") == 0);
   bool no_base = false;
   try {
     parse_sweep_text("[sweep]\nname = \"s\"\nmetric = \"m\"\nmode = \"max\"\n", "f", ".");

@@ -35,6 +35,7 @@ inline std::string config_keys_to_flags(std::string message) {
   static const std::pair<const char*, const char*> kNames[] = {
       {"data.text_a", "--text-a"}, {"data.text_b", "--text-b"},         {"data.label", "--label"},
       {"data.format", "--format"}, {"data.on_bad_row", "--on-bad-row"},
+      {"data.version_2_with_negative = true", "--version-2-with-negative"},
   };
   for (const auto& [key, flag] : kNames) {
     const std::string k(key);

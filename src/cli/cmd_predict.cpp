@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/predict_qa_flags.h"
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
@@ -26,6 +28,8 @@ struct PredictFlags {
   std::string on_bad_row = "error";
   std::string preset = "none";
   std::string output;
+  QaPredictFlags qa;              // a question-answering model's flags (cli/predict_qa_flags.h)
+  bool max_length_given = false;  // --max-length on the command line
 };
 
 void check_output_path(const PredictFlags& flags) {
@@ -56,16 +60,19 @@ void run_predict(const World& world, PredictFlags& flags) {
   check_output_path(flags);
   world.log_binding();
 
-  PredictResult result;
-  with_flag_names([&] { result = predict_file(options, world.comm()); });
-
-  const std::string report = result.load_report.message();
+  std::optional<PredictModel> model;
+  with_flag_names([&] { model.emplace(load_predict_model(options, world.comm())); });
+  const std::string report = model->report.message();
   if (!report.empty()) {
     // Predictions from an untrained head are noise: say so loudly, but let the
     // user look at them (HF does the same).
     log_warn("WARNING: %s does not hold all weights of the classifier; predictions use random weights.\n%s",
              options.model_dir.c_str(), report.c_str());
   }
+  if (model->config.task == Task::kQuestionAnswering)
+    return with_flag_names([&] { run_predict_qa(world, options, flags.qa, flags.output, flags.max_length_given, *model); });
+  PredictResult result;
+  with_flag_names([&] { result = predict_file(options, *model, world.comm()); });
   if (result.num_bad_rows > 0)
     log_warn("predict: skipped %lld bad rows of %s (--on-bad-row skip)", static_cast<long long>(result.num_bad_rows),
              options.data_path.c_str());
@@ -105,7 +112,7 @@ void add_predict_command(CLI::App& root, World& world) {
   sub->add_option("--model", o.model_dir,
                   "HF model folder (config.json, model.safetensors, vocab.txt) or a training checkpoint file")
       ->required();
-  sub->add_option("--data", o.data_path, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl")
+  sub->add_option("--data", o.data_path, "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl; a QA model: SQuAD .json or .jsonl")
       ->required();
   sub->add_option("--text-a", o.text_a,
                   "first text column: header name / JSON key, or 0-based index (required for a sequence classifier; "
@@ -133,7 +140,11 @@ void add_predict_command(CLI::App& root, World& world) {
                   "predictions, one JSON line per row, written by rank 0: a file (replaced only when complete; a "
                   "link is followed), a device or FIFO (written in place), or - for standard output")
       ->required();
-  sub->callback([&world, flags] { run_predict(world, *flags); });
+  add_qa_predict_flags(*sub, flags->qa);
+  sub->callback([&world, flags, sub] {
+    flags->max_length_given = sub->count("--max-length") > 0;
+    run_predict(world, *flags);
+  });
 }
 
 }  // namespace shardtrain

@@ -11,7 +11,6 @@
 #include <map>
 #include <sstream>
 #include <system_error>
-#include <tuple>
 #include <sys/stat.h>
 
 #include "shardtrain/cli/deepspeed_config.h"
@@ -457,12 +456,10 @@ void validate_model(const ModelConfig& m) {
   if (m.attention_probs_dropout_prob) probability("model.attention_probs_dropout_prob", *m.attention_probs_dropout_prob);
 }
 
-void validate_data(const DataConfig& d, Task task) {
+void validate_data(const DataConfig& d) {
   require(!d.train_file.empty(), "data.train_file: not set (the training data file)");
   require(is_file(d.train_file), "data.train_file = " + quote(d.train_file) + ": no such file");
   if (!d.eval_file.empty()) require(is_file(d.eval_file), "data.eval_file = " + quote(d.eval_file) + ": no such file");
-  // Question answering reads SQuAD's own fields (validate_task).
-  require(task == Task::kQuestionAnswering || !d.text_a.empty(), "data.text_a: not set (the first text column)");
   require(d.max_length >= kMinSequenceLength && d.max_length <= kMaxSequenceLength,
           "data.max_length = " + std::to_string(d.max_length) + ": must be in [" + std::to_string(kMinSequenceLength) +
               ", " + std::to_string(kMaxSequenceLength) + "] ([CLS] and two [SEP] need 3 tokens)");
@@ -472,6 +469,8 @@ void validate_data(const DataConfig& d, Task task) {
 void validate_task(const ModelConfig& m, const DataConfig& d) {
   const Task task = m.task;
   const std::string name = std::string("\"") + choice_name(task) + "\"";
+  // Question answering reads SQuAD's fields, not columns.
+  if (task != Task::kQuestionAnswering) require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
   // A key at its default is harmless (a printed config lists every key).
   auto only_for = [&](const char* key, Task owner, bool changed) {
     require(task == owner || !changed,
@@ -507,12 +506,12 @@ void validate_task(const ModelConfig& m, const DataConfig& d) {
   only_for("data.null_score_diff_threshold", Task::kQuestionAnswering,
            d.null_score_diff_threshold != defaults.null_score_diff_threshold);
   if (task == Task::kQuestionAnswering) {
-    for (const auto& [key, value, fallback] : {std::tuple{"data.text_a", &d.text_a, &defaults.text_a},
-                                               std::tuple{"data.text_b", &d.text_b, &defaults.text_b},
-                                               std::tuple{"data.label", &d.label, &defaults.label}})
-      require(*value == *fallback, std::string(key) +
-                                        " does not apply to question answering: the question, context and answers "
-                                        "are SQuAD's fields (id, question, context, answers)");
+    // apply_task_defaults empties them; a printed config lists them empty.
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"data.text_a", &d.text_a},
+                                     {"data.text_b", &d.text_b}, {"data.label", &d.label}})
+      require(value->empty(), std::string(key) + " = " + quote(*value) +
+                                  " does not apply to question answering: the question, context and answers "
+                                  "are SQuAD's fields (id, question, context, answers)");
     require(d.format == FileFormat::kAuto || d.format == FileFormat::kJsonl,
             "data.format: question answering reads SQuAD JSON (.json) or HF's flattened JSON Lines (.jsonl)");
     require(d.doc_stride >= 0 && d.doc_stride < d.max_length,
@@ -704,7 +703,7 @@ void validate_run(const JobConfig& r) {
 
 void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
   validate_model(c.model);
-  validate_data(c.data, c.model.task);
+  validate_data(c.data);
   validate_task(c.model, c.data);
   validate_train(c.train, c.run);
   validate_lr_schedule_config(c.train, keys_set);

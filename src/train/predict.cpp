@@ -72,16 +72,7 @@ void map_labels(const RawTable& table, const EncoderConfig& config, PredictResul
   }
 }
 
-// The model and tokenizer from a HF folder or a training checkpoint file.
-struct PredictModel {
-  EncoderConfig config;
-  std::shared_ptr<SequenceClassifier> model;
-  Tokenizer tokenizer;
-  HfLoadReport report;
-  std::string config_source;  // where the config came from, for messages
-};
-
-PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm) {
+PredictModel load_model_files(const PredictOptions& options, MPI_Comm comm) {
   if (is_checkpoint_file(options.model_dir)) {
     CheckpointModel checkpoint = load_checkpoint_model(options.model_dir, comm);
     Tokenizer tokenizer = checkpoint_tokenizer(checkpoint.state, options.model_dir);
@@ -215,10 +206,7 @@ void append_float(std::string& out, float value) {
 
 }  // namespace
 
-PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
-  int rank = 0, world_size = 1;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  ST_CHECK_MPI(MPI_Comm_size(comm, &world_size));
+PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm) {
   if (options.batch_size < 1)
     throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
@@ -227,24 +215,43 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
     throw Error(options.dtype == at::kHalf
                     ? "--dtype float16 needs a GPU (LibTorch's CPU kernels have no fp16 matmul); use bfloat16"
                     : std::string("--dtype ") + c10::toString(options.dtype) + ": use float32 or bfloat16");
-  const PredictModel loaded = load_predict_model(options, comm);
+  PredictModel loaded = load_model_files(options, comm);
   if (options.dtype != at::kFloat) loaded.model->to(options.dtype);
-  const EncoderConfig& config = loaded.config;
-  const Tokenizer& tokenizer = loaded.tokenizer;
-  if (config.problem_type == "multi_label_classification")
-    throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
+  check_predict_max_length(options.max_length, loaded);
+  if (loaded.tokenizer.vocab_size() > loaded.config.vocab_size)
+    throw Error(str_format("%s: the vocabulary has %lld tokens but the model's vocab_size is %lld (%s)",
+                           options.model_dir.c_str(), static_cast<long long>(loaded.tokenizer.vocab_size()),
+                           static_cast<long long>(loaded.config.vocab_size), loaded.config_source.c_str()));
+  return loaded;
+}
+
+void check_predict_max_length(int max_length, const PredictModel& loaded) {
   // The positions a sequence can use (RoBERTa's start after padding_idx: 512
   // of 514), checked before any row is read, naming the flag.
-  if (options.max_length > config.max_sequence_length())
+  const EncoderConfig& config = loaded.config;
+  if (max_length > config.max_sequence_length())
     throw Error(str_format("--max-length %d exceeds the %lld tokens the %s model takes (max_position_embeddings %lld, "
                            "%s); use --max-length %lld or less",
-                           options.max_length, static_cast<long long>(config.max_sequence_length()),
+                           max_length, static_cast<long long>(config.max_sequence_length()),
                            config.model_type.c_str(), static_cast<long long>(config.max_position_embeddings),
                            loaded.config_source.c_str(), static_cast<long long>(config.max_sequence_length())));
-  if (tokenizer.vocab_size() > config.vocab_size)
-    throw Error(str_format("%s: the vocabulary has %lld tokens but the model's vocab_size is %lld (%s)",
-                           options.model_dir.c_str(), static_cast<long long>(tokenizer.vocab_size()),
-                           static_cast<long long>(config.vocab_size), loaded.config_source.c_str()));
+}
+
+PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
+  return predict_file(options, load_predict_model(options, comm), comm);
+}
+
+PredictResult predict_file(const PredictOptions& options, const PredictModel& loaded, MPI_Comm comm) {
+  int rank = 0, world_size = 1;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  ST_CHECK_MPI(MPI_Comm_size(comm, &world_size));
+  const EncoderConfig& config = loaded.config;
+  const Tokenizer& tokenizer = loaded.tokenizer;
+  if (config.task == Task::kQuestionAnswering)
+    throw Error(loaded.config_source + ": a question-answering model; its predictions are answers "
+                "(train/predict_qa.h: predict_qa_file)");
+  if (config.problem_type == "multi_label_classification")
+    throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
 
   const bool pairs = config.task == Task::kMultipleChoice || !options.text_b.empty();
   DataConfig data;  // the one data setting the model must be able to take

@@ -26,12 +26,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "shardtrain/core/choices.h"
 #include "shardtrain/data/reader.h"
+#include "shardtrain/data/tokenizer.h"
+#include "shardtrain/model/classifier.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/metrics.h"
 
@@ -101,14 +104,36 @@ struct PredictResult {
   double seconds = 0;        // tokenize + forward + gather, slowest rank
 };
 
+// The model and tokenizer predict runs, from a HF folder or a training
+// checkpoint file; config.task says what its predictions are.
+struct PredictModel {
+  EncoderConfig config;
+  std::shared_ptr<SequenceClassifier> model;
+  Tokenizer tokenizer;
+  HfLoadReport report;
+  std::string config_source;  // where the config came from, for messages
+};
+
+// Collective over comm: options.model_dir loaded on every rank, in
+// options.dtype and eval mode. Throws Error for a batch size < 1, a negative
+// max_length or one above the model's max_position_embeddings, a dtype
+// other than float32 / bfloat16, or a vocabulary larger than the model's
+// embedding.
+PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm);
+// Error naming --max-length when `max_length` exceeds the model's positions.
+void check_predict_max_length(int max_length, const PredictModel& loaded);
+
 // Runs the model over the file on all ranks of `comm` (collective; every rank
-// passes the same options). Throws shardtrain::Error (the same on every rank)
+// passes the same options). The second form takes the model load_predict_model
+// gave for the same options; a question-answering model is refused
+// (train/predict_qa.h). Throws shardtrain::Error (the same on every rank)
 // for a bad folder, file, column, row (policy kError), a batch size < 1, a
 // max_length above the model's max_position_embeddings, a vocabulary larger
 // than the model's embedding, or a label the model does not know: integer
 // labels must be < num_labels; string labels are looked up in the config's
 // id2label.
 PredictResult predict_file(const PredictOptions& options, MPI_Comm comm);
+PredictResult predict_file(const PredictOptions& options, const PredictModel& model, MPI_Comm comm);
 
 // Row i as one JSON object (no newline):
 //   {"row":i,"line":L,"logits":[...],"label":id[,"label_name":"name"]}  classification
