@@ -145,7 +145,8 @@ name=term_group
 setsid bash "$SRC/scripts/mpirun.sh" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name "$name" \
   >>"$TMP/$name.log" 2>&1 &
 JOB=$!  # setsid execs bash: the process group's id
-(sleep $((200 * SCALE)) && kill -KILL -- -$JOB) 2>/dev/null &
+# Its output to /dev/null: a sleep left holding the test's stdout keeps CTest waiting 200 s.
+(sleep $((200 * SCALE)) && kill -KILL -- -$JOB) >/dev/null 2>&1 &
 GUARD=$!
 wait_for "$TMP/$name.log" "^step 8/" 120 || fail "$name: never reached step 8" "$TMP/$name.log"
 kill -TERM -- -$JOB
