@@ -220,15 +220,16 @@ fi
 echo "== predict"
 # A small random BertForSequenceClassification as a HF folder, written with
 # plain python (safetensors is a JSON header + raw little-endian floats).
-# make_model DIR WITH_CLASSIFIER (1, 0, or qa: a BertForQuestionAnswering)
+# make_model DIR WITH_CLASSIFIER (1, 0, qa: a BertForQuestionAnswering, ner: a BertForTokenClassification)
 make_model() {
   $PY - "$1" "$2" "$VOCAB" <<'PYEOF'
 import json, os, random, shutil, struct, sys
 out, head, vocab = sys.argv[1], sys.argv[2], sys.argv[3]
-with_classifier, qa = head == "1", head == "qa"
+with_classifier, qa, ner = head in ("1", "ner"), head == "qa", head == "ner"
 os.makedirs(out, exist_ok=True)
 V, H, I, P, L, C = sum(1 for _ in open(vocab, encoding="utf-8")), 16, 32, 512, 2, 2
-config = dict(architectures=["BertForQuestionAnswering" if qa else "BertForSequenceClassification"], model_type="bert", vocab_size=V, hidden_size=H,
+architecture = "BertForQuestionAnswering" if qa else "BertForTokenClassification" if ner else "BertForSequenceClassification"
+config = dict(architectures=[architecture], model_type="bert", vocab_size=V, hidden_size=H,
               num_hidden_layers=L, num_attention_heads=2, intermediate_size=I, hidden_act="gelu",
               hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=P,
               type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12, pad_token_id=0,
@@ -247,6 +248,8 @@ for l in range(L):
                (p + "output.LayerNorm.weight", [H]), (p + "output.LayerNorm.bias", [H])]
 if qa:  # BertForQuestionAnswering has no pooler
     shapes += [("qa_outputs.weight", [2, H]), ("qa_outputs.bias", [2])]
+elif ner:  # nor BertForTokenClassification
+    pass
 else:
     shapes += [("bert.pooler.dense.weight", [H, H]), ("bert.pooler.dense.bias", [H])]
 if with_classifier:
@@ -281,7 +284,7 @@ PRED=(predict --model "$TMP/model" "${MRPC[@]}" --label Quality)
 if run pred_np1 0 "$BIN" "${PRED[@]}" --output "$TMP/p1.jsonl"; then
   CHECKS=$((CHECKS + 1))
   if grep -qF "newly initialized" "$TMP/pred_np1.err"; then fail "pred_np1: complete folder reported missing weights" "$TMP/pred_np1.err"; else pass "pred_np1: no load warning"; fi
-  expect_in "pred_np1: prints metrics" "$TMP/pred_np1.err" "eval: accuracy"
+  expect_in "pred_np1: prints evaluation's metrics" "$TMP/pred_np1.err" "eval: eval_accuracy"
   CHECKS=$((CHECKS + 1))
   # Lines in input order, one per row; label = argmax; printed metrics = metrics of the file.
   if $PY - "$TMP/p1.jsonl" "$DEV" "$TMP/pred_np1.err" >"$TMP/pred_np1.cmp" 2>&1 <<'PYEOF'
@@ -304,8 +307,9 @@ tp = sum(a == 1 and b == 1 for a, b in zip(pred, labels))
 fp = sum(a == 1 and b == 0 for a, b in zip(pred, labels))
 fn = sum(a == 0 and b == 1 for a, b in zip(pred, labels))
 f1 = 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else 0.0
-m = re.search(r"eval: accuracy ([0-9.]+) f1 ([0-9.]+)", open(sys.argv[3]).read())
-assert m, "no 'eval: accuracy .. f1 ..' line"
+m = re.search(r"eval: eval_accuracy ([0-9.]+) eval_f1 ([0-9.]+) eval_loss [0-9.]+ eval_mcc -?[0-9.]+ \(408 rows\)",
+              open(sys.argv[3]).read())
+assert m, "no 'eval: eval_accuracy .. eval_f1 .. eval_loss .. eval_mcc ..' line"
 assert m.group(1) == f"{acc:.4f}" and m.group(2) == f"{f1:.4f}", f"printed {m.group(0)}, expected {acc:.4f} {f1:.4f}"
 assert len(set(pred)) == 2, "the random model predicts one class only: the test would not see swapped rows"
 PYEOF
@@ -332,7 +336,7 @@ for x, y in zip(a, b):
 PYEOF
     then pass "pred_np2: same rows, logits and labels as np 1"; else fail "pred_np2: differs from np 1" "$TMP/pred_np2.cmp"; fi
     CHECKS=$((CHECKS + 1))
-    n=$(grep -c "eval: accuracy" "$TMP/pred_np2.err")
+    n=$(grep -c "eval: eval_accuracy" "$TMP/pred_np2.err")
     if [ "$n" -eq 1 ]; then pass "pred_np2: metrics printed once"; else fail "pred_np2: metrics printed $n times" "$TMP/pred_np2.err"; fi
   fi
   grep -h "predict: " "$TMP/pred_np1.err" "$TMP/pred_np2.err" 2>/dev/null | sed 's/^/    throughput | /'
@@ -476,7 +480,7 @@ with open(out + "/v2.jsonl", "w", encoding="utf-8") as f:
 PYEOF
 if run qa_pred 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --max-length 64 --doc-stride 16 \
      --with-answers --output "$TMP/qa/answers.jsonl"; then
-  expect_in "predict (QA): prints EM / F1" "$TMP/qa_pred.err" "eval: eval_exact_match"
+  expect_in "predict (QA): prints EM / F1" "$TMP/qa_pred.err" ", eval_exact_match "
   CHECKS=$((CHECKS + 1))
   # One line per question in input order; each answer is its context's
   # characters [start, end) (code points); predictions.json beside the output
@@ -553,6 +557,41 @@ fi
 if run qa_pred_clash 2 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" \
      --output "$TMP/qa/predictions.json"; then
   expect_in "predict (QA): an --output named predictions.json is refused" "$TMP/qa_pred_clash.err" "is also --output"
+fi
+# --predictions-json that cannot be written is refused before --output is.
+mkdir -p "$TMP/qa/a_folder"
+if run qa_pred_json_folder 2 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --max-length 64 \
+     --output "$TMP/qa/first.jsonl" --predictions-json "$TMP/qa/a_folder"; then
+  expect_in "predict (QA): a folder as --predictions-json is refused" "$TMP/qa_pred_json_folder.err" \
+    "--predictions-json '$TMP/qa/a_folder' is a folder; name a file"
+  CHECKS=$((CHECKS + 1))
+  if [ ! -e "$TMP/qa/first.jsonl" ]; then pass "predict (QA): nothing written before the refusal"; else
+    fail "predict (QA): --output written before --predictions-json was refused"; fi
+fi
+# --output - has no folder for predictions.json: said, not silent.
+if run qa_pred_stdout 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --max-length 64 --doc-stride 16 \
+     --output -; then
+  expect_in "predict (QA): --output - says where predictions.json is not" "$TMP/qa_pred_stdout.err" \
+    "has no folder to put predictions.json in; give --predictions-json FILE"
+fi
+# A HF folder knows nothing of a run: the settings printed say so.
+if run qa_pred_settings 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --output "$TMP/qa/s.jsonl"; then
+  expect_in "predict (QA): settings printed, run_qa's defaults" "$TMP/qa_pred_settings.err" \
+    "--max-length 384 (default), --doc-stride 128 (default)"
+fi
+# A question too long for the window: the message names the flag, not the config key.
+if run qa_pred_short 2 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --max-length 8 --doc-stride 2 \
+     --output "$TMP/qa/short.jsonl"; then
+  expect_in "predict (QA): a window too short names --max-length" "$TMP/qa_pred_short.err" "nothing of the context fits in --max-length = 8; raise --max-length"
+fi
+# A token classifier's tags beyond its id2label: named as the model's labels
+# (there is no --labels flag).
+make_model "$TMP/model_ner" ner
+printf '{"tokens": ["John", "went"], "ner_tags": [0, 7]}\n' >"$TMP/ner_ids.jsonl"
+if run ner_pred_ids 2 "$BIN" predict --model "$TMP/model_ner" --data "$TMP/ner_ids.jsonl" --label ner_tags \
+     --output "$TMP/ner_ids_pred.jsonl"; then
+  expect_in "predict (NER): a tag id beyond id2label names the model's labels" "$TMP/ner_pred_ids.err" \
+    "tag id 7 is not below the 2 names of the model's labels (id2label)"
 fi
 if run pred_no_text_a 2 "$BIN" predict --model "$TMP/model" --data "$DEV" --output "$TMP/no_text_a.jsonl"; then
   expect_in "predict: a sequence classifier without --text-a is refused" "$TMP/pred_no_text_a.err" "--text-a: the text column of a sequence classifier"
@@ -797,7 +836,7 @@ PYEOF
   CK_PRED=(predict "${MRPC[@]}" --label Quality)
   if run ckpt_pred 0 "$BIN" "${CK_PRED[@]}" --model "$CKPT" --output "$TMP/pc.jsonl" &&
      run ckpt_pred_hf 0 "$BIN" "${CK_PRED[@]}" --model "$EXP" --output "$TMP/pe.jsonl"; then
-    expect_in "predict --model CKPT: prints metrics" "$TMP/ckpt_pred.err" "eval: accuracy"
+    expect_in "predict --model CKPT: prints metrics" "$TMP/ckpt_pred.err" "eval: eval_accuracy"
     CHECKS=$((CHECKS + 1))
     if grep -q WARNING "$TMP/ckpt_pred.err"; then fail "predict --model CKPT: warns" "$TMP/ckpt_pred.err"; else pass "predict --model CKPT: no warning"; fi
     CHECKS=$((CHECKS + 1))

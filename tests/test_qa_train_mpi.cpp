@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "support/mpi_ranks.h"
+#include "support/task_fixtures.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/data/qa_data.h"
 #include "shardtrain/data/qa_features.h"
@@ -37,29 +38,11 @@ using namespace shardtrain;
 namespace qa_train_mpi_test {
 using shardtrain_test::world_rank;
 using shardtrain_test::world_size;
+using shardtrain_test::squad_part;
 
 namespace {
 
 constexpr double kQaParamTolerance = 5e-6;
-
-// Collective: paragraphs [first, first + count) of article `article` of the
-// shipped SQuAD training part, as a SQuAD JSON file dir/name (rank 0 writes).
-std::string squad_part(const std::string& dir, const std::string& name, int article, int first, int count) {
-  const std::string path = dir + "/" + name;
-  if (world_rank() == 0) {
-    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/qa/squad-v1.1/train-articles-00-23.json");
-    const nlohmann::json all = nlohmann::json::parse(in);
-    nlohmann::json part = {{"version", "1.1"}, {"data", nlohmann::json::array()}};
-    nlohmann::json chosen = all["data"][article];
-    nlohmann::json paragraphs = nlohmann::json::array();
-    for (int p = first; p < first + count; ++p) paragraphs.push_back(chosen["paragraphs"][p]);
-    chosen["paragraphs"] = paragraphs;
-    part["data"].push_back(chosen);
-    std::ofstream(path) << part.dump();
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
 
 RunConfig qa_config(const std::string& dir) {
   RunConfig c = shardtrain_test::tiny_run_config(dir);

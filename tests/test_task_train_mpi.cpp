@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "support/mpi_ranks.h"
+#include "support/task_fixtures.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
@@ -38,6 +39,8 @@ using namespace shardtrain;
 namespace task_train_mpi_test {
 using shardtrain_test::world_rank;
 using shardtrain_test::world_size;
+using shardtrain_test::choice_part;
+using shardtrain_test::conll_part;
 
 namespace {
 
@@ -47,59 +50,6 @@ constexpr double kTaskParamTolerance = 5e-6;
 const std::vector<std::string> kWnutTags = {
     "B-corporation", "B-creative-work", "B-group", "B-location", "B-person", "B-product", "I-corporation",
     "I-creative-work", "I-group", "I-location", "I-person", "I-product", "O"};
-
-// Collective: sentences [first, first + count) of a shipped CoNLL file, as
-// dir/name (rank 0 writes).
-std::string conll_part(const std::string& dir, const std::string& name, const std::string& source, int first,
-                       int count) {
-  return shardtrain_test::written_by_rank0(dir, name, [&](std::ofstream& out) {
-    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/" + source);
-    std::string line;
-    int sentence = 0;
-    bool in_sentence = false;
-    while (sentence < first + count && std::getline(in, line)) {
-      const bool blank = line.find_first_not_of(" \t\r") == std::string::npos;
-      if (blank) {
-        if (in_sentence) ++sentence;
-        in_sentence = false;
-        if (sentence > first) out << "\n";
-        continue;
-      }
-      in_sentence = true;
-      if (sentence >= first) out << line << "\n";
-    }
-  });
-}
-
-// Collective: `rows` multiple-choice rows as JSON Lines dir/name: row r's
-// context is MRPC training row (first + r)'s first sentence, its 3 choices
-// the second sentences of rows first + r .. first + r + 2, rotated so that
-// the right one (its own) is at r % 3.
-std::string choice_part(const std::string& dir, const std::string& name, int first, int rows) {
-  return shardtrain_test::written_by_rank0(dir, name, [&](std::ofstream& out) {
-    std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/glue/MRPC/train.tsv");
-    std::string line;
-    std::getline(in, line);  // header
-    std::vector<std::pair<std::string, std::string>> pairs;
-    while (static_cast<int>(pairs.size()) < first + rows + 2 && std::getline(in, line)) {
-      std::vector<std::string> fields;
-      size_t start = 0;
-      for (size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1)
-        fields.push_back(line.substr(start, tab - start));
-      fields.push_back(line.substr(start));
-      pairs.emplace_back(fields.at(3), fields.at(4));
-    }
-    for (int r = first; r < first + rows; ++r) {
-      const int label = r % 3;
-      std::vector<std::string> choices(3);
-      for (int k = 0; k < 3; ++k)
-        choices[static_cast<size_t>((label + k) % 3)] = pairs.at(static_cast<size_t>(r + k)).second;
-      out << nlohmann::json{{"context", pairs[static_cast<size_t>(r)].first}, {"endings", choices}, {"label", label}}
-                 .dump()
-          << "\n";
-    }
-  });
-}
 
 // A tiny_run_config (tests/support/train_fixtures.h) for `task`, 3 steps,
 // dropout off, no checkpoints.

@@ -98,6 +98,46 @@ if command -v h5dump >/dev/null; then
     fail "h5dump -H of the checkpoint" "$TMP/h5dump.txt"
 fi
 
+# predict on the newest checkpoint with nothing but --model, --data and
+# --output takes the run's settings (columns, max_length 64 that cuts rows,
+# eval batch size) and prints the metrics the run reported with it, at -np 2
+# and -np 1 (tests/test_predict_run_mpi.cpp compares them to the last bit).
+NEWEST=$(ls "$D"/checkpoint_*.h5 | tail -1)
+"$BIN" inspect "$NEWEST" --json >"$TMP/newest.json" 2>"$TMP/newest.err" || fail "inspect the newest checkpoint" "$TMP/newest.err"
+for np in 2 1; do
+  if "$MPIEXEC" "${MPI_FLAGS[@]}" -np $np "$BIN" predict --model "$NEWEST" --data "$TMP/dev.tsv" \
+      --output "$TMP/pred_np$np.jsonl" >"$TMP/pred_np$np.log" 2>&1; then
+    $PY - "$TMP/newest.json" "$TMP/pred_np$np.log" <<'PY' && pass "predict -np $np with the run's settings: the run's metrics" ||
+import json, re, sys
+reported = {k: v for k, v in json.load(open(sys.argv[1]))["metrics"].items() if k.startswith("eval_") and k != "eval_seconds"}
+log = open(sys.argv[2]).read()
+assert "--max-length 64 (run: data.max_length)" in log and "--text-a '#1 String' (run: data.text_a)" in log, log
+line = next(l for l in log.splitlines() if "eval: eval_" in l)
+printed = dict((k, float(v)) for k, v in re.findall(r"(eval_\w+) (-?[0-9.]+)", line))
+assert len(reported) >= 4 and set(reported) == set(printed), (reported, printed)
+for k, v in reported.items():
+    assert abs(printed[k] - v) <= 5e-5, (k, printed[k], v)
+PY
+      fail "predict -np $np: metrics differ from the checkpoint's report" "$TMP/pred_np$np.log"
+  else
+    fail "predict -np $np on the newest checkpoint" "$TMP/pred_np$np.log"
+  fi
+done
+# ... and never writes into the run folder it reads: not over a sibling
+# checkpoint, progress.csv, nor a new file there.
+cp "$D/progress.csv" "$TMP/progress.before"
+for target in "$(ls "$D"/checkpoint_*.h5 | head -1)" "$D/progress.csv" "$D/predictions.jsonl"; do
+  if "$BIN" predict --model "$NEWEST" --data "$TMP/dev.tsv" --output "$target" >"$TMP/pred_run_folder.log" 2>&1; then
+    fail "predict --output $target in the checkpoint's run folder was written"
+  else
+    grep -q "is in the run folder '$D' of the checkpoint being read" "$TMP/pred_run_folder.log" &&
+      pass "predict --output $(basename "$target") in the run folder refused" ||
+      fail "predict --output in the run folder: message" "$TMP/pred_run_folder.log"
+  fi
+done
+[ ! -e "$D/predictions.jsonl" ] && cmp -s "$D/progress.csv" "$TMP/progress.before" &&
+  pass "predict left the run folder as it was" || fail "predict changed the run folder"
+
 # 2. Killed at an arbitrary point, then re-run: the same end, bit for bit.
 train killed &
 JOB=$!

@@ -32,10 +32,13 @@ inline bool same_file(const std::string& a, const std::string& b) {
 // The data layer names its settings as config keys (data.text_a); on a
 // subcommand that takes them as flags, the message should name the flag.
 inline std::string config_keys_to_flags(std::string message) {
+  // Longer keys first: "data.labels" is not "data.label" + "s".
   static const std::pair<const char*, const char*> kNames[] = {
+      {"data.labels", "the model's labels (id2label)"},
       {"data.text_a", "--text-a"}, {"data.text_b", "--text-b"},         {"data.label", "--label"},
       {"data.format", "--format"}, {"data.on_bad_row", "--on-bad-row"},
       {"data.version_2_with_negative = true", "--version-2-with-negative"},
+      {"data.max_length", "--max-length"}, {"data.doc_stride", "--doc-stride"},
   };
   for (const auto& [key, flag] : kNames) {
     const std::string k(key);
@@ -43,6 +46,20 @@ inline std::string config_keys_to_flags(std::string message) {
       message.replace(at, k.size(), flag);
   }
   return message;
+}
+
+// Error, before anything is written, when `output` lies in `run_folder`, the
+// run folder of the checkpoint a command reads: its other checkpoints,
+// config.toml, progress.csv and the run's logs are not the command's to
+// replace (by any spelling of the path: real paths are compared).
+inline void refuse_output_in_run_folder(const std::string& flag, const std::string& output,
+                                        const std::string& run_folder) {
+  const std::filesystem::path relative =
+      std::filesystem::path(real_path(output)).lexically_relative(real_path(run_folder));
+  if (relative.empty() || *relative.begin() == "..") return;
+  throw Error(flag + " '" + output + "' is in the run folder '" + run_folder +
+              "' of the checkpoint being read (its checkpoints, config.toml, progress.csv and logs are the run's); "
+              "choose an " + flag + " outside it (nothing was written)");
 }
 
 template <class F>

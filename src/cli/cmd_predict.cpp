@@ -7,15 +7,21 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/predict_qa_flags.h"
 #include "shardtrain/comm/mpi_helpers.h"
+#include "shardtrain/cli/config.h"
+#include "shardtrain/cli/predict_settings.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/predict.h"
 
 namespace shardtrain {
@@ -29,20 +35,44 @@ struct PredictFlags {
   std::string preset = "none";
   std::string output;
   QaPredictFlags qa;              // a question-answering model's flags (cli/predict_qa_flags.h)
-  bool max_length_given = false;  // --max-length on the command line
+  std::set<std::string> given;    // the flags on the command line ("--max-length")
 };
+
+// The run folder a checkpoint sits in (config.toml, progress.csv, ... beside
+// it), or "" for a checkpoint elsewhere and a HF folder.
+std::string checkpoint_run_folder(const std::string& model) {
+  if (!is_checkpoint_file(model)) return "";
+  const std::filesystem::path folder = std::filesystem::path(model).parent_path();
+  const std::filesystem::path dir = folder.empty() ? std::filesystem::path(".") : folder;
+  std::error_code error;
+  for (const char* name : {"config.toml", "progress.csv", "result.jsonl", "train.log"})
+    if (std::filesystem::exists(dir / name, error)) return dir.string();
+  return "";
+}
+
+std::string run_folder_of(const PredictFlags& flags) { return checkpoint_run_folder(flags.options.model_dir); }
 
 void check_output_path(const PredictFlags& flags) {
   require_output_named("--output", flags.output);
   if (flags.output == "-") return;  // standard output (core/fs_util.h's OutputFile)
   const std::filesystem::path output(flags.output);
+  std::error_code error;
+  (void)std::filesystem::status(output, error);
+  if (error == std::errc::too_many_symbolic_link_levels)
+    throw Error("--output '" + flags.output + "' is a loop of symbolic links; name a file");
   if (same_file(flags.output, flags.options.data_path))
     throw Error("--output '" + flags.output + "' is the input file; choose another name");
-  // The model too: a checkpoint file, or any file of a HF folder.
+  // The model too: a checkpoint file, or any file of a HF folder; and any file
+  // of a checkpoint's run folder (its other checkpoints, config.toml, ...).
   refuse_output_over_input("--output", flags.output, "--model", flags.options.model_dir);
-  if (std::filesystem::is_directory(output)) throw Error("--output '" + flags.output + "' is a directory");
+  const std::string run_folder = checkpoint_run_folder(flags.options.model_dir);
+  if (!run_folder.empty()) refuse_output_in_run_folder("--output", flags.output, run_folder);
+  if (is_checkpoint_file(flags.output))
+    throw Error("--output '" + flags.output + "' is a training checkpoint; predictions never replace one (choose "
+                "another name)");
+  if (std::filesystem::is_directory(output, error)) throw Error("--output '" + flags.output + "' is a directory");
   const std::filesystem::path parent = output.has_parent_path() ? output.parent_path() : ".";
-  if (!std::filesystem::is_directory(parent))
+  if (!std::filesystem::is_directory(parent, error))
     throw Error("--output '" + flags.output + "': folder '" + parent.string() + "' does not exist");
 }
 
@@ -62,6 +92,22 @@ void run_predict(const World& world, PredictFlags& flags) {
 
   std::optional<PredictModel> model;
   with_flag_names([&] { model.emplace(load_predict_model(options, world.comm())); });
+  std::optional<RunConfig> run;
+  if (!model->run_config_toml.empty()) {
+    try {
+      run = parse_saved_run_config(model->run_config_toml, options.model_dir);
+    } catch (const Error& e) {
+      log_warn("predict: %s; predict's own defaults apply to the settings not given as flags", e.what());
+    }
+  }
+  const at::ScalarType loaded_dtype = options.dtype;
+  std::vector<PredictSetting> settings;
+  with_flag_names([&] {
+    settings = resolve_predict_settings(run ? &*run : nullptr, model->config.task, flags.given, options,
+                                        flags.qa.options);
+  });
+  if (options.dtype != loaded_dtype) model->model->to(options.dtype);
+  log_info("predict settings: %s", describe_predict_settings(settings).c_str());
   const std::string report = model->report.message();
   if (!report.empty()) {
     // Predictions from an untrained head are noise: say so loudly, but let the
@@ -70,7 +116,7 @@ void run_predict(const World& world, PredictFlags& flags) {
              options.model_dir.c_str(), report.c_str());
   }
   if (model->config.task == Task::kQuestionAnswering)
-    return with_flag_names([&] { run_predict_qa(world, options, flags.qa, flags.output, flags.max_length_given, *model); });
+    return with_flag_names([&] { run_predict_qa(world, options, flags.qa, flags.output, run_folder_of(flags), *model); });
   PredictResult result;
   with_flag_names([&] { result = predict_file(options, *model, world.comm()); });
   if (result.num_bad_rows > 0)
@@ -142,7 +188,8 @@ void add_predict_command(CLI::App& root, World& world) {
       ->required();
   add_qa_predict_flags(*sub, flags->qa);
   sub->callback([&world, flags, sub] {
-    flags->max_length_given = sub->count("--max-length") > 0;
+    for (const CLI::Option* option : sub->get_options())
+      if (option->count() > 0 && !option->get_lnames().empty()) flags->given.insert("--" + option->get_lnames()[0]);
     run_predict(world, *flags);
   });
 }

@@ -3,7 +3,9 @@
 // predictions.json beside the output (docs/question-answering.md).
 #include "cli/predict_qa_flags.h"
 
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "cli/cli_util.h"
 #include "shardtrain/comm/mpi_helpers.h"
@@ -47,11 +49,16 @@ struct QaOutputs {
   std::string predictions_json, null_odds_json;
 };
 
-QaOutputs qa_outputs(const PredictOptions& options, const QaPredictFlags& flags, const std::string& output) {
+QaOutputs qa_outputs(const PredictOptions& options, const QaPredictFlags& flags, const std::string& output,
+                     const std::string& run_folder) {
   QaOutputs out;
   out.predictions_json =
       flags.predictions_json.empty() ? qa_file_beside(output, "predictions.json") : flags.predictions_json;
   if (flags.options.postprocess.version_2_with_negative) out.null_odds_json = qa_file_beside(output, "null_odds.json");
+  if (output == "-" && flags.predictions_json.empty())
+    log_warn("predict: --output - (standard output) has no folder to put predictions.json%s in; give "
+             "--predictions-json FILE for the official script's file",
+             out.null_odds_json.empty() && flags.options.postprocess.version_2_with_negative ? " and null_odds.json" : "");
   for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--predictions-json", out.predictions_json},
                                    {"null_odds.json (beside --output)", out.null_odds_json}}) {
     if (path.empty() || path == "-") continue;
@@ -59,16 +66,24 @@ QaOutputs qa_outputs(const PredictOptions& options, const QaPredictFlags& flags,
       throw Error(flag + " '" + path + "' is also --output; name --output otherwise (or set --predictions-json)");
     if (same_file(path, options.data_path)) throw Error(flag + " '" + path + "' is the input file");
     refuse_output_over_input(flag, path, "--model", options.model_dir);
+    if (!run_folder.empty()) refuse_output_in_run_folder(flag, path, run_folder);
+    // Checked now, not when --output has been written.
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) throw Error(flag + " '" + path + "' is a folder; name a file");
+    const std::filesystem::path parent = std::filesystem::path(path).has_parent_path()
+                                             ? std::filesystem::path(path).parent_path()
+                                             : std::filesystem::path(".");
+    if (!std::filesystem::is_directory(parent, error))
+      throw Error(flag + " '" + path + "': folder '" + parent.string() + "' does not exist");
   }
   return out;
 }
 
 }  // namespace
 
-void run_predict_qa(const World& world, PredictOptions options, const QaPredictFlags& flags,
-                    const std::string& output, bool max_length_given, const PredictModel& model) {
-  if (!max_length_given) options.max_length = kQaDefaultMaxLength;
-  const QaOutputs files = qa_outputs(options, flags, output);
+void run_predict_qa(const World& world, const PredictOptions& options, const QaPredictFlags& flags,
+                    const std::string& output, const std::string& run_folder, const PredictModel& model) {
+  const QaOutputs files = qa_outputs(options, flags, output, run_folder);
   const QaPredictResult result = predict_qa_file(options, flags.options, model, world.comm());
   on_rank0(world.comm(), "predict: rank 0 writes " + output, [&] {
     write_qa_predictions_jsonl(result, output);
@@ -89,6 +104,8 @@ void run_predict_qa(const World& world, PredictOptions options, const QaPredictF
       if (found != result.metrics.end()) summary += str_format("%s%s %.4f", summary.empty() ? "" : ", ", name.c_str(), found->second);
     }
     log_info("eval: %s (%lld questions)", summary.c_str(), static_cast<long long>(result.table.size()));
+  } else if (!result.unscored_reason.empty()) {
+    log_info("predict: answers not scored: %s", result.unscored_reason.c_str());
   }
 }
 

@@ -331,6 +331,20 @@ std::vector<std::string> config_key_names() {
   return names;
 }
 
+RunConfig parse_saved_run_config(const std::string& toml_text, const std::string& source) {
+  RunConfig config;
+  std::set<std::string> keys_set;
+  toml::table table;
+  try {
+    table = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    throw Error("cannot parse the run config of " + source + " (line " + std::to_string(e.source().begin.line) +
+                "): " + std::string(e.description()));
+  }
+  assign_table(config, table, "", source, keys_set);
+  return config;
+}
+
 RunConfig load_run_config(const std::string& file, const ConfigOverrides& overrides, const LoadOptions& options) {
   RunConfig config;
   std::set<std::string> keys_set;

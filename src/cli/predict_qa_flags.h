@@ -22,9 +22,10 @@ void add_qa_predict_flags(CLI::App& predict, QaPredictFlags& flags);
 
 // Runs predict_qa_file and writes, on rank 0, --output (one JSON line per
 // question), predictions.json ({id: answer}) and, for v2, null_odds.json
-// beside it. `max_length_given`: --max-length was on the command line (else
-// the window is run_qa's 384).
-void run_predict_qa(const World& world, PredictOptions options, const QaPredictFlags& flags,
-                    const std::string& output, bool max_length_given, const PredictModel& model);
+// beside it; every output is checked before anything is written (none in
+// `run_folder`, the checkpoint's run folder, when not empty). `options` and
+// flags.options hold the resolved settings (cli/predict_settings.h).
+void run_predict_qa(const World& world, const PredictOptions& options, const QaPredictFlags& flags,
+                    const std::string& output, const std::string& run_folder, const PredictModel& model);
 
 }  // namespace shardtrain

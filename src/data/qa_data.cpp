@@ -151,7 +151,9 @@ void read_squad_json(const nlohmann::json& root, QaTable& table, const QaReadOpt
           if (!qa["is_impossible"].is_boolean()) throw Error(where + ": is_impossible must be true or false");
           impossible = qa["is_impossible"].get<bool>();
         }
-        if (options.read_answers) {
+        if (options.read_answers && options.answers_if_present && !qa.contains("answers")) {
+          ++table.num_without_answers_field;
+        } else if (options.read_answers) {
           if (!qa.contains("answers") || !qa["answers"].is_array()) throw Error(where + ": no \"answers\" array");
           for (const nlohmann::json& answer : qa["answers"]) {
             e.answer_texts.push_back(string_field(answer, "text", where + ": an answer"));
@@ -185,7 +187,9 @@ void read_flat_jsonl(const std::string& content, QaTable& table, const QaReadOpt
     const std::string where = at_line + ": question id " + qa_quote(clip_for_message(e.id, 80));
     e.question = string_field(row, "question", where);
     e.context = string_field(row, "context", where);
-    if (options.read_answers) {
+    if (options.read_answers && options.answers_if_present && !row.contains("answers")) {
+      ++table.num_without_answers_field;
+    } else if (options.read_answers) {
       if (!row.contains("answers") || !row["answers"].is_object())
         throw Error(where + ": no \"answers\" object ({\"text\": [...], \"answer_start\": [...]})");
       const nlohmann::json& answers = row["answers"];

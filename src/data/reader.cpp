@@ -696,6 +696,26 @@ FieldRows read_fields(const std::string& content, const std::string& path, FileF
   return out;
 }
 
+bool file_has_column(const std::string& path, FileFormat format, const std::string& column) {
+  if (format == FileFormat::kAuto) format = format_from_extension(path);
+  const std::string text = read_data_file(path);
+  if (format == FileFormat::kTsv || format == FileFormat::kCsv) {
+    const std::vector<Record> records = format == FileFormat::kTsv ? split_tsv(text) : split_csv(text);
+    if (records.empty() || records[0].error) return false;
+    const std::vector<std::string>& header = records[0].fields;
+    if (std::find(header.begin(), header.end(), column) != header.end()) return true;
+    return is_all_digits(column) && std::strtol(column.c_str(), nullptr, 10) < static_cast<long>(header.size());
+  }
+  bool found = false, seen = false;
+  for_each_line(text, [&](int64_t, const std::string& row) {
+    if (seen || std::all_of(row.begin(), row.end(), [](unsigned char c) { return std::isspace(c); })) return;
+    seen = true;
+    const nlohmann::json object = nlohmann::json::parse(row, nullptr, /*allow_exceptions=*/false);
+    found = object.is_object() && object.contains(column) && !object[column].is_null();
+  });
+  return found;
+}
+
 std::string read_data_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open data file");

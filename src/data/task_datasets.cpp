@@ -49,6 +49,10 @@ TokenizedDataset build_token_dataset(const WordTable& table, const Tokenizer& to
     }
     encoded.token_labels = align_word_labels(e.word_ids, tags, table.has_tags ? b_to_i : std::vector<int32_t>{},
                                              table.has_tags && options.label_all_tokens);
+    if (options.with_words) {
+      encoded.token_spans.reserve(e.word_ids.size());
+      for (int32_t w : e.word_ids) encoded.token_spans.push_back({w, w < 0 ? -1 : w + 1});
+    }
     // A word with no token left was cut by max_length, unless it tokenizes
     // to nothing at all (as in HF, it then never had a token).
     std::vector<bool> kept(words.size(), false);
@@ -88,6 +92,20 @@ std::vector<int32_t> labelled_positions(const TokenizedDataset& data, int64_t ex
   for (int64_t t = begin; t < end; ++t)
     if (data.token_labels[static_cast<size_t>(t)] != kIgnoreLabel) positions.push_back(static_cast<int32_t>(t - begin));
   return positions;
+}
+
+std::vector<int32_t> word_first_tokens(const TokenizedDataset& data, int64_t example, size_t num_words) {
+  ST_ASSERT(data.token_spans.size() == 2 * data.input_ids.size(),
+            "word_first_tokens: the dataset was built without TokenTaskOptions::with_words");
+  std::vector<int32_t> first(num_words, -1);
+  const int64_t begin = data.offsets[example], end = data.offsets[example + 1];
+  for (int64_t t = end - 1; t >= begin; --t) {  // backwards: the first token of a word wins
+    const int32_t word = data.token_spans[static_cast<size_t>(2 * t)];
+    if (word < 0) continue;
+    ST_ASSERT(static_cast<size_t>(word) < num_words, "word_first_tokens: a token's word beyond the sentence");
+    first[static_cast<size_t>(word)] = static_cast<int32_t>(t - begin);
+  }
+  return first;
 }
 
 TokenizedDataset build_choice_dataset(const MultipleChoiceTable& table, const Tokenizer& tokenizer, int max_length,

@@ -294,6 +294,16 @@ WordTable read_word_table(const std::string& path, const WordTableOptions& optio
   return read_word_table_from_string(read_data_file(path), path, options);
 }
 
+bool word_table_has_tags(const std::string& path, const WordTableOptions& options) {
+  const FileFormat format = options.format == FileFormat::kAuto ? format_from_extension(path) : options.format;
+  if (format != FileFormat::kConll) return file_has_column(path, format, options.tags_column);
+  const size_t width = usual_width(conll_lines(read_data_file(path)));
+  const size_t words_at = column_index(options.words_column).value_or(0);
+  const std::optional<int> tags_at = column_index(options.tags_column);
+  const size_t tag_column = tags_at ? static_cast<size_t>(*tags_at) : (width == 0 ? 0 : width - 1);
+  return tag_column < width && tag_column != words_at;
+}
+
 std::vector<int32_t> b_to_i_map(const std::vector<std::string>& tag_names) {
   std::map<std::string, int32_t> ids;
   for (size_t i = 0; i < tag_names.size(); ++i) ids.emplace(tag_names[i], static_cast<int32_t>(i));

@@ -79,14 +79,15 @@ PredictModel load_model_files(const PredictOptions& options, MPI_Comm comm) {
     HfLoadReport report;  // a checkpoint holds every parameter (load_checkpoint_model checks it)
     report.folder = options.model_dir;
     return PredictModel{std::move(checkpoint.config), std::move(checkpoint.model), std::move(tokenizer),
-                        std::move(report), options.model_dir + " (attribute model_config_json)"};
+                        std::move(report), options.model_dir + " (attribute model_config_json)",
+                        checkpoint.state.config_toml, options.model_dir};
   }
   HfLoadOptions load_options;
   load_options.init_seed = options.init_seed;
   HfModel hf = load_hf_folder(options.model_dir, load_options);
   Tokenizer tokenizer = Tokenizer::from_model_dir(options.model_dir);
   return PredictModel{std::move(hf.config), std::move(hf.model), std::move(tokenizer), std::move(hf.report),
-                      options.model_dir + "/config.json"};
+                      options.model_dir + "/config.json", "", ""};
 }
 
 void check_gathered_rows(const PredictResult& result) {
@@ -104,8 +105,8 @@ void predict_tokens(const PredictOptions& options, const PredictModel& loaded, i
   WordTableOptions read;
   read.format = options.format;
   if (!options.text_a.empty()) read.words_column = options.text_a;
+  if (!options.label.empty()) read.tags_column = options.label;
   read.with_tags = !options.label.empty();
-  if (read.with_tags) read.tags_column = options.label;
   read.tag_names = config.id2label;  // a tag the model does not know is a bad row, named by line
   read.on_bad_row = options.on_bad_row;
   const WordTable table = read_word_table(options.data_path, read);
@@ -119,6 +120,8 @@ void predict_tokens(const PredictOptions& options, const PredictModel& loaded, i
   TokenTaskOptions encode;
   encode.max_length = max_length;
   encode.add_prefix_space = token_task_prefix_space(config);
+  encode.label_all_tokens = options.label_all_tokens;
+  encode.with_words = true;
   TokenAlignment truncation;
   const TokenizedDataset data = build_token_dataset(table, loaded.tokenizer, encode, comm, &truncation);
   const int64_t positions = token_record_positions(data);
@@ -132,12 +135,14 @@ void predict_tokens(const PredictOptions& options, const PredictModel& loaded, i
   result->words = table.words;
   result->word_tags.resize(table.size());
   for (int64_t i = 0; i < table.size(); ++i) {
+    // A word's tag is its first token's; a word without tokens (cut off, or
+    // one the tokenizer drops whole, as a zero-width space) has none.
     std::vector<int32_t>& tags = result->word_tags[i];
-    tags.assign(table.words[i].size(), -1);
-    const std::vector<int32_t> first_tokens = labelled_positions(data, i);  // one per kept word, in order
+    const std::vector<int32_t> first_tokens = word_first_tokens(data, i, table.words[i].size());
     const float* record = records.data() + i * (positions + 2);
-    for (size_t w = 0; w < first_tokens.size() && w < tags.size(); ++w)
-      tags[w] = static_cast<int32_t>(record[first_tokens[w]]);
+    tags.assign(first_tokens.size(), -1);
+    for (size_t w = 0; w < first_tokens.size(); ++w)
+      if (first_tokens[w] >= 0) tags[w] = static_cast<int32_t>(record[first_tokens[w]]);
   }
   if (table.has_tags) result->task_metrics = token_metrics(records, positions, data, config.id2label);
 }
@@ -207,25 +212,27 @@ void append_float(std::string& out, float value) {
 }  // namespace
 
 PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm) {
-  if (options.batch_size < 1)
-    throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
-  if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
-
   if (options.dtype != at::kFloat && options.dtype != at::kBFloat16)
     throw Error(options.dtype == at::kHalf
                     ? "--dtype float16 needs a GPU (LibTorch's CPU kernels have no fp16 matmul); use bfloat16"
                     : std::string("--dtype ") + c10::toString(options.dtype) + ": use float32 or bfloat16");
   PredictModel loaded = load_model_files(options, comm);
   if (options.dtype != at::kFloat) loaded.model->to(options.dtype);
+  return loaded;
+}
+
+void check_predict_settings(const PredictOptions& options, const PredictModel& loaded) {
+  if (options.batch_size < 1)
+    throw Error(str_format("--batch-size must be >= 1, got %lld", static_cast<long long>(options.batch_size)));
   check_predict_max_length(options.max_length, loaded);
   if (loaded.tokenizer.vocab_size() > loaded.config.vocab_size)
     throw Error(str_format("%s: the vocabulary has %lld tokens but the model's vocab_size is %lld (%s)",
                            options.model_dir.c_str(), static_cast<long long>(loaded.tokenizer.vocab_size()),
                            static_cast<long long>(loaded.config.vocab_size), loaded.config_source.c_str()));
-  return loaded;
 }
 
 void check_predict_max_length(int max_length, const PredictModel& loaded) {
+  if (max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", max_length));
   // The positions a sequence can use (RoBERTa's start after padding_idx: 512
   // of 514), checked before any row is read, naming the flag.
   const EncoderConfig& config = loaded.config;
@@ -252,6 +259,8 @@ PredictResult predict_file(const PredictOptions& options, const PredictModel& lo
                 "(train/predict_qa.h: predict_qa_file)");
   if (config.problem_type == "multi_label_classification")
     throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
+  check_predict_settings(options, loaded);
+  loaded.model->set_unpadded(options.unpadded);
 
   const bool pairs = config.task == Task::kMultipleChoice || !options.text_b.empty();
   DataConfig data;  // the one data setting the model must be able to take
@@ -305,10 +314,15 @@ PredictResult predict_file(const PredictOptions& options, const PredictModel& lo
   result.logits = sharded_logits(*loaded.model, dataset, options.batch_size, tokenizer.pad_id(), at::kCPU, comm,
                                  &result.rows);
   result.seconds = max_over_ranks(MPI_Wtime() - start, comm, "predict: the time taken");
-  for (int64_t i = 0; i < result.num_rows; ++i)
-    ST_ASSERT(result.rows[i] == i, "predict: gathered rows are not the input rows in order");
+  check_gathered_rows(result);
 
   const int64_t c = result.num_labels;
+  // The metrics evaluation reports, by its own function (eval_loss too).
+  Labels labels;
+  labels.kind = result.label_kind;
+  labels.class_ids = result.label_ids;
+  labels.values = result.label_values;
+  if (result.label_kind != LabelKind::kNone) result.task_metrics = eval_metrics(result.logits, labels, c);
   if (result.regression) {
     if (result.label_kind == LabelKind::kRegression)
       result.regression_metrics = regression_metrics(result.logits, result.label_values);

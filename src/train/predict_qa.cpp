@@ -30,7 +30,8 @@ void check_qa_predict_options(const PredictOptions& options, const QaPredictOpti
   if (options.max_length < 1)
     throw Error(str_format("--max-length %d: a question-answering window needs a length (run_qa's is %d)",
                            options.max_length, kQaDefaultMaxLength));
-  check_predict_max_length(options.max_length, model);
+  check_predict_settings(options, model);
+  model.model->set_unpadded(options.unpadded);
   if (qa.doc_stride < 0 || qa.doc_stride >= options.max_length)
     throw Error(str_format("--doc-stride %d: must be in [0, --max-length %d)", qa.doc_stride, options.max_length));
   if (qa.postprocess.n_best_size < 1)
@@ -62,25 +63,45 @@ QaPredictResult predict_qa_file(const PredictOptions& options, const QaPredictOp
   ST_CHECK_MPI(MPI_Comm_size(comm, &result.world_size));
   result.version_2 = qa.postprocess.version_2_with_negative;
   QaReadOptions read;
-  read.read_answers = qa.with_answers;
+  const bool maybe_scored = !qa.with_answers && qa.answers_if_present;
+  read.read_answers = qa.with_answers || maybe_scored;
+  read.answers_if_present = maybe_scored;
   read.allow_unanswered = !qa.with_answers || result.version_2;
   result.table = read_qa_table(options.data_path, read);
   if (result.table.size() == 0) throw Error(options.data_path + ": no questions to predict");
+  bool scored = qa.with_answers;
+  if (maybe_scored) {
+    int64_t unanswered = 0;
+    for (const QaExample& e : result.table.examples) unanswered += e.answer_texts.empty() ? 1 : 0;
+    if (result.table.num_without_answers_field > 0)
+      result.unscored_reason = str_format("%lld of %lld questions have no \"answers\" field",
+                                          static_cast<long long>(result.table.num_without_answers_field),
+                                          static_cast<long long>(result.table.size()));
+    else if (unanswered > 0 && !result.version_2)
+      result.unscored_reason = str_format("%lld of %lld questions have no gold answer (SQuAD v1)",
+                                          static_cast<long long>(unanswered),
+                                          static_cast<long long>(result.table.size()));
+    scored = result.unscored_reason.empty();
+  }
 
   const double start = MPI_Wtime();
   QaFeatureOptions features_options;
   features_options.max_length = options.max_length;
   features_options.doc_stride = qa.doc_stride;
-  features_options.with_labels = false;
+  features_options.with_labels = scored;  // the answers' spans: eval_loss, as evaluation reports it
   const TokenizedDataset features = build_qa_features(result.table, model.tokenizer, features_options, comm);
   result.num_features = features.size();
-  const int64_t n_best = qa.postprocess.n_best_size;
-  const std::vector<float> records =
-      sharded_records(*model.model, features, options.batch_size, model.tokenizer.pad_id(), at::kCPU, comm,
-                      qa_record_width(n_best), qa_record(n_best));
-  result.answers = postprocess_qa(result.table, features, records, qa.postprocess);
+  if (scored) {
+    result.metrics = evaluate_qa(*model.model, features, result.table, qa.postprocess, options.batch_size,
+                                 model.tokenizer.pad_id(), at::kCPU, comm, &result.answers);
+  } else {
+    const int64_t n_best = qa.postprocess.n_best_size;
+    const std::vector<float> records =
+        sharded_records(*model.model, features, options.batch_size, model.tokenizer.pad_id(), at::kCPU, comm,
+                        qa_record_width(n_best), qa_record(n_best));
+    result.answers = postprocess_qa(result.table, features, records, qa.postprocess);
+  }
   result.seconds = max_over_ranks(MPI_Wtime() - start, comm, "predict: the time taken");
-  if (qa.with_answers) result.metrics = qa_metrics(result.table, result.answers, result.version_2);
   return result;
 }
 

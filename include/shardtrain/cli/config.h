@@ -37,6 +37,13 @@ struct LoadOptions {
 RunConfig load_run_config(const std::string& file, const ConfigOverrides& overrides,
                           const LoadOptions& options = LoadOptions());
 
+// The run config a training checkpoint saved (config_to_toml's text, its
+// config_toml attribute), read as a config file is, with none of
+// load_run_config's derived values or checks: the run resolved and checked it.
+// Error naming `source` for text that is not such a config (an unknown key: a
+// checkpoint of another version).
+RunConfig parse_saved_run_config(const std::string& toml_text, const std::string& source);
+
 // Checks ranges, choices and combinations. `keys_set` lists the keys the user
 // gave explicitly (file or command line); some combinations depend on it.
 void validate_run_config(const RunConfig& config, const std::set<std::string>& keys_set);

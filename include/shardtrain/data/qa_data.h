@@ -39,6 +39,7 @@ struct QaTable {
   std::vector<QaExample> examples;  // in file order
   std::vector<int64_t> line_numbers;  // per example: its line (SQuAD JSON: 1-based question number)
   bool squad_json = false;            // the file's layout
+  int64_t num_without_answers_field = 0;  // QaReadOptions::answers_if_present: questions with no "answers"
 
   int64_t size() const { return static_cast<int64_t>(examples.size()); }
 };
@@ -49,6 +50,10 @@ struct QaReadOptions {
   bool allow_unanswered = false;
   // predict: the answers are not read (and need not be there).
   bool read_answers = true;
+  // predict on a checkpoint: the answers are read where a question has them
+  // (a question without an "answers" field has none, counted in
+  // QaTable::num_without_answers_field); with read_answers only.
+  bool answers_if_present = false;
 };
 
 QaTable read_qa_table(const std::string& path, const QaReadOptions& options);

@@ -162,6 +162,14 @@ struct FieldRows {
 FieldRows read_fields(const std::string& content, const std::string& path, FileFormat format,
                       const std::vector<FieldSpec>& fields, BadRowPolicy on_bad_row);
 
+// True when the tsv / csv / jsonl file at `path` (format kAuto: from the
+// extension) has the column `column`: a header name or 0-based index (tsv,
+// csv), or a key of its first JSON object (jsonl). For a setting that is a
+// default rather than asked for (predict's label column from the run):
+// present, it is read; absent, it is not. Errors as read_table for a file
+// that cannot be read or has no header.
+bool file_has_column(const std::string& path, FileFormat format, const std::string& column);
+
 // The whole file at `path` (a regular file; Error naming it otherwise), a
 // UTF-8 byte-order mark removed.
 std::string read_data_file(const std::string& path);

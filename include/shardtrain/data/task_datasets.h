@@ -14,6 +14,10 @@
 // I- (b_to_i_map); special tokens get -100. Words past max_length are lost
 // (counted in TokenAlignment). A table without tags (predict) marks the first
 // token of every kept word with 0, so that "labelled" positions are the words.
+// A word may have no token at all (a zero-width space, a control character,
+// a soft hyphen: the normalizer removes it); as in HF it then has no label and
+// no prediction, so labelled positions are not word indices: with_words keeps
+// each token's word (word_first_tokens) for predict.
 //
 // Multiple choice follows run_swag_no_trainer.py: each choice of a row is the
 // pair (first, second[i]) truncated longest_first to max_length, and one
@@ -36,6 +40,9 @@ struct TokenTaskOptions {
   int max_length = 128;
   bool add_prefix_space = false;  // byte-level BPE: a space before every word (run_ner: RoBERTa)
   bool label_all_tokens = false;
+  // Keep each token's word in the dataset's token_spans ({w, w + 1} for a
+  // token of word w, {-1, -1} for a special token), for word_first_tokens.
+  bool with_words = false;
 };
 
 struct TokenAlignment {
@@ -57,6 +64,12 @@ TokenizedDataset build_token_dataset(const WordTable& table, const Tokenizer& to
 // For each example (sentence), the token position of each kept word's first
 // token: the positions whose token label is not -100, in order.
 std::vector<int32_t> labelled_positions(const TokenizedDataset& data, int64_t example);
+
+// A dataset built with TokenTaskOptions::with_words: for each of the
+// example's `num_words` words, the position of its first token in the
+// sequence, or -1 for a word with no token (cut off by max_length, or one
+// that tokenizes to nothing).
+std::vector<int32_t> word_first_tokens(const TokenizedDataset& data, int64_t example, size_t num_words);
 
 // Collective over comm; labels are the table's right choices (or none).
 TokenizedDataset build_choice_dataset(const MultipleChoiceTable& table, const Tokenizer& tokenizer, int max_length,

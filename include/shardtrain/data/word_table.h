@@ -69,6 +69,13 @@ WordTable read_word_table(const std::string& path, const WordTableOptions& optio
 WordTable read_word_table_from_string(const std::string& content, const std::string& path,
                                       const WordTableOptions& options);
 
+// True when the file at `path` has the tags options.tags_column names: a
+// CoNLL file whose word lines have a tag column besides the words (the
+// column's index, or the last of two or more), or a tsv / csv / jsonl file
+// with that column (data/reader.h's file_has_column). For predict, whose tag
+// column is the run's default, not asked for.
+bool word_table_has_tags(const std::string& path, const WordTableOptions& options);
+
 // run_ner's b_to_i_label: for each tag id, the id of its I- tag when the tag
 // is B-X and I-X exists, else the id itself.
 std::vector<int32_t> b_to_i_map(const std::vector<std::string>& tag_names);

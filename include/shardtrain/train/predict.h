@@ -49,6 +49,13 @@ struct PredictOptions {
   std::string text_a;     // column name / JSON key, or 0-based index
   std::string text_b;     // "" = single text
   std::string label;      // "" = no labels (no metrics); CoNLL: any name, or the tag column's index
+  // Token classification: score every sub-word token of a word, as the run's
+  // data.label_all_tokens did (the metrics only; a word's tag is always its
+  // first token's).
+  bool label_all_tokens = false;
+  // The model's forward: packed (unpadded) batches, or padded ones as HF runs
+  // them (model.unpadded). Both give the same logits to fp32 rounding.
+  bool unpadded = true;
   // Multiple choice: the choice columns (or one column holding a list), and
   // a preset (SWAG's, COPA's) naming the columns left empty here.
   std::vector<std::string> choices;
@@ -95,8 +102,9 @@ struct PredictResult {
   std::vector<std::vector<int32_t>> word_tags;
   std::vector<std::string> tag_names;
   int64_t truncated_rows = 0, truncated_words = 0;
-  // Token classification and multiple choice with labels in the file: the
-  // metrics train reports (evaluate.h's token_metrics, choice_metrics).
+  // With labels in the file: the metrics train's evaluation reports, by the
+  // same functions (evaluate.h: eval_metrics, token_metrics, choice_metrics),
+  // eval_loss included.
   std::map<std::string, double> task_metrics;
 
   HfLoadReport load_report;  // missing / unexpected weights (message() empty when none)
@@ -112,16 +120,23 @@ struct PredictModel {
   Tokenizer tokenizer;
   HfLoadReport report;
   std::string config_source;  // where the config came from, for messages
+  // A training checkpoint's resolved run config (TOML, as saved); empty for a
+  // HF folder. Its data settings are predict's defaults (cli's predict).
+  std::string run_config_toml;
+  std::string checkpoint_path;  // the checkpoint file; empty for a HF folder
 };
 
 // Collective over comm: options.model_dir loaded on every rank, in
-// options.dtype and eval mode. Throws Error for a batch size < 1, a negative
-// max_length or one above the model's max_position_embeddings, a dtype
-// other than float32 / bfloat16, or a vocabulary larger than the model's
-// embedding.
+// options.dtype and eval mode. Throws Error for a dtype other than float32 /
+// bfloat16. The settings are checked by predict_file / predict_qa_file
+// (check_predict_settings): a checkpoint's run may set them after the load.
 PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm);
-// Error naming --max-length when `max_length` exceeds the model's positions.
+// Error naming --max-length when `max_length` is negative or exceeds the
+// model's positions.
 void check_predict_max_length(int max_length, const PredictModel& loaded);
+// Before any row is read: Error naming --batch-size below 1, --max-length as
+// above, or a vocabulary larger than the model's embedding.
+void check_predict_settings(const PredictOptions& options, const PredictModel& loaded);
 
 // Runs the model over the file on all ranks of `comm` (collective; every rank
 // passes the same options). The second form takes the model load_predict_model
@@ -141,7 +156,8 @@ PredictResult predict_file(const PredictOptions& options, const PredictModel& mo
 //   {"row":i,"line":L,"logits":[...],"choice":k}                        multiple choice
 //   {"row":i,"line":L,"words":[...],"tags":[...],"entities":[...]}      token classification
 // A token classifier's tags are names (null for a word cut off by
-// max_length); each entity (seqeval's chunks of the tags) is
+// max_length, and for a word with no token at all, such as a lone zero-width
+// space); each entity (seqeval's chunks of the tags) is
 // {"type":T,"words":[first,end),"chars":[first,end),"text":S}, its character
 // span in the words joined by single spaces (Unicode code points).
 // Floats are printed with 9 significant digits (they read back as the same float).

@@ -39,6 +39,10 @@ struct QaPredictOptions {
   // --with-answers: read the file's gold answers and score the predictions
   // (the official EM / F1); without it the answers are not read.
   bool with_answers = false;
+  // A checkpoint's default (the run scored its eval file): score when every
+  // question of the file has gold answers (SQuAD v1: at least one each; v2:
+  // the "answers" field), else predict without scores.
+  bool answers_if_present = false;
 };
 
 // Identical on every rank after predict_qa_file returns.
@@ -47,7 +51,8 @@ struct QaPredictResult {
   std::vector<QaAnswer> answers;  // answers[q] for table.examples[q]
   int64_t num_features = 0;       // windows run through the model
   bool version_2 = false;
-  std::map<std::string, double> metrics;  // with_answers: qa_metrics (eval_exact_match, eval_f1, ...)
+  std::map<std::string, double> metrics;  // scored: qa_metrics (eval_exact_match, eval_f1, ...)
+  std::string unscored_reason;  // answers_if_present and not scored: why ("" otherwise)
   int world_size = 1;
   double seconds = 0;  // windows + forward + gather + post-processing, slowest rank
 };
