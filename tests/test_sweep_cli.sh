@@ -337,8 +337,7 @@ else
 fi
 
 # ---- bad sweep files: refused before any training, naming the key ------------------------------
-bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin
-  { printf '[sweep]\nbase = "tiny.toml"\nname = "%s"\nmetric = "eval_loss"\nmode = "min"\n' "$1"; cat; } >"$TMP/$1.sweep.toml"
+expect_refused() {  # expect_refused NAME EXPECTED [np]: $TMP/NAME.sweep.toml exits 2 naming EXPECTED, makes nothing
   local np=${3:-1} out
   out=$(timeout -s KILL $((60 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$np" "$BIN" sweep --config "$TMP/$1.sweep.toml" 2>&1)
   local status=$?
@@ -347,6 +346,14 @@ bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin
   else
     fail "$1 (status $status): $(tail -3 <<<"$out")"
   fi
+}
+refused_sweep() {  # refused_sweep NAME EXPECTED [np]: the whole sweep file on stdin
+  cat >"$TMP/$1.sweep.toml"
+  expect_refused "$@"
+}
+bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin, after a [sweep] on tiny.toml
+  { printf '[sweep]\nbase = "tiny.toml"\nname = "%s"\nmetric = "eval_loss"\nmode = "min"\n' "$1"; cat; } >"$TMP/$1.sweep.toml"
+  expect_refused "$@"
 }
 bad unknown_key "sweep.space.train.lrr: unknown run-config key 'train.lrr'" <<'TOML'
 [sweep.space]
@@ -369,17 +376,6 @@ bad bad_value "trial_001 (train.batch_size = -4) of" <<'TOML'
 "train.batch_size" = { grid = [4, -4] }
 TOML
 
-refused_sweep() {  # refused_sweep NAME EXPECTED: the whole sweep file on stdin; exit 2, nothing made
-  cat >"$TMP/$1.sweep.toml"
-  local out
-  out=$(timeout -s KILL $((60 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np 1 "$BIN" sweep --config "$TMP/$1.sweep.toml" 2>&1)
-  local status=$?
-  if [ $status -eq 2 ] && grep -qF -- "$2" <<<"$out" && [ ! -e "$TMP/runs/$1" ]; then
-    pass "refused ($1): $(grep -F -- "$2" <<<"$out" | head -1 | cut -c1-150)"
-  else
-    fail "$1 (status $status): $(tail -3 <<<"$out")"
-  fi
-}
 refused_sweep bad_metric "sweep.metric = 'eval_nonsense' ($TMP/bad_metric.sweep.toml) is never reported by model.task = \"sequence_classification\" (the base config $TMP/./tiny.toml); its evaluations report train_loss, eval_loss, eval_accuracy, eval_f1, eval_mcc" <<'TOML'
 [sweep]
 base = "./tiny.toml"
