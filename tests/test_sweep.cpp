@@ -9,11 +9,17 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/fs_util.h"
+#include "shardtrain/core/run_config.h"
 #include "shardtrain/sweep/asha.h"
+#include "shardtrain/sweep/metric.h"
 #include "shardtrain/sweep/results.h"
 #include "shardtrain/sweep/space.h"
 #include "shardtrain/sweep/state.h"
@@ -41,6 +47,28 @@ std::string sweep_error_of(const std::string& rest) {
 std::string param(const TrialSpec& t, const std::string& key) {
   for (const auto& kv : t.params)
     if (kv.first == key) return kv.second;
+  return "";
+}
+
+// The values train.seed takes over `num_samples` trials of a randint domain.
+std::vector<int64_t> randint_draws(const std::string& bounds, int num_samples) {
+  const SweepSpec spec = parse("num_samples = " + std::to_string(num_samples) + "\n[sweep.space]\n\"train.seed\" = { randint = " +
+                              bounds + " }\n");
+  std::vector<int64_t> out;
+  for (const TrialSpec& t : make_trials(spec)) out.push_back(std::stoll(param(t, "train.seed")));
+  return out;
+}
+
+std::string metric_error_of(const RunConfig& config, const std::string& metric) {
+  SweepSpec spec;
+  spec.file = "s.toml";
+  spec.base = "run.toml";
+  spec.metric = metric;
+  try {
+    check_sweep_metric(spec, config);
+  } catch (const Error& e) {
+    return e.what();
+  }
   return "";
 }
 
@@ -293,4 +321,122 @@ TEST_CASE("sweep results: sorted by the metric (min), mean and sample std per co
   const std::string table = sweep_table(state, r);
   CHECK(table.find("config 001  train.lr=0.2  mean 0.6000  std 0.1414  seeds 0.7000 0.5000") != std::string::npos);
   CHECK(sweep_best_json(state, r).find("\"trial\": \"trial_001_r1\"") != std::string::npos);
+}
+
+TEST_CASE("sweep randint: int64 bounds read, drawn and written exactly (past 2^53, up to 2^63 - 1)") {
+  // 2^53 + 1 and 2^53 + 3: no double holds them; b exclusive leaves two values.
+  std::set<int64_t> seen;
+  for (int64_t v : randint_draws("[9007199254740993, 9007199254740995]", 64)) {
+    CHECK((v == 9007199254740993 || v == 9007199254740994));
+    seen.insert(v);
+  }
+  CHECK(seen.size() == 2);
+  // The whole non-negative range: never negative, never b.
+  bool high_half = false;
+  for (int64_t v : randint_draws("[0, 9223372036854775807]", 64)) {
+    CHECK(v >= 0);
+    CHECK(v < INT64_MAX);
+    high_half = high_half || v > (INT64_MAX / 2);
+  }
+  CHECK(high_half);  // uniform over the range, not folded into its low end
+  // The widest range (span 2^64 - 1): no overflow, both signs.
+  bool negative = false, positive = false;
+  for (int64_t v : randint_draws("[-9223372036854775808, 9223372036854775807]", 64)) {
+    negative = negative || v < 0;
+    positive = positive || v > 0;
+  }
+  CHECK((negative && positive));
+  for (int64_t v : randint_draws("[-3, -2]", 8)) CHECK(v == -3);
+  // Small ranges: uniform, every value drawn.
+  std::set<int64_t> small;
+  for (int64_t v : randint_draws("[5, 8]", 64)) small.insert(v);
+  CHECK(small == std::set<int64_t>{5, 6, 7});
+  CHECK(sweep_error_of("[sweep.space]\n\"train.seed\" = { randint = [9007199254740995, 9007199254740993] }\n") ==
+        "sweep.space.train.seed: randint needs a < b, got a = 9007199254740995, b = 9007199254740993 in sweep.toml "
+        "(line 7)");
+}
+
+TEST_CASE("sweep.metric: checked against the metrics the base config's task reports") {
+  RunConfig config;  // sequence classification, classes from the data
+  const std::string error = metric_error_of(config, "eval_nonsense");
+  CHECK(error.find("sweep.metric = 'eval_nonsense' (s.toml) is never reported by model.task = "
+                   "\"sequence_classification\"") == 0);
+  CHECK(error.find("its evaluations report train_loss, eval_loss, eval_accuracy, eval_f1, eval_mcc, and eval_macro_f1 "
+                   "when the data has more than two classes") != std::string::npos);
+  for (const char* ok : {"eval_loss", "eval_mcc", "train_loss", "eval_macro_f1"}) CHECK(metric_error_of(config, ok).empty());
+  config.model.num_labels = 2;
+  CHECK_FALSE(metric_error_of(config, "eval_macro_f1").empty());
+  config.model.num_labels = 1;  // regression
+  CHECK(metric_error_of(config, "eval_pearson").empty());
+  CHECK_FALSE(metric_error_of(config, "eval_accuracy").empty());
+  config.model.task = Task::kTokenClassification;
+  CHECK(metric_error_of(config, "eval_PER_f1").empty());  // per entity type of the data
+  CHECK(metric_error_of(config, "eval_mcc").find("eval_<TYPE>_f1 for each entity type") != std::string::npos);
+  config.model.task = Task::kQuestionAnswering;
+  CHECK(metric_error_of(config, "eval_exact_match").empty());
+  CHECK_FALSE(metric_error_of(config, "eval_HasAns_f1").empty());
+  config.data.version_2_with_negative = true;
+  CHECK(metric_error_of(config, "eval_HasAns_f1").empty());
+  CHECK(metric_error_of(config, "eval_best_f1").empty());
+}
+
+TEST_CASE("sweep state: the base config kept; its changes named by key") {
+  shardtrain_test::ScratchDir scratch("sweep_base");
+  SweepState state;
+  state.base_config = {{"data.max_length", "64"}, {"train.max_steps", "40"}, {"train.weight_decay", "0"}};
+  write_sweep_state(scratch.dir, state);
+  CHECK(read_sweep_state(scratch.dir).base_config == state.base_config);
+  const std::map<std::string, std::string> now = {
+      {"data.max_length", "32"}, {"train.max_steps", "20"}, {"train.weight_decay", "0.01"}, {"train.lr", "0.001"}};
+  CHECK(base_config_changes(state.base_config, state.base_config).empty());
+  CHECK(base_config_changes(state.base_config, now) ==
+        std::vector<std::string>{"data.max_length: 64 -> 32", "train.lr: (none) -> 0.001", "train.max_steps: 40 -> 20",
+                                 "train.weight_decay: 0 -> 0.01"});
+}
+
+TEST_CASE("sweep state: paths relative to the sweep folder; an old state's absolute paths read as relative") {
+  shardtrain_test::ScratchDir scratch("sweep_paths");
+  // Format 1 (absolute paths), as an earlier shardtrain wrote it, from a
+  // folder that has moved since.
+  std::ofstream(scratch.dir + "/sweep_state.json")
+      << R"({"format": "shardtrain sweep state 1", "fingerprint": "fp", "metric": "eval_loss", "mode": "min",
+  "rungs": [], "stop_requested": false, "events": [{"trial": "trial_000", "evaluation": 1, "step": 4, "value": 0.5,
+  "stop": false, "reason": "scheduler none"}],
+  "trials": [{"id": "trial_000", "config_index": 0, "repeat": 0, "params": [["train.lr", "0.001"]], "status": "finished",
+   "group": 0, "attempts": 1, "steps": 12, "stop_reason": "", "error": "",
+   "best_checkpoint": "/gone/runs/grid/trial_000/checkpoint_000002.h5", "run_dir": "/gone/runs/grid/trial_000"},
+  {"id": "trial_001", "config_index": 1, "repeat": 0, "params": [["train.lr", "0.003"]], "status": "finished",
+   "group": 0, "attempts": 1, "steps": 12, "stop_reason": "", "error": "",
+   "best_checkpoint": "runs/grid/trial_001/checkpoint_000002.h5", "run_dir": "runs/grid/trial_001"}]})";
+  SweepState state = read_sweep_state(scratch.dir);
+  REQUIRE(state.trials.size() == 2);
+  CHECK(state.trials[0].run_dir == "trial_000");
+  CHECK(state.trials[0].best_checkpoint == "trial_000/checkpoint_000002.h5");
+  CHECK(state.trials[1].best_checkpoint == "trial_001/checkpoint_000002.h5");  // a folder relative to the job's
+  CHECK(sweep_path(scratch.dir, state.trials[0].best_checkpoint) == scratch.dir + "/trial_000/checkpoint_000002.h5");
+  // Neither trial's files are in this folder: missing, not finished.
+  CHECK(check_trial_files(scratch.dir, state) == 2);
+  CHECK(state.trials[0].missing == "its run folder trial_000 is gone");
+  std::filesystem::create_directories(scratch.dir + "/trial_000");
+  std::filesystem::create_directories(scratch.dir + "/trial_001");
+  std::ofstream(scratch.dir + "/trial_001/checkpoint_000002.h5") << "x";
+  CHECK(check_trial_files(scratch.dir, state) == 1);
+  CHECK(state.trials[0].missing == "its checkpoint trial_000/checkpoint_000002.h5 is gone");
+  CHECK(state.trials[1].missing.empty());
+  const SweepResults r = summarize_sweep(state);
+  const std::string table = sweep_table(state, r);
+  CHECK(table.find("trial_000  missing") != std::string::npos);
+  CHECK(table.find("trial_000 finished, but its checkpoint trial_000/checkpoint_000002.h5 is gone") != std::string::npos);
+  CHECK(sweep_results_csv(state, r).find("trial_000,0,0,missing,") != std::string::npos);
+  CHECK(r.best == nullptr);  // trial_001 has no evaluation, trial_000 no checkpoint
+  // Written back relative, as best.json names them.
+  write_sweep_state(scratch.dir, state);
+  const std::string text = read_file(sweep_state_path(scratch.dir), "state");
+  CHECK(text.find("\"run_dir\": \"trial_000\"") != std::string::npos);
+  CHECK(text.find("/gone/") == std::string::npos);
+  // trial_000's 0.5 is the better loss, but its checkpoint is gone: the best is trial_001.
+  state.events.push_back({"trial_001", 1, 4, 0.6, false, ""});
+  const std::string best = sweep_best_json(state, summarize_sweep(state));
+  CHECK(best.find("\"checkpoint\": \"trial_001/checkpoint_000002.h5\"") != std::string::npos);
+  CHECK(best.find("\"config\": \"trial_001/config.toml\"") != std::string::npos);
 }

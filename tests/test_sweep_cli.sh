@@ -14,7 +14,13 @@
 #   - ASHA with 9 trials, grace_period 1, reduction_factor 3: every recorded
 #     decision follows the rule, replayed here in the recorded order;
 #   - `plot` of the sweep folder draws the pruned trials dashed;
-#   - bad sweep files refused before any training, naming the key.
+#   - the same sweep from a changed base config: refused, naming the keys;
+#   - bad sweep files refused before any training, naming the key (a metric
+#     the task never reports, a base that is a folder);
+#   - a sweep whose every trial fails exits non-zero after its table;
+#   - the sweep folder moved: best.json's paths still exist; a trial folder or
+#     checkpoint deleted and a trial taken out of the state by hand: --status
+#     shows them missing, a re-run trains exactly those, to the same metrics.
 # Usage: test_sweep_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Needs bash, python3 and h5diff (hdf5-tools).
 set -u
@@ -143,6 +149,21 @@ fi
 "$BIN" sweep --status "$D" >"$TMP/status.txt" 2>&1 && grep -q "^1  $BEST  finished" "$TMP/status.txt" &&
   snapshot "$D" >"$TMP/after.txt" && cmp -s "$TMP/before.txt" "$TMP/after.txt" &&
   pass "sweep --status: the table, best first; the folder unchanged" || fail "sweep --status" "$TMP/status.txt"
+
+# ---- the same sweep from a changed base config: refused, naming the keys -----------------
+# max_length, max_steps and weight_decay change; train.lr too, but the space sets it.
+sed -e 's/^max_length = 64$/max_length = 32/' -e 's/^max_steps = 12$/max_steps = 20/' -e 's/^lr = 1e-3$/lr = 5e-4/' \
+  -e 's/^\[train\]$/[train]\nweight_decay = 0.05/' "$TMP/tiny.toml" >"$TMP/tiny_changed.toml"
+sed 's/^base = "tiny.toml"$/base = "tiny_changed.toml"/' "$TMP/grid.sweep.toml" >"$TMP/grid_changed.sweep.toml"
+out=$(timeout -s KILL $((60 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" sweep --config "$TMP/grid_changed.sweep.toml" 2>&1)
+status=$?
+expected="was made from another base config: data.max_length: 64 -> 32, train.max_steps: 12 -> 20, train.weight_decay: 0.01 -> 0.05 ("
+if [ $status -eq 2 ] && grep -qF -- "$expected" <<<"$out" && snapshot "$D" >"$TMP/after.txt" &&
+  cmp -s "$TMP/before.txt" "$TMP/after.txt"; then
+  pass "the sweep rerun from a changed base config: refused naming the keys, the folder unchanged"
+else
+  fail "a changed base config (status $status): $(tail -3 <<<"$out")"
+fi
 
 # ---- kill -9 one rank mid-sweep, then run again -----------------------------------------
 # World rank 1 freezes in its first final checkpoint write (a temporary file is
@@ -316,8 +337,7 @@ else
 fi
 
 # ---- bad sweep files: refused before any training, naming the key ------------------------------
-bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin
-  { printf '[sweep]\nbase = "tiny.toml"\nname = "%s"\nmetric = "eval_loss"\nmode = "min"\n' "$1"; cat; } >"$TMP/$1.sweep.toml"
+expect_refused() {  # expect_refused NAME EXPECTED [np]: $TMP/NAME.sweep.toml exits 2 naming EXPECTED, makes nothing
   local np=${3:-1} out
   out=$(timeout -s KILL $((60 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$np" "$BIN" sweep --config "$TMP/$1.sweep.toml" 2>&1)
   local status=$?
@@ -326,6 +346,14 @@ bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin
   else
     fail "$1 (status $status): $(tail -3 <<<"$out")"
   fi
+}
+refused_sweep() {  # refused_sweep NAME EXPECTED [np]: the whole sweep file on stdin
+  cat >"$TMP/$1.sweep.toml"
+  expect_refused "$@"
+}
+bad() {  # bad NAME EXPECTED [np]: the [sweep.space] body on stdin, after a [sweep] on tiny.toml
+  { printf '[sweep]\nbase = "tiny.toml"\nname = "%s"\nmetric = "eval_loss"\nmode = "min"\n' "$1"; cat; } >"$TMP/$1.sweep.toml"
+  expect_refused "$@"
 }
 bad unknown_key "sweep.space.train.lrr: unknown run-config key 'train.lrr'" <<'TOML'
 [sweep.space]
@@ -347,6 +375,94 @@ bad bad_value "trial_001 (train.batch_size = -4) of" <<'TOML'
 [sweep.space]
 "train.batch_size" = { grid = [4, -4] }
 TOML
+
+refused_sweep bad_metric "sweep.metric = 'eval_nonsense' ($TMP/bad_metric.sweep.toml) is never reported by model.task = \"sequence_classification\" (the base config $TMP/./tiny.toml); its evaluations report train_loss, eval_loss, eval_accuracy, eval_f1, eval_mcc" <<'TOML'
+[sweep]
+base = "./tiny.toml"
+name = "bad_metric"
+metric = "eval_nonsense"
+mode = "max"
+[sweep.space]
+"train.lr" = { grid = [1e-3] }
+TOML
+refused_sweep base_is_folder "sweep.base = $TMP/. ($TMP/base_is_folder.sweep.toml) is a directory: name the run config file (TOML) every trial starts from; that folder holds " <<'TOML'
+[sweep]
+base = "."
+name = "base_is_folder"
+metric = "eval_loss"
+mode = "min"
+[sweep.space]
+"train.lr" = { grid = [1e-3] }
+TOML
+
+# ---- every trial fails at run time: the table, then a non-zero exit ----------------------
+cat >"$TMP/all_fail.sweep.toml" <<TOML
+[sweep]
+base = "tiny.toml"
+name = "all_fail"
+metric = "eval_loss"
+mode = "min"
+[sweep.space]
+"data.label" = { grid = ["no_such_column", "nor_this_one"] }
+TOML
+sweep 1 all_fail
+status=$?
+if [ $status -ne 0 ] && grep -qF "no trial of the sweep in $TMP/runs/all_fail finished: 2 of 2 failed" "$TMP/all_fail.log" &&
+  grep -q "^trial_001 failed: " "$TMP/all_fail.log"; then
+  pass "every trial failed: the table with their errors, exit $status"
+else
+  fail "every trial failed (status $status)" "$TMP/all_fail.log"
+fi
+
+# ---- the sweep folder moved; a trial's folder, another's checkpoint deleted; a trial taken
+# ---- out of the state by hand: --status tells them apart, a re-run trains exactly those ----
+M=$TMP/moved/grid
+mkdir -p "$TMP/moved" && mv "$D" "$M"
+if "$BIN" sweep --status "$M" >"$TMP/moved_status.txt" 2>&1 && python3 - "$M" <<'PY'; then
+import json, os, sys
+d = sys.argv[1]
+b = json.load(open(d + "/best.json"))
+for key in ("checkpoint", "run_dir", "config"):
+    assert not os.path.isabs(b[key]) and os.path.exists(os.path.join(d, b[key])), (key, b[key])
+for row in open(d + "/results.csv").readlines()[1:]:
+    assert ",finished," in row and "/moved/" not in row and "/runs/" not in row, row
+PY
+  pass "the sweep folder moved: --status and best.json name its files relative to it (they exist)"
+else
+  fail "the moved sweep folder" "$TMP/moved_status.txt"
+fi
+snapshot "$M/trial_003" >"$TMP/kept_before.txt"
+rm -rf "$M/trial_000"
+rm -f "$M/trial_001"/checkpoint_000002.h5
+python3 - "$M/sweep_state.json" <<'PY'
+import json, sys
+state = json.load(open(sys.argv[1]))
+state["trials"] = [t for t in state["trials"] if t["id"] != "trial_002"]
+state["events"] = [e for e in state["events"] if e["trial"] != "trial_002"]
+json.dump(state, open(sys.argv[1], "w"), indent=1)
+PY
+rm -rf "$M/trial_002"
+if "$BIN" sweep --status "$M" >"$TMP/deleted_status.txt" 2>&1 &&
+  grep -qE "^[0-9]+  trial_000  missing" "$TMP/deleted_status.txt" && grep -qE "^[0-9]+  trial_001  missing" "$TMP/deleted_status.txt" &&
+  grep -qF "trial_001 finished, but its checkpoint trial_001/checkpoint_000002.h5 is gone" "$TMP/deleted_status.txt" &&
+  ! grep -qE "^[0-9]+  trial_00[01]  finished" "$TMP/deleted_status.txt"; then
+  pass "--status: a finished trial whose folder or checkpoint is gone shows as missing"
+else
+  fail "--status with deleted files" "$TMP/deleted_status.txt"
+fi
+mv "$M" "$D"
+: >"$TMP/grid.log"
+if sweep 4 grid && metrics_of "$D/results.csv" >"$TMP/rerun_metrics.txt" &&
+  cmp -s "$TMP/grid_metrics.txt" "$TMP/rerun_metrics.txt" && snapshot "$D/trial_003" >"$TMP/kept_after.txt" &&
+  cmp -s "$TMP/kept_before.txt" "$TMP/kept_after.txt" &&
+  [ -f "$D/trial_000/checkpoint_000002.h5" ] && [ -f "$D/trial_001/checkpoint_000002.h5" ] &&
+  [ -f "$D/trial_002/checkpoint_000002.h5" ] && grep -q "holds no trial_002" "$TMP/grid.log" &&
+  [ "$(grep -c "^\[trial_00[0-2]\] done: 12 steps" "$TMP/grid.log")" = 3 ] && ! grep -q "^\[trial_003\]" "$TMP/grid.log"; then
+  pass "re-run: the three trials trained again (results.csv's metrics bit-identical), trial_003 untouched"
+else
+  diff "$TMP/grid_metrics.txt" "$TMP/rerun_metrics.txt" | head -5
+  fail "re-run after deleting files" "$TMP/grid.log"
+fi
 
 if [ $FAILURES -ne 0 ]; then
   echo "test_sweep_cli: $FAILURES failure(s)"

@@ -1,10 +1,14 @@
 // `shardtrain sweep --config SWEEP.toml`: a hyperparameter sweep inside one
 // allocation (sweep/runner.h; docs/sweeps.md). `--status DIR` prints a sweep
 // folder's table and writes its results.csv and best.json.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "shardtrain/cli/config.h"
@@ -14,6 +18,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/signals.h"
+#include "shardtrain/sweep/metric.h"
 #include "shardtrain/sweep/results.h"
 #include "shardtrain/sweep/runner.h"
 
@@ -32,6 +37,51 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
+RunConfig load_base(const SweepSpec& spec, const LoadOptions& load) {
+  std::error_code error;
+  if (std::filesystem::is_directory(spec.base, error)) {
+    std::vector<std::string> tomls;
+    for (const auto& entry : std::filesystem::directory_iterator(spec.base, error))
+      if (entry.path().extension() == ".toml") tomls.push_back(entry.path().filename().string());
+    std::sort(tomls.begin(), tomls.end());
+    std::string some;
+    for (size_t i = 0; i < tomls.size() && i < 5; ++i) some += (some.empty() ? "" : ", ") + tomls[i];
+    throw Error("sweep.base = " + spec.base + " (" + spec.file + ") is a directory: name the run config file (TOML) "
+                "every trial starts from" + (some.empty() ? std::string() : "; that folder holds " + some));
+  }
+  try {
+    return load_run_config(spec.base, {}, load);
+  } catch (const Error& e) {
+    throw Error("sweep.base = " + spec.base + ": " + e.what());
+  }
+}
+
+// The base's resolved values, key -> TOML text (config_to_toml's lines; an
+// unset optional key is its "# key = (unset)" comment), but for the keys the
+// sweep sets: run.name, run.storage_path (the sweep folder may move) and the
+// space's keys (the sweep file's values win).
+std::map<std::string, std::string> base_config_values(const RunConfig& base, const SweepSpec& spec) {
+  std::map<std::string, std::string> values;
+  std::istringstream lines(config_to_toml(base));
+  std::string line, section;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const bool unset = line.rfind("# ", 0) == 0;
+    const size_t equals = line.find(" = ");
+    if (equals == std::string::npos) continue;
+    const std::string key = section + "." + line.substr(unset ? 2 : 0, equals - (unset ? 2 : 0));
+    values[key] = line.substr(equals + 3);
+  }
+  values.erase("run.name");
+  values.erase("run.storage_path");
+  for (const SpaceDimension& d : spec.space) values.erase(d.key);
+  return values;
+}
+
 // Every trial's config, loaded and validated as `train` would, before any
 // trial starts: a bad value stops the sweep here, naming the trial and key.
 SweepPlan make_plan(const SweepFlags& flags, int world_size) {
@@ -45,15 +95,12 @@ SweepPlan make_plan(const SweepFlags& flags, int world_size) {
                            static_cast<long long>(spec.ranks_per_trial)));
   LoadOptions load;
   load.world_size = static_cast<int>(spec.ranks_per_trial);
-  RunConfig base;
-  try {
-    base = load_run_config(spec.base, {}, load);
-  } catch (const Error& e) {
-    throw Error("sweep.base = " + spec.base + ": " + e.what());
-  }
+  const RunConfig base = load_base(spec, load);
   if (base.data.eval_file.empty())
     throw Error("sweep.metric = '" + spec.metric + "' needs evaluations: the base config " + spec.base +
                 " sets no data.eval_file");
+  check_sweep_metric(spec, base);
+  plan.base_config = base_config_values(base, spec);
   plan.dir = (std::filesystem::path(base.run.storage_path) / spec.name).string();
   plan.lock_timeout_s = base.run.collective_timeout_s;
   plan.trials = make_trials(spec);
@@ -83,6 +130,17 @@ void print_results(const std::string& dir, const SweepState& state) {
   std::fflush(stdout);
 }
 
+// "" when some trial finished or was pruned; else why the sweep failed.
+std::string no_trial_finished(const std::string& dir, const SweepState& state) {
+  int64_t failed = 0;
+  for (const TrialRecord& t : state.trials) {
+    if (t.status == TrialStatus::kFinished || t.status == TrialStatus::kPruned) return "";
+    failed += t.status == TrialStatus::kFailed ? 1 : 0;
+  }
+  return str_format("no trial of the sweep in %s finished: %lld of %zu failed (their errors are in the table above "
+                    "and in results.csv)", dir.c_str(), static_cast<long long>(failed), state.trials.size());
+}
+
 }  // namespace
 
 void add_sweep_command(CLI::App& root, World& world) {
@@ -104,7 +162,9 @@ void add_sweep_command(CLI::App& root, World& world) {
       on_rank0(world.comm(), "sweep --status: rank 0 reads the state", [&] {
         if (!sweep_state_exists(flags->status_dir))
           throw Error("--status " + flags->status_dir + ": no sweep_state.json there (not a sweep folder)");
-        print_results(flags->status_dir, read_sweep_state(flags->status_dir));
+        SweepState state = read_sweep_state(flags->status_dir);
+        check_trial_files(flags->status_dir, state);
+        print_results(flags->status_dir, state);
       });
       return;
     }
@@ -123,11 +183,14 @@ void add_sweep_command(CLI::App& root, World& world) {
     // boundary with an emergency checkpoint; exit 143.
     install_preemption_handler(plan.configs.front().checkpoint.preemption_grace_s);
     const SweepOutcome outcome = run_sweep(plan, world.comm());
-    if (world.rank() != 0) return;
-    if (outcome.nothing_to_do) std::printf("nothing to do: every trial of %s is done\n", plan.dir.c_str());
-    print_results(plan.dir, outcome.state);
-    if (!outcome.nothing_to_do) std::printf("wall time: %.1f s\n", MPI_Wtime() - start);
-    std::fflush(stdout);
+    const std::string none_finished = rank0_value(world.comm(), "sweep: the results", [&]() -> std::string {
+      if (outcome.nothing_to_do) std::printf("nothing to do: every trial of %s is done\n", plan.dir.c_str());
+      print_results(plan.dir, outcome.state);
+      if (!outcome.nothing_to_do) std::printf("wall time: %.1f s\n", MPI_Wtime() - start);
+      std::fflush(stdout);
+      return no_trial_finished(plan.dir, outcome.state);
+    });
+    if (!none_finished.empty()) throw Error(none_finished);
   });
 }
 

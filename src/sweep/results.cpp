@@ -50,11 +50,8 @@ bool has_repeats(const SweepState& state) {
   return std::any_of(state.trials.begin(), state.trials.end(), [](const TrialRecord& t) { return t.spec.repeat > 0; });
 }
 
-std::string relative_to(const std::string& path, const std::string& dir) {
-  if (path.empty()) return "-";
-  const std::string rel = std::filesystem::path(path).lexically_relative(dir).string();
-  return rel.empty() || rel.rfind("..", 0) == 0 ? path : rel;
-}
+// A trial whose files are gone is not shown as finished (or pruned).
+const char* shown_status(const TrialRecord& t) { return t.missing.empty() ? trial_status_name(t.status) : "missing"; }
 
 void write_if_changed(const std::string& path, const std::string& content) {
   std::error_code error;
@@ -86,7 +83,12 @@ SweepResults summarize_sweep(const SweepState& state) {
   }
   std::stable_sort(out.trials.begin(), out.trials.end(),
                    [&](const TrialResult& a, const TrialResult& b) { return better(a.best, b.best, state.maximize); });
-  if (!out.trials.empty() && !std::isnan(out.trials.front().best)) out.best = &out.trials.front();
+  // The best trial has a value and its checkpoint.
+  for (const TrialResult& r : out.trials)
+    if (!std::isnan(r.best) && r.trial->missing.empty()) {
+      out.best = &r;
+      break;
+    }
   std::map<int64_t, ConfigResult> configs;
   for (const TrialResult& r : out.trials) {
     ConfigResult& c = configs[r.trial->spec.config_index];
@@ -121,17 +123,15 @@ std::string sweep_table(const SweepState& state, const SweepResults& results) {
   for (const char* h : {"evals", "last", "best", "checkpoint"}) header.push_back(h);
   rows.push_back(header);
   int position = 0;
-  std::string dir;
   for (const TrialResult& r : results.trials) {
     const TrialRecord& t = *r.trial;
-    if (dir.empty() && !t.run_dir.empty()) dir = std::filesystem::path(t.run_dir).parent_path().string();
-    std::vector<std::string> row = {std::to_string(++position), t.spec.id, trial_status_name(t.status)};
+    std::vector<std::string> row = {std::to_string(++position), t.spec.id, shown_status(t)};
     for (const auto& kv : t.spec.params) row.push_back(kv.second);
     for (int64_t rung : state.rungs) row.push_back(cell(value_at(r, rung)));
     row.push_back(std::to_string(r.values.size()));
     row.push_back(cell(r.values.empty() ? NAN : r.values.back()));
     row.push_back(cell(r.best));
-    row.push_back(relative_to(t.best_checkpoint, dir));
+    row.push_back(t.best_checkpoint.empty() ? "-" : t.best_checkpoint);
     rows.push_back(row);
   }
   std::vector<size_t> width(header.size(), 0);
@@ -148,7 +148,10 @@ std::string sweep_table(const SweepState& state, const SweepResults& results) {
   }
   for (const TrialResult& r : results.trials) {
     const TrialRecord& t = *r.trial;
-    if (t.status == TrialStatus::kFailed) out << t.spec.id << " failed: " << t.error << "\n";
+    if (!t.missing.empty())
+      out << t.spec.id << " " << trial_status_name(t.status) << ", but " << t.missing
+          << ": the next `shardtrain sweep` run trains it again\n";
+    else if (t.status == TrialStatus::kFailed) out << t.spec.id << " failed: " << t.error << "\n";
     else if (t.status == TrialStatus::kPruned) out << t.spec.id << " " << t.stop_reason << "\n";
   }
   if (has_repeats(state)) {
@@ -177,7 +180,7 @@ std::string sweep_results_csv(const SweepState& state, const SweepResults& resul
   for (const TrialResult& r : results.trials) {
     const TrialRecord& t = *r.trial;
     out += t.spec.id + "," + std::to_string(t.spec.config_index) + "," + std::to_string(t.spec.repeat) + "," +
-           trial_status_name(t.status);
+           shown_status(t);
     for (const auto& kv : t.spec.params) out += "," + csv_field(kv.second);
     for (int64_t rung : state.rungs) out += "," + exact(value_at(r, rung));
     out += "," + std::to_string(r.values.size()) + "," + exact(r.values.empty() ? NAN : r.values.back()) + "," +
@@ -204,6 +207,7 @@ std::string sweep_best_json(const SweepState& state, const SweepResults& results
   Json params = Json::object();
   for (const auto& kv : t.spec.params) params[kv.first] = kv.second;
   j["params"] = params;
+  // Relative to the sweep folder (this file's): true wherever the folder moves.
   j["checkpoint"] = t.best_checkpoint;
   j["run_dir"] = t.run_dir;
   j["config"] = (std::filesystem::path(t.run_dir) / "config.toml").string();

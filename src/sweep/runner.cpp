@@ -1,5 +1,6 @@
 #include "shardtrain/sweep/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -59,6 +60,14 @@ Asha replay(const SweepSpec& spec, const SweepState& state) {
   return asha;
 }
 
+// A checkpoint's path as the state keeps it: relative to the sweep folder
+// (the trainer's paths are under <plan.dir>/<trial id>, spelled the same way).
+std::string relative_to_sweep(const SweepPlan& plan, const std::string& path) {
+  if (path.empty()) return path;
+  const std::string rel = fs::path(path).lexically_relative(plan.dir).string();
+  return rel.empty() || rel.rfind("..", 0) == 0 ? path : rel;
+}
+
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 std::string describe_change(const SweepState& recorded, const std::vector<TrialSpec>& trials) {
@@ -68,6 +77,83 @@ std::string describe_change(const SweepState& recorded, const std::vector<TrialS
     if (recorded.trials[i].spec.id != trials[i].id || recorded.trials[i].spec.params != trials[i].params)
       return "trial " + trials[i].id + "'s parameters differ";
   return "the metric, mode or scheduler differ";
+}
+
+SweepState new_state(const SweepPlan& plan, const std::string& fingerprint) {
+  SweepState state;
+  state.fingerprint = fingerprint;
+  state.base_config = plan.base_config;
+  state.metric = plan.spec.metric;
+  state.maximize = plan.spec.maximize;
+  if (plan.spec.asha)
+    state.rungs = Asha({plan.spec.grace_period, plan.spec.reduction_factor, plan.spec.max_t, plan.spec.maximize},
+                       plan.spec.metric).rungs();
+  for (const TrialSpec& t : plan.trials) {
+    TrialRecord record;
+    record.spec = t;
+    record.run_dir = t.id;  // relative to the sweep folder
+    state.trials.push_back(record);
+  }
+  return state;
+}
+
+// Refuses a state made from another sweep file or another base config
+// (nothing changed); a state from before the base config was kept gets it.
+// Returns whether the state changed.
+bool check_recorded(const SweepPlan& plan, const std::string& fingerprint, SweepState& state) {
+  if (state.fingerprint != fingerprint)
+    throw Error(sweep_state_path(plan.dir) + " was made from another sweep file (" + describe_change(state, plan.trials) +
+                "): nothing was changed. Restore the sweep file " + plan.spec.file +
+                " as it was to resume this sweep, or give it another sweep.name");
+  if (state.base_config.empty()) {
+    log_warn("%s holds no base config (written by an earlier shardtrain): recorded %s's now; later changes to it are "
+             "refused", sweep_state_path(plan.dir).c_str(), plan.spec.base.c_str());
+    state.base_config = plan.base_config;
+    return true;
+  }
+  const std::vector<std::string> changes = base_config_changes(state.base_config, plan.base_config);
+  if (changes.empty()) return false;
+  std::string list;
+  for (const std::string& change : changes) list += (list.empty() ? "" : ", ") + change;
+  throw Error(sweep_state_path(plan.dir) + " was made from another base config: " + list +
+              " (the sweep's trials ran with the values on the left; sweep.base = " + plan.spec.base +
+              "): nothing was changed. Restore those values to resume this sweep, or give it another sweep.name");
+}
+
+// Trials the state lacks (removed by hand) are added, pending, in the sweep
+// file's order; finished or pruned trials whose run folder or checkpoint is
+// gone are pending again (their recorded evaluations are replayed with their
+// decisions as they run). Returns whether the state changed.
+bool restore_trials(const SweepPlan& plan, SweepState& state) {
+  bool changed = false;
+  std::vector<TrialRecord> trials;
+  for (const TrialSpec& spec : plan.trials) {
+    const auto found = std::find_if(state.trials.begin(), state.trials.end(),
+                                    [&](const TrialRecord& t) { return t.spec.id == spec.id; });
+    if (found != state.trials.end()) {
+      trials.push_back(*found);
+      continue;
+    }
+    log_warn("sweep state: it holds no %s (removed by hand?): the trial runs", spec.id.c_str());
+    TrialRecord record;
+    record.spec = spec;
+    record.run_dir = spec.id;
+    trials.push_back(record);
+    changed = true;
+  }
+  changed = changed || trials.size() != state.trials.size();
+  state.trials = std::move(trials);
+  check_trial_files(plan.dir, state);
+  for (TrialRecord& t : state.trials) {
+    if (t.missing.empty()) continue;
+    log_warn("%s was %s but %s: it runs again", t.spec.id.c_str(), trial_status_name(t.status), t.missing.c_str());
+    t.status = TrialStatus::kPending;
+    t.best_checkpoint.clear();
+    t.stop_reason.clear();
+    t.missing.clear();
+    changed = true;
+  }
+  return changed;
 }
 
 // Rank 0: the sweep folder, its lock and state at the start of a job.
@@ -85,31 +171,17 @@ bool prepare(const SweepPlan& plan, std::unique_ptr<RunLock>& lock) {
     log_warn("removed %s, a temporary file of an earlier job that did not finish", path.c_str());
   const std::string fingerprint = sweep_fingerprint(plan.spec, plan.trials);
   if (!sweep_state_exists(plan.dir)) {
-    SweepState state;
-    state.fingerprint = fingerprint;
-    state.metric = plan.spec.metric;
-    state.maximize = plan.spec.maximize;
-    if (plan.spec.asha)
-      state.rungs = Asha({plan.spec.grace_period, plan.spec.reduction_factor, plan.spec.max_t, plan.spec.maximize},
-                         plan.spec.metric).rungs();
-    for (const TrialSpec& t : plan.trials) {
-      TrialRecord record;
-      record.spec = t;
-      record.run_dir = (fs::path(plan.dir) / t.id).string();
-      state.trials.push_back(record);
-    }
-    write_sweep_state(plan.dir, state);
+    write_sweep_state(plan.dir, new_state(plan, fingerprint));
     log_info("sweep %s: %zu trials, state in %s", plan.spec.name.c_str(), plan.trials.size(),
              sweep_state_path(plan.dir).c_str());
     return true;
   }
   SweepState state = read_sweep_state(plan.dir);
-  if (state.fingerprint != fingerprint)
-    throw Error(sweep_state_path(plan.dir) + " was made from another sweep file (" + describe_change(state, plan.trials) +
-                "): nothing was changed. Restore the sweep file " + plan.spec.file +
-                " as it was to resume this sweep, or give it another sweep.name");
-  bool changed = state.stop_requested, left = false;
+  bool changed = check_recorded(plan, fingerprint, state);
+  changed = restore_trials(plan, state) || changed;
+  changed = changed || state.stop_requested;
   state.stop_requested = false;
+  bool left = false;
   int64_t resumed = 0, done = 0;
   for (TrialRecord& t : state.trials) {
     if (t.status == TrialStatus::kRunning) {  // its job ended while it ran: it resumes
@@ -286,7 +358,8 @@ class GroupWorker {
         const bool pruned = result.stopped_early && result.stop_reason.rfind("pruned", 0) == 0;
         t.status = pruned ? TrialStatus::kPruned : TrialStatus::kFinished;
         t.stop_reason = result.stop_reason;
-        t.best_checkpoint = result.best_checkpoint.empty() ? result.last_checkpoint : result.best_checkpoint;
+        t.best_checkpoint = relative_to_sweep(
+            plan_, result.best_checkpoint.empty() ? result.last_checkpoint : result.best_checkpoint);
         log_info("%s %s at step %lld%s%s%s", id.c_str(), pruned ? "stopped" : "finished",
                  static_cast<long long>(result.steps), result.stop_reason.empty() ? "" : " (",
                  result.stop_reason.c_str(), result.stop_reason.empty() ? "" : ")");

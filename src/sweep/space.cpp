@@ -88,16 +88,23 @@ SpaceDimension read_dimension(const std::string& key, const toml::table& domain,
     return d;
   }
   if (list->size() != 2) throw Error(name + ": " + kind_name + " takes two numbers, [a, b]" + where);
+  if (d.kind == SpaceKind::kRandInt) {
+    // Integers end to end: a double holds every integer only up to 2^53.
+    if (!list->get(0)->is_integer() || !list->get(1)->is_integer())
+      throw Error(name + ": randint takes two integers, [a, b) with b exclusive" + where);
+    d.int_low = list->get(0)->as_integer()->get();
+    d.int_high = list->get(1)->as_integer()->get();
+    if (!(d.int_low < d.int_high))
+      throw Error(name + ": randint needs a < b, got a = " + std::to_string(d.int_low) +
+                  ", b = " + std::to_string(d.int_high) + where);
+    return d;
+  }
   d.low = number_of(name, *list->get(0), where);
   d.high = number_of(name, *list->get(1), where);
   const std::string got = "got a = " + shortest_text(d.low) + ", b = " + shortest_text(d.high);
   if (d.kind == SpaceKind::kLogUniform && !(d.low > 0 && d.low < d.high))
     throw Error(name + ": loguniform needs 0 < a < b, " + got + where);
   if (!(d.low < d.high)) throw Error(name + ": " + kind_name + " needs a < b, " + got + where);
-  if (d.kind == SpaceKind::kRandInt) {
-    if (!list->get(0)->is_integer() || !list->get(1)->is_integer())
-      throw Error(name + ": randint takes two integers, [a, b) with b exclusive" + where);
-  }
   return d;
 }
 
@@ -155,6 +162,22 @@ int64_t at_least(const char* key, int64_t value, int64_t min) {
 // Uniform in [0, 1) from 53 bits: the same on every platform (std's
 // distributions are not specified bit for bit).
 double unit_draw(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+// Uniform in [low, high), exactly, for any int64 low < high: the span is
+// taken as uint64 (it fits: at most 2^64 - 1) and drawn by Lemire's
+// multiply-shift with rejection (no modulo bias). One draw of the generator
+// but with probability span / 2^64 of another; for spans far below 2^53 the
+// value is that of the earlier floor(unit_draw x span) but for that chance.
+int64_t randint_draw(std::mt19937_64& rng, int64_t low, int64_t high) {
+  const uint64_t span = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  unsigned __int128 product = static_cast<unsigned __int128>(rng()) * span;
+  if (static_cast<uint64_t>(product) < span) {
+    const uint64_t threshold = (0 - span) % span;  // 2^64 mod span
+    while (static_cast<uint64_t>(product) < threshold) product = static_cast<unsigned __int128>(rng()) * span;
+  }
+  // low + offset in uint64 wraps to the int64 value (two's complement).
+  return static_cast<int64_t>(static_cast<uint64_t>(low) + static_cast<uint64_t>(product >> 64));
+}
 
 }  // namespace
 
@@ -274,6 +297,10 @@ std::vector<TrialSpec> make_trials(const SweepSpec& spec) {
       std::vector<std::pair<std::string, std::string>> params;
       for (const SpaceDimension& d : spec.space) {
         std::string value;
+        if (d.kind == SpaceKind::kRandInt) {
+          params.emplace_back(d.key, std::to_string(randint_draw(rng, d.int_low, d.int_high)));
+          continue;
+        }
         const double u = d.kind == SpaceKind::kGrid ? 0.0 : unit_draw(rng);
         switch (d.kind) {
           case SpaceKind::kGrid: value = chosen[d.key]; break;
@@ -284,11 +311,7 @@ std::vector<TrialSpec> make_trials(const SweepSpec& spec) {
           case SpaceKind::kLogUniform:
             value = shortest_text(std::exp(std::log(d.low) + (std::log(d.high) - std::log(d.low)) * u));
             break;
-          case SpaceKind::kRandInt: {
-            const int64_t lo = static_cast<int64_t>(d.low), span = static_cast<int64_t>(d.high) - lo;
-            value = std::to_string(lo + std::min(span - 1, static_cast<int64_t>(u * static_cast<double>(span))));
-            break;
-          }
+          case SpaceKind::kRandInt: break;  // drawn above
         }
         params.emplace_back(d.key, value);
       }

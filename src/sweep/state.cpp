@@ -32,6 +32,27 @@ TrialStatus status_from(const std::string& name, const std::string& where) {
 Json number(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 double number_from(const Json& j) { return j.is_number() ? j.get<double>() : NAN; }
 
+constexpr const char* kFormat = "shardtrain sweep state 2";  // 2: paths relative to the sweep folder, base_config
+constexpr const char* kFormatAbsolutePaths = "shardtrain sweep state 1";
+
+// A state of format 1 held <sweep folder>/<id> and the checkpoint under it,
+// with the folder as the sweep saw it then: both become relative to that
+// folder, whatever it was (an absolute path, or one relative to the job's
+// working directory). A path outside it stays as it is.
+void make_paths_relative(TrialRecord& t) {
+  namespace fs = std::filesystem;
+  const fs::path run_dir(t.run_dir);
+  if (!run_dir.has_parent_path()) return;
+  const fs::path old_dir = run_dir.parent_path();
+  const auto relative = [&](const std::string& path) {
+    if (path.empty()) return path;
+    const std::string rel = fs::path(path).lexically_relative(old_dir).string();
+    return rel.empty() || rel.rfind("..", 0) == 0 ? path : rel;
+  };
+  t.best_checkpoint = relative(t.best_checkpoint);
+  t.run_dir = relative(t.run_dir);
+}
+
 Json params_json(const TrialSpec& t) {
   Json params = Json::array();
   for (const auto& [key, value] : t.params) params.push_back(Json::array({key, value}));
@@ -66,8 +87,9 @@ bool sweep_state_exists(const std::string& sweep_dir) {
 
 void write_sweep_state(const std::string& sweep_dir, const SweepState& state) {
   Json root = Json::object();
-  root["format"] = "shardtrain sweep state 1";
+  root["format"] = kFormat;
   root["fingerprint"] = state.fingerprint;
+  root["base_config"] = state.base_config;
   root["metric"] = state.metric;
   root["mode"] = state.maximize ? "max" : "min";
   root["rungs"] = state.rungs;
@@ -103,8 +125,11 @@ SweepState read_sweep_state(const std::string& sweep_dir) {
   const Json root = read_user_json_file(path, "the sweep state");
   SweepState state;
   try {
-    if (root.at("format") != "shardtrain sweep state 1") throw Error("not a shardtrain sweep state");
+    if (root.at("format") != kFormat && root.at("format") != kFormatAbsolutePaths)
+      throw Error("not a shardtrain sweep state (format '" + root.at("format").dump() + "', this shardtrain reads '" +
+                  kFormat + "' and '" + kFormatAbsolutePaths + "')");
     state.fingerprint = root.at("fingerprint").get<std::string>();
+    if (root.contains("base_config")) state.base_config = root.at("base_config").get<std::map<std::string, std::string>>();
     state.metric = root.at("metric").get<std::string>();
     state.maximize = root.at("mode").get<std::string>() != "min";
     state.rungs = root.at("rungs").get<std::vector<int64_t>>();
@@ -123,6 +148,7 @@ SweepState read_sweep_state(const std::string& sweep_dir) {
       t.error = j.at("error").get<std::string>();
       t.best_checkpoint = j.at("best_checkpoint").get<std::string>();
       t.run_dir = j.at("run_dir").get<std::string>();
+      make_paths_relative(t);
       state.trials.push_back(std::move(t));
     }
     for (const Json& j : root.at("events")) {
@@ -142,6 +168,42 @@ SweepState read_sweep_state(const std::string& sweep_dir) {
     throw Error(path + ": " + e.what());
   }
   return state;
+}
+
+std::string sweep_path(const std::string& sweep_dir, const std::string& path) {
+  return (std::filesystem::path(sweep_dir) / path).string();  // an absolute `path` replaces the folder
+}
+
+int64_t check_trial_files(const std::string& sweep_dir, SweepState& state) {
+  int64_t missing = 0;
+  for (TrialRecord& t : state.trials) {
+    t.missing.clear();
+    if (t.status != TrialStatus::kFinished && t.status != TrialStatus::kPruned) continue;
+    std::error_code error;
+    const std::string run_dir = t.run_dir.empty() ? t.spec.id : t.run_dir;
+    if (!std::filesystem::is_directory(sweep_path(sweep_dir, run_dir), error))
+      t.missing = "its run folder " + run_dir + " is gone";
+    else if (!t.best_checkpoint.empty() &&
+             !std::filesystem::is_regular_file(sweep_path(sweep_dir, t.best_checkpoint), error))
+      t.missing = "its checkpoint " + t.best_checkpoint + " is gone";
+    missing += t.missing.empty() ? 0 : 1;
+  }
+  return missing;
+}
+
+std::vector<std::string> base_config_changes(const std::map<std::string, std::string>& recorded,
+                                             const std::map<std::string, std::string>& current) {
+  std::map<std::string, std::pair<std::string, std::string>> both;
+  for (const auto& [key, value] : recorded) both[key] = {value, "(none)"};
+  for (const auto& [key, value] : current) {
+    auto found = both.find(key);
+    if (found == both.end()) both[key] = {"(none)", value};
+    else found->second.second = value;
+  }
+  std::vector<std::string> changes;
+  for (const auto& [key, values] : both)
+    if (values.first != values.second) changes.push_back(key + ": " + values.first + " -> " + values.second);
+  return changes;
 }
 
 std::string sweep_fingerprint(const SweepSpec& spec, const std::vector<TrialSpec>& trials) {

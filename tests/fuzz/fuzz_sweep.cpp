@@ -45,10 +45,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         bool found = false;
         for (const std::string& v : d.values) found = found || v == value;
         FUZZ_REQUIRE(found);
+      } else if (d.kind == shardtrain::SpaceKind::kRandInt) {
+        const long long v = std::stoll(value);  // exact: int64 end to end
+        FUZZ_REQUIRE(v >= d.int_low && v < d.int_high);
       } else {
         const double v = std::stod(value);
         FUZZ_REQUIRE(std::isfinite(v) && v >= d.low * (1 - 1e-12) - 1e-300);
-        FUZZ_REQUIRE(d.kind == shardtrain::SpaceKind::kRandInt ? v < d.high : v <= d.high * (1 + 1e-12) + 1e-300);
+        FUZZ_REQUIRE(v <= d.high * (1 + 1e-12) + 1e-300);
       }
     }
   }

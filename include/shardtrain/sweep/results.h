@@ -35,15 +35,18 @@ struct ConfigResult {
 struct SweepResults {
   std::vector<TrialResult> trials;    // sorted, best first
   std::vector<ConfigResult> configs;  // sorted by mean, best first
-  const TrialResult* best = nullptr;  // nullptr when no trial has a value
+  // The first trial with a value whose files are there (TrialRecord::missing
+  // empty); nullptr when there is none.
+  const TrialResult* best = nullptr;
 };
 
 SweepResults summarize_sweep(const SweepState& state);
-// The table: one row per trial (status, parameters, the metric at each rung,
-// evaluations, last and best value, checkpoint); with repeats, one row per
-// configuration after it.
+// The table: one row per trial (status, "missing" for a trial whose files
+// are gone, parameters, the metric at each rung, evaluations, last and best
+// value, checkpoint); with repeats, one row per configuration after it.
 std::string sweep_table(const SweepState& state, const SweepResults& results);
 std::string sweep_results_csv(const SweepState& state, const SweepResults& results);
+// best.json's paths (checkpoint, run_dir, config) are relative to the sweep folder.
 std::string sweep_best_json(const SweepState& state, const SweepResults& results);
 // <dir>/results.csv and <dir>/best.json, each written (atomically) only when
 // its content changes.

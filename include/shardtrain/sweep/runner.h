@@ -18,10 +18,13 @@
 // boundary with an emergency checkpoint (train/preemption.h), the trial stays
 // pending, no group takes another trial, and run_sweep throws Preempted on
 // every rank. Re-running resumes: finished, pruned and failed trials are never
-// run again; pending ones resume from their newest checkpoint.
+// run again; pending ones resume from their newest checkpoint. A finished or
+// pruned trial whose run folder or checkpoint is gone, and a trial the state
+// does not hold, are pending again (sweep/state.h, check_trial_files).
 #pragma once
 #include <mpi.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,9 @@ struct SweepPlan {
   std::vector<TrialSpec> trials;
   std::vector<RunConfig> configs;        // validated, one per trial (run.storage_path = dir, run.name = id)
   std::vector<std::string> config_tomls; // saved with each trial's run
+  // The base config's resolved values but the keys the sweep sets
+  // (SweepState::base_config): a sweep folder made from another base is refused.
+  std::map<std::string, std::string> base_config;
   double lock_timeout_s = 600;           // the base config's run.collective_timeout_s
 };
 
@@ -47,7 +53,8 @@ struct SweepOutcome {
 
 // Collective over `world` (every rank, the same plan). Rank 0 takes the sweep
 // folder's RunLock for the whole job. Throws Error for a sweep folder whose
-// state was made from other trials, and Preempted after a stop signal.
+// state was made from other trials or another base config (naming the keys
+// that differ), and Preempted after a stop signal.
 SweepOutcome run_sweep(const SweepPlan& plan, MPI_Comm world);
 
 }  // namespace shardtrain

@@ -24,7 +24,9 @@
 //   choice = [v, ...]       one value drawn uniformly per sample (tune.choice)
 //   uniform = [a, b]        a real in [a, b) (tune.uniform)
 //   loguniform = [a, b]     a real whose log is uniform in [log a, log b), 0 < a < b (tune.loguniform)
-//   randint = [a, b]        an integer in [a, b), b exclusive as in tune.randint
+//   randint = [a, b]        an integer in [a, b), b exclusive as in tune.randint; a and b are
+//                           TOML integers, read, drawn and written as int64 (any a < b, 2^53 and
+//                           past it included)
 //
 // Every problem is an Error naming the key: "sweep.space.train.lrr: unknown
 // run-config key ...", "sweep.space.train.lr: loguniform needs 0 < a < b, got a = 0".
@@ -43,7 +45,8 @@ struct SpaceDimension {
   std::string key;                  // a run-config key, "train.lr"
   SpaceKind kind = SpaceKind::kGrid;
   std::vector<std::string> values;  // grid / choice: each value as config text ("2e-05", "true", "zero2")
-  double low = 0, high = 0;         // uniform / loguniform / randint
+  double low = 0, high = 0;         // uniform / loguniform
+  int64_t int_low = 0, int_high = 0;  // randint: [int_low, int_high), exact integers
 };
 
 struct SweepSpec {

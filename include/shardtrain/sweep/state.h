@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,12 +48,22 @@ struct TrialRecord {
   int64_t steps = 0;           // optimizer steps at its end
   std::string stop_reason;     // pruned / stopped early / max_t: why
   std::string error;           // failed: the error
+  // Paths relative to the sweep folder, so that a moved folder still holds
+  // true ones ("trial_003/checkpoint_000002.h5", "trial_003"); a state
+  // written with absolute paths is read into these.
   std::string best_checkpoint; // by checkpoint.score_attribute, else the newest
   std::string run_dir;
+  // Not stored: what of a finished or pruned trial's files is gone (its run
+  // folder or checkpoint; check_trial_files), "" when all are there.
+  std::string missing;
 };
 
 struct SweepState {
   std::string fingerprint;     // what the trials were made from: a changed sweep file is refused
+  // The base config's resolved values (key -> TOML text), but for the keys the
+  // sweep sets (run.name, run.storage_path, the space's): a changed base is
+  // refused, naming the keys. Empty in a state written before it was kept.
+  std::map<std::string, std::string> base_config;
   std::string metric;          // sweep.metric, sweep.mode and ASHA's rungs (empty: scheduler "none"),
   bool maximize = true;        // for --status, which reads the state alone
   std::vector<int64_t> rungs;
@@ -71,6 +82,20 @@ bool sweep_state_exists(const std::string& sweep_dir);
 SweepState read_sweep_state(const std::string& sweep_dir);
 // Atomically; doubles are written so that they read back bit for bit.
 void write_sweep_state(const std::string& sweep_dir, const SweepState& state);
+
+// <sweep_dir>/<path> for a path the state holds (relative to the sweep
+// folder; an absolute one as it is).
+std::string sweep_path(const std::string& sweep_dir, const std::string& path);
+// Sets TrialRecord::missing for each finished or pruned trial whose run
+// folder or checkpoint is not in `sweep_dir` any more ("" for the others).
+// Returns how many are missing.
+int64_t check_trial_files(const std::string& sweep_dir, SweepState& state);
+
+// The keys whose values differ between a recorded base config and the
+// current one, as "data.max_length: 64 -> 32" (a key only one holds shows
+// "(none)" on the other side), sorted by key.
+std::vector<std::string> base_config_changes(const std::map<std::string, std::string>& recorded,
+                                             const std::map<std::string, std::string>& current);
 
 // The text fingerprint of a sweep's trials and scheduler: two sweep files that
 // make the same trials with the same metric and scheduler have the same one.
