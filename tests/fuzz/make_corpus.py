@@ -1,6 +1,10 @@
 #!/usr/bin/python3
 """Writes the seed corpora of the fuzz targets, corpus/<target>/ (README.md):
-real files (shipped configs, fixtures, files shardtrain writes) and broken ones.
+real files (shipped configs, fixtures, files shardtrain writes) and broken ones;
+the text targets' seeds are make_corpus_text.py's, task_data's
+make_corpus_task.py's. A corpus folder holds these seeds and the inputs that
+once crashed a target, never libFuzzer's generated inputs (run_fuzz.sh fuzzes
+a copy in its work folder).
 For safetensors (also checked by tests/test_safetensors.cpp) good_* files are
 valid and bad_* files must be refused. Run it again after changing a seed."""
 import json
@@ -62,6 +66,8 @@ def write_corpus(target, files):
 
 if __name__ == "__main__":
     write_corpus("safetensors", FILES)
+    import make_corpus_task
     import make_corpus_text
     for target, files in make_corpus_text.corpora(ROOT).items():
         write_corpus(target, files)
+    write_corpus("task_data", make_corpus_task.task_data_corpus(ROOT))
