@@ -45,7 +45,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/train/memory_estimate.h"
 #include "bench_util.h"
 
@@ -89,7 +89,7 @@ struct Measured {
 };
 
 Measured measure(bool checkpointing, int64_t B, int64_t L, bool unpadded, int reps) {
-  SequenceClassifier model(bert_base_cased_config(2));
+  TaskModel model(bert_base_cased_config(2));
   model.init_weights(1);
   model.set_gradient_checkpointing(checkpointing);
   model.set_unpadded(unpadded);

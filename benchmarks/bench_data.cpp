@@ -32,7 +32,7 @@
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
 #include "shardtrain/data/qa_data.h"
-#include "shardtrain/data/qa_features.h"
+#include "shardtrain/tasks/question_answering.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"

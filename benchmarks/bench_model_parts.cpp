@@ -51,7 +51,7 @@
 #include "bench_util.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/dropout.h"
 
 namespace bench_model_parts {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
@@ -69,7 +69,7 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // HF's eager BertLayer on the parameters of `model`'s layer 0.
-at::Tensor hf_layer(const SequenceClassifier& model, const at::Tensor& x, const at::Tensor& mask, int64_t H,
+at::Tensor hf_layer(const TaskModel& model, const at::Tensor& x, const at::Tensor& mask, int64_t H,
                     double p) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2), Dh = D / H;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
@@ -154,7 +154,7 @@ int run(World& world, int argc, char** argv) {
     EncoderConfig c = config;
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = p;
     c.num_hidden_layers = 1;
-    SequenceClassifier model(c);
+    TaskModel model(c);
     model.init_weights(11);
     model.train();
     const at::Tensor query = model.parameter("bert.encoder.layer.0.attention.self.query.weight");
@@ -183,7 +183,7 @@ int run(World& world, int argc, char** argv) {
             "norm_rel_ebd": "layer_norm", "position_biased_input": false})",
         "bench deberta config");
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = p;
-    SequenceClassifier model(c);
+    TaskModel model(c);
     model.init_weights(11);
     model.train();
     const at::Tensor query = model.parameter("deberta.encoder.layer.0.attention.self.query_proj.weight");
@@ -208,7 +208,7 @@ int run(World& world, int argc, char** argv) {
       EncoderConfig b = config;
       b.hidden_dropout_prob = b.attention_probs_dropout_prob = 0.0;
       b.num_hidden_layers = 1;
-      SequenceClassifier bert(b);
+      TaskModel bert(b);
       bert.init_weights(11);
       bert.train();
       rows.push_back(time_pair("deberta/bert", "DeBERTa-v3 layer (kernel)", [&] { layer(true).backward(upstream); },
@@ -248,7 +248,7 @@ int run(World& world, int argc, char** argv) {
   {
     EncoderConfig c = config;
     c.num_hidden_layers = 1;
-    SequenceClassifier embeddings(c);
+    TaskModel embeddings(c);
     embeddings.init_weights(13);
     auto p = [&](const char* name) { return embeddings.parameter(std::string("bert.embeddings.") + name); };
     at::Tensor weight = p("word_embeddings.weight");

@@ -45,7 +45,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 
 namespace bench_sharding {  // every benchmark's code lives in its own namespace: they compile together (benchmarks/CMakeLists.txt)
 
@@ -100,12 +100,12 @@ int run(World& world, int argc, char** argv) {
     if (world.rank() == 0) return app.exit(e);
     return e.get_exit_code();
   }
-  options.mixed_precision = parse_choice<Precision>(mixed_precision, "--mixed-precision");
+  options.mixed_precision = parse_enum<Precision>(mixed_precision, "--mixed-precision");
 
   const int rank = world.rank(), ranks = world.size();
   std::vector<std::string> names;
   for (const std::string& name : split_list(strategies_list)) {
-    const auto known = choice_names<StrategyKind>();
+    const auto known = enum_names<StrategyKind>();
     if (std::find(known.begin(), known.end(), name) == known.end())
       throw Error("--strategies: \"" + name + "\" is not one of ddp, zero1, zero2, zero3, fsdp, hybrid");
     if (name == "hybrid" && ranks < 2) {

@@ -63,7 +63,7 @@
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
@@ -138,7 +138,7 @@ int run_train(World& world, const TrainArgs& a) {
   HfLoadOptions load;
   if (a.dropout >= 0) load.hidden_dropout_prob = load.attention_probs_dropout_prob = a.dropout;
   HfModel hf = load_hf_folder(a.model_dir, load);
-  SequenceClassifier& model = *hf.model;
+  TaskModel& model = *hf.model;
   if (!hf.report.message().empty()) throw Error(a.model_dir + ": " + hf.report.message());
   model.train();
   model.set_unpadded(packed);
@@ -276,7 +276,7 @@ int run(World& world, int argc, char** argv) {
   if (*init) {
     EncoderConfig config = resolve_model(model_name);
     config.set_num_labels(2);
-    auto model = std::make_shared<SequenceClassifier>(config);
+    auto model = std::make_shared<TaskModel>(config);
     model->init_weights(static_cast<uint64_t>(init_seed));
     if (world.rank() == 0) save_hf_folder(*model, out);
     return 0;

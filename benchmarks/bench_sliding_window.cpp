@@ -48,7 +48,7 @@
 #include "bench_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/encoder_config.h"
 #include "shardtrain/model/unit_model.h"
 
@@ -121,7 +121,7 @@ class LayerTimer : public UnitHooks {
 };
 
 // One training step (forward + loss + backward): the forward + backward seconds of layer 0 and layer 1.
-std::array<double, 2> layer_seconds(SequenceClassifier& model, const Batch& batch) {
+std::array<double, 2> layer_seconds(TaskModel& model, const Batch& batch) {
   LayerTimer timer(model.num_units());
   model.set_unit_hooks(&timer);
   model.zero_grad();
@@ -160,12 +160,12 @@ int main(int argc, char** argv) {
     if (threads > 0) at::set_num_threads(threads);
     std::printf("bench_sliding_window: %d threads; CPU features: %s\n", at::get_num_threads(), cpu_flags().c_str());
 
-    std::map<std::string, std::unique_ptr<SequenceClassifier>> models;
-    models["global"] = std::make_unique<SequenceClassifier>(base_shape(2, 1));
-    models["local"] = std::make_unique<SequenceClassifier>(base_shape(2, 2));
-    models["masked"] = std::make_unique<SequenceClassifier>(base_shape(2, 2));
+    std::map<std::string, std::unique_ptr<TaskModel>> models;
+    models["global"] = std::make_unique<TaskModel>(base_shape(2, 1));
+    models["local"] = std::make_unique<TaskModel>(base_shape(2, 2));
+    models["masked"] = std::make_unique<TaskModel>(base_shape(2, 2));
     models["masked"]->set_banded_attention(false);
-    models["blocked"] = std::make_unique<SequenceClassifier>(base_shape(2, 1));
+    models["blocked"] = std::make_unique<TaskModel>(base_shape(2, 1));
     models["blocked"]->set_attention_block_threshold(0);
     for (auto& [name, model] : models) {
       model->init_weights(7);

@@ -1,4 +1,4 @@
-// One data-parallel training step of SequenceClassifier, timed
+// One data-parallel training step of TaskModel, timed
 // through the real training path: the strategy of --strategy (default ddp,
 // DataParallel in parallel/ddp.h; zero1/zero2/zero3/fsdp/hybrid as
 // make_strategy builds them, --offload-optimizer for DeepSpeed's
@@ -93,7 +93,7 @@
 #include "bench_util.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/data/collator.h"
@@ -166,7 +166,7 @@ FlopCount count_flops(const EncoderConfig& c, int64_t global_samples, int64_t se
 }
 
 int run(World& world, int argc, char** argv) {
-  CLI::App app{"Data-parallel training step of SequenceClassifier: samples/s, tokens/s, MFU"};
+  CLI::App app{"Data-parallel training step of TaskModel: samples/s, tokens/s, MFU"};
   std::string model_name = "quickstart", device_name = "cpu", json_path;
   int64_t batch_size = 16, seq_len = 128, peak_size = 2048, seed = 42;
   int steps = 10, warmup = 2;
@@ -240,7 +240,7 @@ int run(World& world, int argc, char** argv) {
   world.log_binding();
 
   // ---- model, strategy, data ----
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   model->init_weights(static_cast<uint64_t>(seed));
   if (device.is_cuda()) model->to(device);
   model->train();
@@ -250,10 +250,10 @@ int run(World& world, int argc, char** argv) {
   if (device.is_cuda()) torch::cuda::manual_seed(static_cast<uint64_t>(seed) * 1000003u + 500009u + static_cast<uint64_t>(rank));
   AdamWOptions adamw;
   ParallelConfig parallel;
-  parallel.strategy = parse_choice<StrategyKind>(strategy_name, "--strategy");
+  parallel.strategy = parse_enum<StrategyKind>(strategy_name, "--strategy");
   parallel.offload_optimizer = offload ? OffloadDevice::kCpu : OffloadDevice::kNone;
   const Topology topology = Topology::detect(world.comm(), parallel);
-  const Precision mixed_precision = parse_choice<Precision>(mixed_precision_name, "--mixed-precision");
+  const Precision mixed_precision = parse_enum<Precision>(mixed_precision_name, "--mixed-precision");
   if (mixed_precision == Precision::kFp16 && !device.is_cuda())
     throw Error("--mixed-precision fp16 needs --device cuda (LibTorch's CPU kernels have no fp16 matmul); use bf16");
   std::unique_ptr<Strategy> strategy =

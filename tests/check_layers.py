@@ -11,7 +11,7 @@ import re
 import sys
 
 # Bottom to top.
-LAYERS = ["core", "comm", "data", "model", "optim", "checkpoint", "parallel", "train", "sweep", "cli"]
+LAYERS = ["core", "comm", "data", "metrics", "tasks", "model", "optim", "checkpoint", "parallel", "train", "sweep", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:shardtrain/)?([a-z_]+)/([^"]+)"')
 

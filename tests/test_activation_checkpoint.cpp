@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "shardtrain/model/activation_checkpoint.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "support/train_fixtures.h"
 
 using namespace shardtrain;
@@ -138,7 +138,7 @@ EncoderConfig small_bert() {
 
 // Trains-mode forward + backward of one batch; returns every parameter's gradient.
 std::vector<at::Tensor> bert_grads(bool checkpointing, bool unpadded, std::vector<std::string>* grad_fns) {
-  SequenceClassifier model(small_bert());
+  TaskModel model(small_bert());
   model.init_weights(5);
   model.set_gradient_checkpointing(checkpointing);
   model.set_unpadded(unpadded);

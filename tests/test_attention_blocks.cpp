@@ -1,4 +1,4 @@
-// Attention in blocks of query rows (SequenceClassifier::
+// Attention in blocks of query rows (TaskModel::
 // set_attention_block_threshold; docs/DESIGN.md, "Unpadded batches and the
 // CPU kernels"): the blocked kernel keeps no score matrix for backward and
 // recomputes each block there. It must give the logits and every parameter's
@@ -15,7 +15,7 @@
 
 #include "support/padded_rows.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/encoder_config.h"
 
 using namespace shardtrain;
@@ -60,7 +60,7 @@ EncoderConfig modernbert_config() {
 using Step = shardtrain_test::StepOutputs;
 
 // One training step from the same generator state: dropout draws the same seeds.
-Step step(SequenceClassifier& model, const Batch& batch, int64_t threshold) {
+Step step(TaskModel& model, const Batch& batch, int64_t threshold) {
   model.set_attention_block_threshold(threshold);
   return shardtrain_test::training_step(model, batch);
 }
@@ -74,7 +74,7 @@ using namespace attention_blocks_test;
 
 TEST_CASE("attention blocks: BERT with attention dropout, padded and packed, equals the whole-matrix kernel") {
   const EncoderConfig config = bert_config();
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(5);
   model.train();
   const Batch batch = shardtrain_test::padded_rows(config, {37, 5, 64, 20}, 9);
@@ -100,7 +100,7 @@ TEST_CASE("attention blocks: BERT with attention dropout, padded and packed, equ
 
 TEST_CASE("attention blocks: ModernBERT global and banded local layers, packed and padded") {
   const EncoderConfig config = modernbert_config();
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(11);
   model.train();
   // Rows longer than the window's band (the local layers run banded) and shorter.
@@ -119,7 +119,7 @@ TEST_CASE("attention blocks: ModernBERT global and banded local layers, packed a
 TEST_CASE("attention blocks: bf16 activations") {
   EncoderConfig config = bert_config();
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(6);
   model.to(at::kBFloat16);
   model.train();

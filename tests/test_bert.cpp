@@ -1,4 +1,4 @@
-// SequenceClassifier against an independent float64 PyTorch
+// TaskModel against an independent float64 PyTorch
 // reference (tests/fixtures/make_bert_golden.py): logits, loss and the gradient
 // of every parameter, per tensor, printed OK / NOT OK.
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
 
@@ -98,7 +98,7 @@ TEST_CASE("tolerances catch a wrong activation") {
   Golden g = load_golden("small_gelu_new_l2");
   EncoderConfig wrong = g.hf.config;
   wrong.hidden_act = "gelu";
-  auto model = std::make_shared<SequenceClassifier>(wrong);
+  auto model = std::make_shared<TaskModel>(wrong);
   load_hf_weights(*model, g.hf.model->state_dict());
   model->eval();
   at::Tensor logits = model->forward(g.get("input_ids"), g.get("token_type_ids"), g.get("attention_mask"));
@@ -133,7 +133,7 @@ TEST_CASE("bert-base parameter count") {
   CHECK(cased.num_parameters() == 108311810);
   EncoderConfig uncased;  // HF defaults: bert-base-uncased, vocab 30522
   CHECK(uncased.num_parameters() == 109483778);
-  auto model = std::make_shared<SequenceClassifier>(cased);
+  auto model = std::make_shared<TaskModel>(cased);
   int64_t total = 0;
   for (const auto& p : model->parameters()) total += p.numel();
   std::printf("bert-base-cased + 2-label head: %lld parameters\n", static_cast<long long>(total));
@@ -170,9 +170,9 @@ TEST_CASE("init_weights follows HF _init_weights and is reproducible") {
   config.vocab_size = 2000;
   config.pad_token_id = 3;
   config.initializer_range = 0.05;
-  auto a = std::make_shared<SequenceClassifier>(config);
-  auto b = std::make_shared<SequenceClassifier>(config);
-  auto c = std::make_shared<SequenceClassifier>(config);
+  auto a = std::make_shared<TaskModel>(config);
+  auto b = std::make_shared<TaskModel>(config);
+  auto c = std::make_shared<TaskModel>(config);
   a->init_weights(7);
   b->init_weights(7);
   c->init_weights(8);
@@ -195,14 +195,14 @@ TEST_CASE("init_weights follows HF _init_weights and is reproducible") {
   CHECK(words.std().item<double>() == doctest::Approx(0.05).epsilon(0.02));
   CHECK(words.mean().item<double>() == doctest::Approx(0.0).epsilon(0.001).scale(1.0));
   // Initialising a subset gives the same values as the full init (order-independent seeding).
-  auto d = std::make_shared<SequenceClassifier>(config);
+  auto d = std::make_shared<TaskModel>(config);
   d->init_weights(7, {"classifier.weight"});
   CHECK(at::equal(d->parameter("classifier.weight"), a->parameter("classifier.weight")));
 }
 
 TEST_CASE("losses follow HF's problem types") {
   EncoderConfig config = EncoderConfig::from_file(kGolden + "small_gelu_new_l2/config.json");
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   at::Tensor logits = torch::tensor({{1.0f, 2.0f, 0.5f}, {0.1f, -1.0f, 3.0f}});
   at::Tensor labels = torch::tensor({1, 2}, torch::kLong);
   at::Tensor log_probs = torch::log_softmax(logits, 1);
@@ -265,7 +265,7 @@ TEST_CASE("config.json parsing, validation and round trip") {
 
 TEST_CASE("sequences longer than max_position_embeddings are a user error") {
   EncoderConfig config = EncoderConfig::from_file(kGolden + "tiny_gelu_l1/config.json");
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   at::Tensor ids = at::ones({1, 33}, at::kLong);
   CHECK_THROWS_WITH_AS(model->forward(ids), doctest::Contains("exceeds the 32 positions of this bert model"), Error);
 }

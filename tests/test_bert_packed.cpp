@@ -1,4 +1,4 @@
-// SequenceClassifier::forward_packed (unpadded BERT) against the
+// TaskModel::forward_packed (unpadded BERT) against the
 // padded forward() and the float64 golden reference: logits and the gradient
 // of every parameter, on random batches of varied lengths; the unit hooks in
 // the same order; dropout training; the word-embedding gradient added in place
@@ -14,7 +14,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/dropout.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
@@ -74,7 +74,7 @@ Batch random_batch(int64_t B, int64_t max_length, int64_t vocab, uint64_t seed) 
   return b;
 }
 
-at::Tensor packed_logits(SequenceClassifier& model, const PackedBatch& p) {
+at::Tensor packed_logits(TaskModel& model, const PackedBatch& p) {
   return model.forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
 }
 
@@ -85,7 +85,7 @@ struct Outcome {
 };
 
 template <class Forward>
-Outcome run(SequenceClassifier& model, const at::Tensor& labels, Forward forward) {
+Outcome run(TaskModel& model, const at::Tensor& labels, Forward forward) {
   model.zero_grad();
   Outcome out;
   out.logits = forward();
@@ -116,7 +116,7 @@ TEST_CASE("packed forward: logits and every gradient equal the padded forward's 
     for (uint64_t seed : {1u, 2u, 3u}) {
       CAPTURE(act);
       CAPTURE(seed);
-      auto model = std::make_shared<SequenceClassifier>(small_config(act));
+      auto model = std::make_shared<TaskModel>(small_config(act));
       model->init_weights(seed);
       model->train();  // dropout probabilities are 0: train mode with deterministic math
       const Batch padded = random_batch(6, 29, 97, 100 + seed);
@@ -173,7 +173,7 @@ TEST_CASE("packed forward matches the float64 golden reference") {
 }
 
 TEST_CASE("packed eval (no grad) gives the padded logits; default positions and types") {
-  auto model = std::make_shared<SequenceClassifier>(small_config());
+  auto model = std::make_shared<TaskModel>(small_config());
   model->init_weights(11);
   model->eval();
   at::NoGradGuard no_grad;
@@ -192,7 +192,7 @@ TEST_CASE("packed eval (no grad) gives the padded logits; default positions and 
 }
 
 TEST_CASE("packed forward runs the unit hooks around the same units, in the same order") {
-  auto model = std::make_shared<SequenceClassifier>(small_config());
+  auto model = std::make_shared<TaskModel>(small_config());
   model->init_weights(3);
   const Batch padded = random_batch(4, 12, 97, 5);
   const PackedBatch packed = pack_batch(padded);
@@ -227,7 +227,7 @@ TEST_CASE("packed training with dropout learns a small task") {
   EncoderConfig config = small_config();
   config.hidden_dropout_prob = 0.1;
   config.attention_probs_dropout_prob = 0.1;
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   model->init_weights(21);
   model->train();
   torch::manual_seed(5);
@@ -255,7 +255,7 @@ TEST_CASE("packed training with dropout learns a small task") {
 // The model's math written out with plain ATen ops and autograd (at::matmul,
 // at::softmax; dropout from model/dropout.h, which draws the model's masks):
 // what HF's eager BERT does, for the check below.
-at::Tensor reference_logits(SequenceClassifier& m, const Batch& b) {
+at::Tensor reference_logits(TaskModel& m, const Batch& b) {
   const EncoderConfig& c = m.config();
   const int64_t B = b.input_ids.size(0), L = b.input_ids.size(1), H = c.num_attention_heads, Dh = c.head_dim();
   auto p = [&](const std::string& name) { return m.parameter(name); };
@@ -287,7 +287,7 @@ at::Tensor reference_logits(SequenceClassifier& m, const Batch& b) {
 TEST_CASE("attention dropout: the CPU attention kernel applies dropout's masks and backpropagates as autograd") {
   EncoderConfig config = small_config();
   config.attention_probs_dropout_prob = 0.3;  // the only dropout: the RNG feeds the attention masks alone
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   model->init_weights(12);
   model->train();
   const Batch padded = random_batch(5, 13, 97, 8);
@@ -321,9 +321,9 @@ TEST_CASE("bf16 forward and backward follow fp32 through the CPU attention and d
   EncoderConfig config = small_config();
   config.attention_probs_dropout_prob = 0.2;
   config.hidden_dropout_prob = 0.1;
-  auto fp32 = std::make_shared<SequenceClassifier>(config);
+  auto fp32 = std::make_shared<TaskModel>(config);
   fp32->init_weights(21);
-  auto bf16 = std::make_shared<SequenceClassifier>(config);
+  auto bf16 = std::make_shared<TaskModel>(config);
   bf16->init_weights(21);
   bf16->to(at::kBFloat16);
   fp32->train();
@@ -361,7 +361,7 @@ TEST_CASE("bf16 forward and backward follow fp32 through the CPU attention and d
 }
 
 TEST_CASE("word-embedding gradient: added in place into an existing dense .grad, equal to the dense one") {
-  auto model = std::make_shared<SequenceClassifier>(small_config());
+  auto model = std::make_shared<TaskModel>(small_config());
   model->init_weights(4);
   const Batch padded = random_batch(5, 15, 97, 3);
   at::Tensor weight = model->parameter("bert.embeddings.word_embeddings.weight");
@@ -390,7 +390,7 @@ TEST_CASE("word-embedding gradient: added in place into an existing dense .grad,
 }
 
 TEST_CASE("forward_packed refuses inconsistent packed inputs with a message") {
-  auto model = std::make_shared<SequenceClassifier>(small_config());
+  auto model = std::make_shared<TaskModel>(small_config());
   model->init_weights(1);
   const at::Tensor ids = torch::tensor({5, 6, 7, 8, 9}, torch::kLong);
   auto fails = [&](const at::Tensor& input_ids, const at::Tensor& cu, int64_t max_seqlen, const char* expected) {

@@ -29,7 +29,7 @@
 #include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
 
@@ -65,7 +65,7 @@ Batch rank_batch(int s, int rank) {
 
 // One optimizer step through shardtrain::train_step (the trainer's step), the
 // model computing padded or packed as set_unpadded() says.
-double step_on(Strategy& strategy, SequenceClassifier& model, int s, bool with_dropout) {
+double step_on(Strategy& strategy, TaskModel& model, int s, bool with_dropout) {
   StepOptions options;
   options.lr = 1e-2;
   options.max_grad_norm = 1.0;
@@ -89,15 +89,15 @@ void train_variants(const std::string& name, const std::vector<Variant>& variant
   ParallelConfig parallel;
   // "zero3+offload": the strategy with parallel.offload_optimizer = "cpu".
   const size_t plus = name.find('+');
-  parallel.strategy = parse_choice<StrategyKind>(name.substr(0, plus), "parallel.strategy");
+  parallel.strategy = parse_enum<StrategyKind>(name.substr(0, plus), "parallel.strategy");
   if (plus != std::string::npos) parallel.offload_optimizer = OffloadDevice::kCpu;
   // hybrid: nodes of half the ranks (sharded within, replicated across).
   if (parallel.strategy == StrategyKind::kHybrid) parallel.ranks_per_node = std::max(1, world_size() / 2);
   parallel.zero.stage3_param_persistence_threshold = 0;  // every tensor sharded, gathered and freed
-  std::vector<std::shared_ptr<SequenceClassifier>> models;
+  std::vector<std::shared_ptr<TaskModel>> models;
   std::vector<std::unique_ptr<Strategy>> strategies;
   for (const Variant& v : variants) {
-    models.push_back(std::make_shared<SequenceClassifier>(config));
+    models.push_back(std::make_shared<TaskModel>(config));
     models.back()->init_weights(31);
     models.back()->set_unpadded(v.unpadded);
     models.back()->set_gradient_checkpointing(v.checkpointing);

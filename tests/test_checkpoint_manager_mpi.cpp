@@ -120,7 +120,7 @@ TEST_CASE("cadence: every_steps, every_epochs and always the last report") {
 TEST_CASE("keep-best-N by a metric, in either order; the newest is always kept; a restart sees the survivors") {
   const TinyState tiny;
   for (const ScoreOrder order : {ScoreOrder::kMax, ScoreOrder::kMin}) {
-    CAPTURE(choice_name(order));
+    CAPTURE(enum_name(order));
     const std::string dir = shardtrain_test::make_shared_temp_dir("manager_keep");
     CheckpointConfig config;
     config.num_to_keep = 2;

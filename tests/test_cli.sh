@@ -480,7 +480,7 @@ with open(out + "/v2.jsonl", "w", encoding="utf-8") as f:
 PYEOF
 if run qa_pred 0 "$BIN" predict --model "$TMP/model_qa" --data "$TMP/qa/dev.json" --max-length 64 --doc-stride 16 \
      --with-answers --output "$TMP/qa/answers.jsonl"; then
-  expect_in "predict (QA): prints EM / F1" "$TMP/qa_pred.err" ", eval_exact_match "
+  expect_in "predict (QA): prints EM / F1" "$TMP/qa_pred.err" "eval: eval_exact_match "
   CHECKS=$((CHECKS + 1))
   # One line per question in input order; each answer is its context's
   # characters [start, end) (code points); predictions.json beside the output

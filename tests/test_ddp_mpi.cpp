@@ -9,7 +9,7 @@
 #include "support/mpi_ranks.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/train/train_checkpoint.h"
 
@@ -38,12 +38,12 @@ Inputs inputs_for(int r, int m) {
   return in;
 }
 
-at::Tensor loss_of(SequenceClassifier& model, const Inputs& in) {
+at::Tensor loss_of(TaskModel& model, const Inputs& in) {
   return model.loss(model.forward(in.ids, in.types), in.labels);
 }
 
 // Flat gradient of `model` in state_dict order.
-at::Tensor flat_grad(SequenceClassifier& model) {
+at::Tensor flat_grad(TaskModel& model) {
   std::vector<at::Tensor> parts;
   for (auto& kv : model.state_dict()) parts.push_back(kv.second.grad().reshape({-1}));
   return torch::cat(parts);
@@ -57,7 +57,7 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
   MPI_Comm_size(MPI_COMM_WORLD, &W);
   MpiCommunicator comm(MPI_COMM_WORLD);
 
-  auto model = std::make_shared<SequenceClassifier>(tiny());
+  auto model = std::make_shared<TaskModel>(tiny());
   model->init_weights(rank == 0 ? 5 : 6);  // differ on purpose: broadcast must fix it
   AdamWOptions adamw;
   DdpOptions options;
@@ -65,7 +65,7 @@ TEST_CASE("DDP gradients are the rank average, reduced in buckets while backward
   DataParallel ddp(*model, comm, adamw, options);
   ddp.broadcast_parameters(0);
 
-  auto reference = std::make_shared<SequenceClassifier>(tiny());
+  auto reference = std::make_shared<TaskModel>(tiny());
   reference->init_weights(5);
   const int64_t numel = ddp.layout().numel();
   CHECK(at::equal(ddp.flat_params().narrow(0, 0, numel),

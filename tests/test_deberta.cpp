@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "support/padded_rows.h"
@@ -48,13 +48,13 @@ using DebertaStep = shardtrain_test::StepOutputs;
 
 // HF's init (std 0.02) leaves attention almost uniform, whatever its scores:
 // weights 15x larger make the scores, and so the position terms, matter.
-void deberta_sharpen(SequenceClassifier& model) {
+void deberta_sharpen(TaskModel& model) {
   at::NoGradGuard no_grad;
   for (const at::Tensor& p : model.parameters())
     if (p.dim() == 2) p.mul_(15);
 }
 
-at::Tensor deberta_eval_logits(SequenceClassifier& model, const Batch& batch) {
+at::Tensor deberta_eval_logits(TaskModel& model, const Batch& batch) {
   at::NoGradGuard no_grad;
   model.eval();
   return model.forward_batch(batch);
@@ -68,7 +68,7 @@ using namespace deberta_test;
 TEST_CASE("deberta: the CPU kernel equals the ATen ops, probabilities kept or recomputed, dropout on") {
   for (const std::string name : {"deberta_v3_l2", "deberta_v2_separate_l2", "deberta_c2p_l1"}) {
     const EncoderConfig config = deberta_fixture_config(name);
-    SequenceClassifier model(config);
+    TaskModel model(config);
     model.init_weights(5);
     deberta_sharpen(model);
     model.train();
@@ -99,7 +99,7 @@ TEST_CASE("deberta: the CPU kernel equals the ATen ops, probabilities kept or re
 TEST_CASE("deberta: bf16 activations, kernel against ATen ops") {
   EncoderConfig config = deberta_fixture_config("deberta_v3_l2");
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0;
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(6);
   deberta_sharpen(model);
   model.to(at::kBFloat16);
@@ -117,7 +117,7 @@ TEST_CASE("deberta: bf16 activations, kernel against ATen ops") {
 
 TEST_CASE("deberta: activation checkpointing gives the plain run's gradients, the shared embeddings' included") {
   const EncoderConfig config = deberta_fixture_config("deberta_v3_l2");
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(8);
   deberta_sharpen(model);
   model.train();
@@ -142,7 +142,7 @@ TEST_CASE("deberta: activation checkpointing gives the plain run's gradients, th
 
 TEST_CASE("deberta: the relative embeddings are a unit of their own, between the embeddings and layer 0") {
   const HfModel hf = load_hf_folder(kDebertaGolden + "deberta_v3_l2");
-  const SequenceClassifier& model = *hf.model;
+  const TaskModel& model = *hf.model;
   CHECK(model.num_units() == 2 + 3);  // embeddings, relative embeddings, 2 layers, head
   CHECK(model.unit_of("deberta.embeddings.LayerNorm.bias") == 0);
   CHECK(model.unit_of("deberta.encoder.rel_embeddings.weight") == 1);
@@ -157,7 +157,7 @@ TEST_CASE("deberta: the relative embeddings are a unit of their own, between the
   plain.relative_attention = false;
   plain.norm_rel_ebd = "none";
   CHECK(plain.num_units() == plain.num_hidden_layers + 2);
-  CHECK(SequenceClassifier(plain).unit_of("deberta.encoder.layer.0.attention.self.query_proj.weight") == 1);
+  CHECK(TaskModel(plain).unit_of("deberta.encoder.layer.0.attention.self.query_proj.weight") == 1);
 }
 
 TEST_CASE("deberta: scores that overflow when scaled after their matmul stay finite") {
@@ -167,7 +167,7 @@ TEST_CASE("deberta: scores that overflow when scaled after their matmul stay fin
   // that divided after the product would give inf scores and NaN logits. The
   // position terms (separate projections of O(1) weights) stay near 1e20.
   const HfModel hf = load_hf_folder(kDebertaGolden + "deberta_v2_separate_l2");
-  SequenceClassifier& model = *hf.model;
+  TaskModel& model = *hf.model;
   const int64_t Dh = hf.config.head_dim();
   const double a = std::sqrt(8e38 / static_cast<double>(Dh));
   {
@@ -196,7 +196,7 @@ TEST_CASE("deberta: a wrong switch is caught by the golden tolerances") {
   const HfModel buckets = load_hf_folder(kDebertaGolden + "deberta_v3_buckets_l1");
   EncoderConfig wrong = buckets.config;
   wrong.max_relative_positions = 256;
-  SequenceClassifier other(wrong);
+  TaskModel other(wrong);
   load_hf_weights(other, buckets.model->state_dict());
   const NamedTensors golden = SafetensorsFile(kDebertaGolden + "deberta_v3_buckets_l1/golden.safetensors").all_tensors();
   auto get = [&](const NamedTensors& tensors, const std::string& name) {
@@ -215,7 +215,7 @@ TEST_CASE("deberta: a wrong switch is caught by the golden tolerances") {
   const HfModel v3 = load_hf_folder(kDebertaGolden + "deberta_v3_l2");
   EncoderConfig c2p_only = v3.config;
   c2p_only.pos_att_type = {"c2p"};
-  SequenceClassifier fewer(c2p_only);
+  TaskModel fewer(c2p_only);
   load_hf_weights(fewer, v3.model->state_dict());
   const NamedTensors golden_v3 = SafetensorsFile(kDebertaGolden + "deberta_v3_l2/golden.safetensors").all_tensors();
   Batch b3;
@@ -291,7 +291,7 @@ TEST_CASE("deberta: without relative attention it is BERT with DeBERTa's names (
       R"({"model_type": "bert", "vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2,
           "num_attention_heads": 4, "intermediate_size": 24, "max_position_embeddings": 32,
           "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0})");
-  SequenceClassifier d(deberta), b(bert);
+  TaskModel d(deberta), b(bert);
   d.init_weights(3);
   deberta_sharpen(d);
   NamedTensors renamed;

@@ -1,4 +1,4 @@
-// Entity-level metrics (train/entity_metrics.h) against results computed by
+// Entity-level metrics (metrics/entity_metrics.h) against results computed by
 // hand with seqeval's default-mode rules (seqeval.metrics.sequence_labeling:
 // get_entities, end_of_chunk, start_of_chunk; precision_score, recall_score,
 // f1_score with average="micro"; accuracy_score), and token_metrics on
@@ -11,8 +11,8 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/dataset.h"
-#include "shardtrain/train/entity_metrics.h"
-#include "shardtrain/train/evaluate.h"
+#include "shardtrain/metrics/entity_metrics.h"
+#include "shardtrain/tasks/token_classification.h"
 
 using namespace shardtrain;
 

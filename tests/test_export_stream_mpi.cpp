@@ -23,7 +23,7 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/safetensors.h"
 #include "shardtrain/optim/param_layout.h"
 #include "shardtrain/train/checkpoint_model.h"
@@ -72,7 +72,7 @@ EncoderConfig export_config() {
 }
 
 // Collective: a checkpoint of `model` written from an even part per rank.
-void write_model_checkpoint(const std::string& path, const SequenceClassifier& model,
+void write_model_checkpoint(const std::string& path, const TaskModel& model,
                             const EncoderConfig& stated_config) {
   torch::NoGradGuard no_grad;
   const auto named = model.state_dict();
@@ -95,14 +95,14 @@ void write_model_checkpoint(const std::string& path, const SequenceClassifier& m
 
 struct ExportFixture {
   EncoderConfig config = export_config();
-  std::shared_ptr<SequenceClassifier> model;
+  std::shared_ptr<TaskModel> model;
   std::string checkpoint;
 };
 
 ExportFixture& export_fixture() {
   static ExportFixture f;
   if (f.model) return f;
-  f.model = std::make_shared<SequenceClassifier>(f.config);
+  f.model = std::make_shared<TaskModel>(f.config);
   {
     torch::NoGradGuard no_grad;
     torch::manual_seed(5);
@@ -265,7 +265,7 @@ TEST_CASE("model_flat_tensors: the state dict's names, order, shapes and offsets
   regression.problem_type = "regression";
   regression.set_num_labels(1);
   for (const EncoderConfig& config : {export_config(), regression}) {
-    const SequenceClassifier model(config);
+    const TaskModel model(config);
     const std::vector<FlatTensor> want = flat_tensors(ParamLayout(model.state_dict()));
     const std::vector<FlatTensor> got = model_flat_tensors(config);
     REQUIRE(got.size() == want.size());

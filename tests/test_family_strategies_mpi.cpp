@@ -27,9 +27,9 @@
 
 #include "support/mpi_ranks.h"
 #include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/encoder_config.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/make_strategy.h"
@@ -64,9 +64,9 @@ EncoderConfig family_config(const std::string& fixture) {
   return c;
 }
 
-std::shared_ptr<SequenceClassifier> family_model(const EncoderConfig& config, uint64_t seed, bool unpadded,
+std::shared_ptr<TaskModel> family_model(const EncoderConfig& config, uint64_t seed, bool unpadded,
                                                  bool checkpointing = false) {
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   model->init_weights(seed);
   model->set_unpadded(unpadded);
   model->set_gradient_checkpointing(checkpointing);
@@ -100,7 +100,7 @@ Batch family_batch(const EncoderConfig& config, int s, int m, int rank, int size
   return b;
 }
 
-double family_step(Strategy& strategy, SequenceClassifier& model, const EncoderConfig& config, int s) {
+double family_step(Strategy& strategy, TaskModel& model, const EncoderConfig& config, int s) {
   StepOptions options;
   options.lr = kFamilyLr;
   options.max_grad_norm = kFamilyMaxGradNorm;
@@ -120,7 +120,7 @@ std::vector<FamilyVariant> family_variants() {
   auto add = [&](const std::string& strategy) -> ParallelConfig& {
     FamilyVariant v;
     v.label = strategy;
-    v.parallel.strategy = parse_choice<StrategyKind>(strategy, "parallel.strategy");
+    v.parallel.strategy = parse_enum<StrategyKind>(strategy, "parallel.strategy");
     out.push_back(v);
     return out.back().parallel;
   };
@@ -189,7 +189,7 @@ TEST_CASE("families: DeBERTa with activation checkpointing under zero3 and fsdp 
       CAPTURE(unpadded);
       CAPTURE(strategy);
       ParallelConfig parallel;
-      parallel.strategy = parse_choice<StrategyKind>(strategy, "parallel.strategy");
+      parallel.strategy = parse_enum<StrategyKind>(strategy, "parallel.strategy");
       parallel.zero.stage3_param_persistence_threshold = 0;  // every unit gathered and freed, none resident
       auto model = family_model(config, world_rank() == 0 ? 11 : 12, unpadded, /*checkpointing=*/true);
       std::unique_ptr<Strategy> sharded = make_strategy(parallel, *model, comm, adamw);

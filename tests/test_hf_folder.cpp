@@ -12,7 +12,7 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/encoder_config.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
@@ -58,7 +58,7 @@ Inputs fixture_inputs() {
   return {golden.tensor("input_ids"), golden.tensor("token_type_ids"), golden.tensor("attention_mask")};
 }
 
-at::Tensor logits_of(SequenceClassifier& model) {
+at::Tensor logits_of(TaskModel& model) {
   Inputs in = fixture_inputs();
   model.eval();
   at::NoGradGuard no_grad;

@@ -26,7 +26,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/cpu_features.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/train/memory_estimate.h"
 
 using namespace shardtrain;
@@ -83,7 +83,7 @@ EncoderConfig memory_estimate_model(const std::string& family) {
 
 // bench_activation_memory's measure(), in this process (run in a child).
 double memory_estimate_measure(const EncoderConfig& config, bool checkpointing, int64_t B, int64_t L, bool unpadded) {
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(1);
   model.set_gradient_checkpointing(checkpointing);
   model.set_unpadded(unpadded);

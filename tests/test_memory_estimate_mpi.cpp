@@ -19,7 +19,7 @@
 #include "support/mpi_ranks.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/parallel/topology.h"
 #include "shardtrain/train/memory_estimate.h"
@@ -103,7 +103,7 @@ TEST_CASE("estimated model states equal what each strategy allocates, every fami
       CAPTURE(family);
       CAPTURE(c.label);
       CAPTURE(world);
-      auto model = std::make_shared<SequenceClassifier>(config);
+      auto model = std::make_shared<TaskModel>(config);
       model->init_weights(7);
       model->train();
       const Topology topology = Topology::detect(MPI_COMM_WORLD, c.run.parallel);

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/train/metrics.h"
+#include "shardtrain/metrics/metrics.h"
 
 using namespace shardtrain;
 

@@ -37,7 +37,7 @@
 
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/parallel/sharded.h"
@@ -67,8 +67,8 @@ MixedPrecision bf16() {
   return p;
 }
 
-std::shared_ptr<SequenceClassifier> make_model(uint64_t seed) {
-  auto model = std::make_shared<SequenceClassifier>(shardtrain_test::tiny_bert_config());
+std::shared_ptr<TaskModel> make_model(uint64_t seed) {
+  auto model = std::make_shared<TaskModel>(shardtrain_test::tiny_bert_config());
   model->init_weights(seed);
   return model;
 }
@@ -80,14 +80,14 @@ shardtrain_test::TinyInputs inputs_for(int r, int s, int m) {
           torch::randint(0, 3, {3}, torch::kInt64)};
 }
 
-double step_on(Strategy& strategy, SequenceClassifier& model, int s) {
+double step_on(Strategy& strategy, TaskModel& model, int s) {
   return shardtrain_test::step_over(strategy, model, {inputs_for(world_rank(), s, 0), inputs_for(world_rank(), s, 1)},
                                     kLr, kMaxGradNorm);
 }
 
 // One step on a sub-communicator's ranks: the inputs of data-ranks 2r and 2r+1
 // (the same global batch as the whole job's).
-double step_on_comm(Strategy& strategy, SequenceClassifier& model, Communicator& comm) {
+double step_on_comm(Strategy& strategy, TaskModel& model, Communicator& comm) {
   auto both = [&](int m) {
     const auto a = inputs_for(2 * comm.rank(), 9, m), b = inputs_for(2 * comm.rank() + 1, 9, m);
     return shardtrain_test::TinyInputs{at::cat({a.ids, b.ids}), at::cat({a.types, b.types}), at::cat({a.labels, b.labels})};

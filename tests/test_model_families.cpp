@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/model/safetensors.h"
@@ -68,7 +68,7 @@ Fixture load_fixture(const std::string& name) {
 // Logits and every gradient against the reference, with the model padded or packed.
 void check_against_reference(const std::string& name, bool unpadded) {
   Fixture f = load_fixture(name);
-  SequenceClassifier& model = *f.hf.model;
+  TaskModel& model = *f.hf.model;
   model.eval();
   model.zero_grad();
   model.set_unpadded(unpadded);
@@ -96,7 +96,7 @@ void check_against_reference(const std::string& name, bool unpadded) {
   CHECK(checked == static_cast<int>(f.tensors.size()) - 6);  // every grad.* entry of the reference
 }
 
-at::Tensor eval_logits(SequenceClassifier& model, const Batch& batch) {
+at::Tensor eval_logits(TaskModel& model, const Batch& batch) {
   at::NoGradGuard no_grad;
   model.eval();
   return model.forward_batch(batch);
@@ -138,7 +138,7 @@ TEST_CASE("families: names, units and folder contents are HF's") {
       CHECK(plan[i].name == file[i].first);
       CHECK(at::IntArrayRef(plan[i].shape) == file[i].second.sizes());
     }
-    const SequenceClassifier& model = *f.hf.model;
+    const TaskModel& model = *f.hf.model;
     CHECK(model.num_units() == f.hf.config.num_units());
     CHECK(model.num_units() == f.hf.config.num_hidden_layers + (f.hf.config.has_relative_unit() ? 3 : 2));
     const std::string last = model.state_dict().back().first;
@@ -191,7 +191,7 @@ TEST_CASE("families: a wrong switch is caught by the tolerances") {
   Fixture f = load_fixture("modernbert_cls_l4");
   EncoderConfig wrong = f.hf.config;
   wrong.global_attn_every_n_layers = 1;
-  SequenceClassifier model(wrong);
+  TaskModel model(wrong);
   load_hf_weights(model, f.hf.model->state_dict());
   CHECK(excess(eval_logits(model, f.batch()), f.get("logits"), kLogitTol) > 0);
   // RoBERTa with BERT's positions (0..L-1) instead of pad + 1 onwards.
@@ -200,7 +200,7 @@ TEST_CASE("families: a wrong switch is caught by the tolerances") {
   as_bert.family = ModelFamily::kElectra;  // the same parameters under BERT-style positions (and GELU head)
   as_bert.model_type = "electra";
   as_bert.embedding_size = as_bert.hidden_size;
-  SequenceClassifier other(as_bert);
+  TaskModel other(as_bert);
   NamedTensors renamed;
   for (const auto& [n, t] : r.hf.model->state_dict())
     renamed.emplace_back(n.rfind("roberta.", 0) == 0 ? "electra." + n.substr(8) : n, t);
@@ -232,7 +232,7 @@ TEST_CASE("families: random init follows HF's _init_weights") {
   Fixture f = load_fixture("modernbert_cls_l4");
   EncoderConfig c = f.hf.config;
   c.vocab_size = 4000;  // enough samples for the statistics below
-  SequenceClassifier model(c);
+  TaskModel model(c);
   model.init_weights(5);
   // Truncated normal at +-2 std (initializer_cutoff_factor), std 0.02; the padding row is not zeroed.
   const at::Tensor words = model.parameter("model.embeddings.tok_embeddings.weight");
@@ -247,7 +247,7 @@ TEST_CASE("families: random init follows HF's _init_weights") {
   CHECK(model.parameter("model.final_norm.weight").eq(1.0).all().item<bool>());
   // RoBERTa zeroes the padding row of its word and position embeddings.
   Fixture r = load_fixture("roberta_l2");
-  SequenceClassifier roberta(r.hf.config);
+  TaskModel roberta(r.hf.config);
   roberta.init_weights(5);
   CHECK(roberta.parameter("roberta.embeddings.word_embeddings.weight")[1].abs().sum().item<double>() == 0.0);
   CHECK(roberta.parameter("roberta.embeddings.position_embeddings.weight")[1].abs().sum().item<double>() == 0.0);

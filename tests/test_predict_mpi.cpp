@@ -13,11 +13,12 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/hf_folder.h"
-#include "shardtrain/train/metrics.h"
+#include "shardtrain/metrics/metrics.h"
+#include "shardtrain/tasks/sequence_classification.h"
 #include "shardtrain/train/predict.h"
 #include "support/mpi_ranks.h"
 #include "support/scratch_dir.h"
@@ -60,7 +61,7 @@ EncoderConfig small_config(int64_t num_labels) {
 std::string make_model_folder(const std::string& name, int64_t num_labels, uint64_t seed) {
   const fs::path dir = temp_dir() / name;
   if (world_rank() == 0) {
-    SequenceClassifier model(small_config(num_labels));
+    TaskModel model(small_config(num_labels));
     model.init_weights(seed);
     // Weights 10x HF's N(0, 0.02) (LayerNorms left at 1 / 0): logits of order 1
     // that differ clearly from row to row, without saturating softmax or tanh.
@@ -86,9 +87,9 @@ PredictOptions mrpc_options(const std::string& model, int64_t batch_size) {
   PredictOptions options;
   options.model_dir = model;
   options.data_path = kDev;
-  options.text_a = "#1 String";
-  options.text_b = "#2 String";
-  options.label = "Quality";
+  options.data.text_a = "#1 String";
+  options.data.text_b = "#2 String";
+  options.data.label = "Quality";
   options.batch_size = batch_size;
   return options;
 }
@@ -109,13 +110,15 @@ TEST_CASE("predict: sharded rows equal the single-process run, each once, in ord
   // 408 rows, batch 6: 408 is a multiple of 6*2 and 6*4, so every rank runs
   // exactly the batches one process runs -> bit-identical logits.
   {
-    const PredictResult single = predict_file(mrpc_options(model, 6), MPI_COMM_SELF);
-    const PredictResult sharded = predict_file(mrpc_options(model, 6), MPI_COMM_WORLD);
-    CHECK(sharded.world_size == world_size);
-    REQUIRE(single.num_rows == 408);
-    REQUIRE(sharded.num_rows == 408);
-    CHECK(sharded.rows == iota(408));
-    CHECK(single.rows == iota(408));
+    const PredictResult single_result = predict_file(mrpc_options(model, 6), MPI_COMM_SELF);
+    const PredictResult sharded_result = predict_file(mrpc_options(model, 6), MPI_COMM_WORLD);
+    const ClassPredictions& single = single_result.as<ClassPredictions>();
+    const ClassPredictions& sharded = sharded_result.as<ClassPredictions>();
+    CHECK(sharded_result.world_size == world_size);
+    REQUIRE(single_result.num_rows == 408);
+    REQUIRE(sharded_result.num_rows == 408);
+    CHECK(sharded_result.rows == iota(408));
+    CHECK(single_result.rows == iota(408));
     REQUIRE(sharded.logits.size() == 408u * 2u);
     CHECK(sharded.logits == single.logits);
     CHECK(sharded.predicted_ids == single.predicted_ids);
@@ -129,9 +132,11 @@ TEST_CASE("predict: sharded rows equal the single-process run, each once, in ord
   // smaller batches with other padding lengths. Padding is masked, so only fp32
   // reduction order changes: logits of size ~1-10 agree to 1e-4 absolute.
   {
-    const PredictResult single = predict_file(mrpc_options(model, 32), MPI_COMM_SELF);
-    const PredictResult sharded = predict_file(mrpc_options(model, 32), MPI_COMM_WORLD);
-    CHECK(sharded.rows == iota(408));
+    const PredictResult single_result = predict_file(mrpc_options(model, 32), MPI_COMM_SELF);
+    const PredictResult sharded_result = predict_file(mrpc_options(model, 32), MPI_COMM_WORLD);
+    const ClassPredictions& single = single_result.as<ClassPredictions>();
+    const ClassPredictions& sharded = sharded_result.as<ClassPredictions>();
+    CHECK(sharded_result.rows == iota(408));
     REQUIRE(sharded.logits.size() == single.logits.size());
     float max_diff = 0, max_abs = 0;
     for (size_t i = 0; i < single.logits.size(); ++i) {
@@ -145,7 +150,8 @@ TEST_CASE("predict: sharded rows equal the single-process run, each once, in ord
 
 TEST_CASE("predict: logits equal the model run on each row alone; metrics from the logits") {
   const std::string model = make_model_folder("mrpc2b", 2, 12);
-  const PredictResult result = predict_file(mrpc_options(model, 32), MPI_COMM_WORLD);
+  const PredictResult predicted = predict_file(mrpc_options(model, 32), MPI_COMM_WORLD);
+  const ClassPredictions& result = predicted.as<ClassPredictions>();
 
   // Reference: the folder loaded again, each of a few rows run unbatched (no padding at all).
   HfModel hf = load_hf_folder(model);
@@ -172,39 +178,37 @@ TEST_CASE("predict: logits equal the model run on each row alone; metrics from t
   }
 
   // Metrics recomputed here from the logits and the file's Quality column.
-  REQUIRE(result.classification.has_value());
   int64_t correct = 0, tp = 0, fp = 0, fn = 0;
   for (int64_t i = 0; i < 408; ++i) {
     const int64_t predicted = result.logits[2 * i + 1] > result.logits[2 * i] ? 1 : 0;
     CHECK(result.predicted_ids[i] == predicted);
     const int64_t label = table.labels.class_ids[i];
-    CHECK(result.label_ids[i] == label);
+    CHECK(result.labels.class_ids[i] == label);
     correct += predicted == label;
     tp += predicted == 1 && label == 1;
     fp += predicted == 1 && label == 0;
     fn += predicted == 0 && label == 1;
   }
-  CHECK(result.classification->count == 408);
-  CHECK(result.classification->accuracy == doctest::Approx(correct / 408.0).epsilon(1e-12));
+  CHECK(result.metrics.at("eval_accuracy") == doctest::Approx(correct / 408.0).epsilon(1e-12));
   const double f1 = 2 * tp + fp + fn == 0 ? 0.0 : 2.0 * tp / (2.0 * tp + fp + fn);
-  CHECK(result.classification->f1 == doctest::Approx(f1).epsilon(1e-12));
+  CHECK(result.metrics.at("eval_f1") == doctest::Approx(f1).epsilon(1e-12));
 
   // Output: one line per row, label names from the config, read back unchanged.
   CHECK(result.label_names == std::vector<std::string>{"not_equivalent", "equivalent"});
-  const std::string line0 = prediction_json_line(result, 0);
+  const std::string line0 = result.json_line(0);
   CHECK(line0.rfind("{\"row\":0,\"line\":2,\"logits\":[", 0) == 0);
   CHECK(line0.find(result.predicted_ids[0] == 1 ? "\"label\":1,\"label_name\":\"equivalent\"}"
                                                  : "\"label\":0,\"label_name\":\"not_equivalent\"}") !=
         std::string::npos);
   if (world_rank() == 0) {
     const std::string path = (temp_dir() / "pred.jsonl").string();
-    write_predictions_jsonl(result, path);
+    write_predictions(result, 408, path, "--output");
     CHECK_FALSE(shardtrain_test::has_temporary_of(path));
     std::ifstream in(path);
     std::string line;
     int64_t n = 0;
     while (std::getline(in, line)) {
-      if (n < 408) CHECK(line == prediction_json_line(result, n));
+      if (n < 408) CHECK(line == result.json_line(n));
       ++n;
     }
     CHECK(n == 408);
@@ -226,13 +230,13 @@ TEST_CASE("predict: regression head and string labels") {
   PredictOptions options;
   options.model_dir = regression;
   options.data_path = write_rank0("sts.tsv", tsv);
-  options.text_a = "text";
-  options.label = "score";
+  options.data.text_a = "text";
+  options.data.label = "score";
   options.batch_size = 3;
-  const PredictResult r = predict_file(options, MPI_COMM_WORLD);
+  const PredictResult predicted = predict_file(options, MPI_COMM_WORLD);
+  const ClassPredictions& r = predicted.as<ClassPredictions>();
   CHECK(r.regression);
-  CHECK(r.rows == iota(8));
-  REQUIRE(r.regression_metrics.has_value());
+  CHECK(predicted.rows == iota(8));
   double mse = 0, mx = 0, my = 0;
   for (int i = 0; i < 8; ++i) {
     mse += (r.logits[i] - 0.5 * i) * (r.logits[i] - 0.5 * i);
@@ -247,9 +251,9 @@ TEST_CASE("predict: regression head and string labels") {
     sxx += (r.logits[i] - mx) * (r.logits[i] - mx);
     syy += (0.5 * i - my) * (0.5 * i - my);
   }
-  CHECK(r.regression_metrics->mse == doctest::Approx(mse / 8).epsilon(1e-9));
-  CHECK(r.regression_metrics->pearson == doctest::Approx(sxy / std::sqrt(sxx * syy)).epsilon(1e-9));
-  const std::string line = prediction_json_line(r, 3);
+  CHECK(r.metrics.at("eval_mse") == doctest::Approx(mse / 8).epsilon(1e-9));
+  CHECK(r.metrics.at("eval_pearson") == doctest::Approx(sxy / std::sqrt(sxx * syy)).epsilon(1e-9));
+  const std::string line = r.json_line(3);
   CHECK(line.find("\"prediction\":") != std::string::npos);
   CHECK(line.find("\"label\"") == std::string::npos);
 
@@ -257,20 +261,20 @@ TEST_CASE("predict: regression head and string labels") {
   const std::string model = make_model_folder("named", 2, 14);
   options = PredictOptions{};
   options.model_dir = model;
-  options.text_a = "s";
-  options.label = "y";
+  options.data.text_a = "s";
+  options.data.label = "y";
   options.data_path = write_rank0("named.jsonl", "{\"s\": \"Yes indeed.\", \"y\": \"equivalent\"}\n"
                                                  "{\"s\": \"No way.\", \"y\": \"equivalent\"}\n"
                                                  "{\"s\": \"Maybe so.\", \"y\": \"not_equivalent\"}\n");
   const PredictResult named = predict_file(options, MPI_COMM_WORLD);
-  CHECK(named.label_ids == std::vector<int64_t>{1, 1, 0});
+  CHECK(named.as<ClassPredictions>().labels.class_ids == std::vector<int64_t>{1, 1, 0});
   options.data_path = write_rank0("unknown.jsonl", "{\"s\": \"Yes.\", \"y\": \"paraphrase\"}\n");
   CHECK_THROWS_WITH_AS(predict_file(options, MPI_COMM_WORLD),
                        doctest::Contains("label 'paraphrase' is not one of the model's labels"), Error);
   options.data_path = kDev;
-  options.text_a = "#1 String";
-  options.label = "Quality";
-  options.max_length = 600;
+  options.data.text_a = "#1 String";
+  options.data.label = "Quality";
+  options.data.max_length = 600;
   CHECK_THROWS_WITH_AS(predict_file(options, MPI_COMM_WORLD), doctest::Contains("max_position_embeddings"), Error);
 }
 
@@ -283,8 +287,10 @@ TEST_CASE("predict --dtype bfloat16: the model in bf16 (LayerNorm, softmax in fp
   const std::string model = make_model_folder("mrpc_bf16", 2, 11);
   PredictOptions fp32 = mrpc_options(model, 32), bf16 = mrpc_options(model, 32);
   bf16.dtype = at::kBFloat16;
-  const PredictResult a = predict_file(fp32, MPI_COMM_WORLD);
-  const PredictResult b = predict_file(bf16, MPI_COMM_WORLD);
+  const PredictResult a_result = predict_file(fp32, MPI_COMM_WORLD);
+  const PredictResult b_result = predict_file(bf16, MPI_COMM_WORLD);
+  const ClassPredictions& a = a_result.as<ClassPredictions>();
+  const ClassPredictions& b = b_result.as<ClassPredictions>();
   REQUIRE(b.logits.size() == a.logits.size());
   // bf16 weights and matmuls keep 8 significant bits; through 2 layers the
   // logits (size ~1-10 here) move by a few percent of their size, not more.
@@ -300,8 +306,8 @@ TEST_CASE("predict --dtype bfloat16: the model in bf16 (LayerNorm, softmax in fp
   CHECK(differs);  // the model really ran in bf16
   CHECK(max_rel < 0.05);  // measured 0.0098 (mean |diff| 0.0024) at -np 2
   int64_t same = 0;
-  for (int64_t i = 0; i < a.num_rows; ++i) same += a.predicted_ids[i] == b.predicted_ids[i];
-  CHECK(same >= a.num_rows * 95 / 100);
+  for (int64_t i = 0; i < a_result.num_rows; ++i) same += a.predicted_ids[i] == b.predicted_ids[i];
+  CHECK(same >= a_result.num_rows * 95 / 100);
   PredictOptions half = mrpc_options(model, 32);
   half.dtype = at::kHalf;
   CHECK(shardtrain_test::error_of([&] { predict_file(half, MPI_COMM_WORLD); }) ==

@@ -33,11 +33,11 @@
 #include "shardtrain/cli/config.h"
 #include "shardtrain/cli/predict_settings.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
-#include "shardtrain/train/entity_metrics.h"
+#include "shardtrain/metrics/entity_metrics.h"
+#include "shardtrain/tasks/token_classification.h"
 #include "shardtrain/train/predict.h"
-#include "shardtrain/train/predict_qa.h"
 #include "shardtrain/train/trainer.h"
 
 using namespace shardtrain;
@@ -124,11 +124,9 @@ std::map<std::string, double> predict_with_run_settings(const Trained& trained, 
   const PredictModel model = load_predict_model(options, comm);
   REQUIRE(!model.run_config_toml.empty());
   const RunConfig run = parse_saved_run_config(model.run_config_toml, trained.checkpoint);
-  QaPredictOptions qa;
-  const std::vector<PredictSetting> settings = resolve_predict_settings(&run, model.config.task, {}, options, qa);
+  const std::vector<PredictSetting> settings = resolve_predict_settings(&run, model.config.task, {}, options);
   if (used) *used = settings;
-  if (model.config.task == Task::kQuestionAnswering) return predict_qa_file(options, qa, model, comm).metrics;
-  return predict_file(options, model, comm).task_metrics;
+  return predict_file(options, model, comm).metrics();
 }
 
 void check_same_metrics(const std::map<std::string, double>& reported, const std::map<std::string, double>& predicted,
@@ -150,7 +148,7 @@ std::string setting_value(const std::vector<PredictSetting>& settings, const std
 }
 
 void check_task(Task task) {
-  const std::string dir = shardtrain_test::make_shared_temp_dir(std::string("predict_run_") + choice_name(task));
+  const std::string dir = shardtrain_test::make_shared_temp_dir(std::string("predict_run_") + enum_name(task));
   const RunConfig config = run_config_for(dir, task);
   const Trained trained = train_run(config);
   std::vector<PredictSetting> used;
@@ -192,27 +190,27 @@ TEST_CASE("predict on a checkpoint: flags win over the run, a label column the f
   options.data_path = config.data.eval_file;
   const PredictModel model = load_predict_model(options, MPI_COMM_WORLD);
   const RunConfig run = parse_saved_run_config(model.run_config_toml, trained.checkpoint);
-  QaPredictOptions qa;
 
   // predict's own defaults (max_length 128: nothing cut) are not the run's: a
   // test of the run's settings that could not fail would pass here too.
   PredictOptions defaults = options;
-  defaults.text_a = "#1 String";
-  defaults.text_b = "#2 String";
-  defaults.label = "Quality";
-  const std::vector<PredictSetting> plain = resolve_predict_settings(nullptr, Task::kSequenceClassification, {"--text-a", "--text-b", "--label"}, defaults, qa);
+  defaults.data.text_a = "#1 String";
+  defaults.data.text_b = "#2 String";
+  defaults.data.label = "Quality";
+  const std::vector<PredictSetting> plain = resolve_predict_settings(
+      nullptr, Task::kSequenceClassification, {"--text-a", "--text-b", "--label"}, defaults);
   CHECK(setting_value(plain, "--max-length") == "128 (default)");
   const PredictResult uncut = predict_file(defaults, model, MPI_COMM_WORLD);
-  CHECK(uncut.task_metrics.at("eval_loss") != trained.reported.at("eval_loss"));
+  CHECK(uncut.metrics().at("eval_loss") != trained.reported.at("eval_loss"));
 
   // A flag wins over the run's value.
   PredictOptions flagged = options;
-  flagged.max_length = 40;
+  flagged.data.max_length = 40;
   const std::vector<PredictSetting> with_flag =
-      resolve_predict_settings(&run, Task::kSequenceClassification, {"--max-length"}, flagged, qa);
-  CHECK(flagged.max_length == 40);
+      resolve_predict_settings(&run, Task::kSequenceClassification, {"--max-length"}, flagged);
+  CHECK(flagged.data.max_length == 40);
   CHECK(setting_value(with_flag, "--max-length") == "40 (flag)");
-  CHECK(flagged.text_a == "#1 String");
+  CHECK(flagged.data.text_a == "#1 String");
 
   // A file without the run's label column: predictions, no metrics.
   const std::string unlabelled = shardtrain_test::written_by_rank0(dir, "unlabelled.tsv", [](std::ofstream& out) {
@@ -221,12 +219,12 @@ TEST_CASE("predict on a checkpoint: flags win over the run, a label column the f
   PredictOptions bare = options;
   bare.data_path = unlabelled;
   const std::vector<PredictSetting> no_label =
-      resolve_predict_settings(&run, Task::kSequenceClassification, {}, bare, qa);
-  CHECK(bare.label.empty());
+      resolve_predict_settings(&run, Task::kSequenceClassification, {}, bare);
+  CHECK(bare.data.label.empty());
   CHECK(setting_value(no_label, "--label").find("is not in the file: no metrics") != std::string::npos);
   const PredictResult predicted = predict_file(bare, model, MPI_COMM_WORLD);
   CHECK(predicted.num_rows == 2);
-  CHECK(predicted.task_metrics.empty());
+  CHECK(predicted.metrics().empty());
 
   // The run's format gives way to a file whose extension names another.
   const std::string as_jsonl = shardtrain_test::written_by_rank0(dir, "rows.jsonl", [](std::ofstream& out) {
@@ -235,10 +233,10 @@ TEST_CASE("predict on a checkpoint: flags win over the run, a label column the f
   PredictOptions jsonl = options;
   jsonl.data_path = as_jsonl;
   const std::vector<PredictSetting> by_extension =
-      resolve_predict_settings(&run, Task::kSequenceClassification, {}, jsonl, qa);
-  CHECK(jsonl.format == FileFormat::kJsonl);
+      resolve_predict_settings(&run, Task::kSequenceClassification, {}, jsonl);
+  CHECK(jsonl.data.format == FileFormat::kJsonl);
   CHECK(setting_value(by_extension, "--format") == "jsonl (the file's extension; the run's data.format was tsv)");
-  CHECK(predict_file(jsonl, model, MPI_COMM_WORLD).task_metrics.count("eval_accuracy") == 1);
+  CHECK(predict_file(jsonl, model, MPI_COMM_WORLD).metrics().count("eval_accuracy") == 1);
   shardtrain_test::remove_shared_dir(dir);
 }
 
@@ -253,7 +251,7 @@ std::string token_model_folder(const std::string& dir) {
     config.task = Task::kTokenClassification;
     config.set_num_labels(3);
     config.id2label = {"O", "B-person", "I-person"};
-    SequenceClassifier model(config);
+    TaskModel model(config);
     model.init_weights(3);
     torch::NoGradGuard no_grad;
     for (auto& [name, p] : model.state_dict())  // logits that differ from token to token
@@ -312,10 +310,12 @@ TEST_CASE("token classification predict: a word that tokenizes to nothing gets n
   PredictOptions options;
   options.model_dir = folder;
   options.data_path = write_sentences(dir, "with_empty.jsonl", words, tags);
-  options.label = "ner_tags";
-  const PredictResult with_empty = predict_file(options, MPI_COMM_WORLD);
+  options.data.label = "ner_tags";
+  const PredictResult with_empty_result = predict_file(options, MPI_COMM_WORLD);
   options.data_path = write_sentences(dir, "clean.jsonl", clean_words, clean_tags);
-  const PredictResult clean = predict_file(options, MPI_COMM_WORLD);
+  const PredictResult clean_result = predict_file(options, MPI_COMM_WORLD);
+  const TokenPredictions& with_empty = with_empty_result.as<TokenPredictions>();
+  const TokenPredictions& clean = clean_result.as<TokenPredictions>();
 
   // The empty words add no token: the other words' tokens, and so their
   // tags, are those of the sentence without them.
@@ -336,7 +336,7 @@ TEST_CASE("token classification predict: a word that tokenizes to nothing gets n
     }
     // No entity's text is, or holds, an empty word; the JSON line's tags are
     // null exactly there.
-    const nlohmann::json line = nlohmann::json::parse(prediction_json_line(with_empty, static_cast<int64_t>(s)));
+    const nlohmann::json line = nlohmann::json::parse(with_empty.json_line(static_cast<int64_t>(s)));
     for (size_t w = 0; w < words[s].size(); ++w) CHECK(line["tags"][w].is_null() == is_empty_word(words[s][w]));
     for (const auto& entity : line["entities"])
       for (int64_t w = entity["words"][0]; w < entity["words"][1].get<int64_t>(); ++w)
@@ -359,10 +359,10 @@ TEST_CASE("token classification predict: a word that tokenizes to nothing gets n
     predictions.push_back(pred);
   }
   const EntityMetrics seqeval = entity_metrics(references, predictions);
-  CHECK(with_empty.task_metrics.at("eval_f1") == seqeval.f1);
-  CHECK(with_empty.task_metrics.at("eval_accuracy") == seqeval.accuracy);
-  CHECK(with_empty.task_metrics.at("eval_f1") == clean.task_metrics.at("eval_f1"));
-  CHECK(with_empty.task_metrics.at("eval_loss") == clean.task_metrics.at("eval_loss"));
+  CHECK(with_empty.metrics.at("eval_f1") == seqeval.f1);
+  CHECK(with_empty.metrics.at("eval_accuracy") == seqeval.accuracy);
+  CHECK(with_empty.metrics.at("eval_f1") == clean.metrics.at("eval_f1"));
+  CHECK(with_empty.metrics.at("eval_loss") == clean.metrics.at("eval_loss"));
   shardtrain_test::remove_shared_dir(dir);
 }
 

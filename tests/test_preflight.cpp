@@ -10,7 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/train/preflight.h"
 
 #include "support/mpi_ranks.h"
@@ -80,7 +80,7 @@ TEST_CASE("sizes in config.json are bounded before anything is allocated") {
   big.vocab_size = 2000000000;
   big.hidden_size = 2048;
   big.num_attention_heads = 16;
-  const std::string message = shardtrain_test::error_of([&] { SequenceClassifier model(big); });
+  const std::string message = shardtrain_test::error_of([&] { TaskModel model(big); });
   CHECK(message.rfind("the bert model (", 0) == 0);
   CHECK(preflight_contains(message, "parameters in fp32: vocab_size 2000000000, hidden size 2048"));
   CHECK(preflight_contains(message, "of host memory, but "));

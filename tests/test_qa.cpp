@@ -10,9 +10,8 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/qa_data.h"
-#include "shardtrain/data/qa_features.h"
-#include "shardtrain/train/qa_postprocess.h"
-#include "shardtrain/train/squad_metrics.h"
+#include "shardtrain/tasks/question_answering.h"
+#include "shardtrain/metrics/squad_metrics.h"
 #include "support/mpi_ranks.h"
 #include "support/tokenizer_fixtures.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
 
@@ -42,7 +42,7 @@ void check_qa_fixture(const std::string& name, bool unpadded) {
   CHECK(hf.report.missing_keys.empty());
   CHECK_MESSAGE(hf.report.unexpected_keys.empty(), hf.report.message() << " arch " << hf.config.architecture());
   const NamedTensors golden = SafetensorsFile(kQaGolden + name + "/golden.safetensors").all_tensors();
-  SequenceClassifier& model = *hf.model;
+  TaskModel& model = *hf.model;
   model.eval();
   model.set_unpadded(unpadded);
   Batch batch;

@@ -24,13 +24,13 @@
 #include "support/task_fixtures.h"
 #include "support/train_fixtures.h"
 #include "shardtrain/data/qa_data.h"
-#include "shardtrain/data/qa_features.h"
+#include "shardtrain/tasks/question_answering.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/checkpoint_manager.h"
-#include "shardtrain/train/predict_qa.h"
-#include "shardtrain/train/qa_postprocess.h"
+#include "shardtrain/train/evaluate.h"
+#include "shardtrain/train/predict.h"
 #include "shardtrain/train/trainer.h"
 
 using namespace shardtrain;
@@ -66,6 +66,25 @@ TrainOptions qa_quiet() { return shardtrain_test::quiet_train_options(); }
 
 const std::map<std::string, double>& last_metrics(const TrainResult& r) { return r.reports.back().metrics; }
 
+// Collective: evaluation's metrics and answers of `features` (of `table`),
+// through the task's spec as train runs it.
+std::map<std::string, double> qa_evaluate(TaskModel& model, const TokenizedDataset& features, const QaTable& table,
+                                          const DataConfig& data, int64_t batch_size, int32_t pad_id, MPI_Comm comm,
+                                          std::vector<QaAnswer>* answers) {
+  QuestionsTable questions;
+  questions.questions = table;
+  questions.line_numbers = table.line_numbers;
+  questions.has_labels = true;
+  const EvalSettings settings{&data, model_labels(model)};
+  const TaskSpec& spec = task_spec(Task::kQuestionAnswering);
+  const std::vector<float> records = sharded_records(model, features, batch_size, pad_id, at::kCPU, comm,
+                                                     spec.record_width(features, settings),
+                                                     spec.record(features, settings));
+  const auto predictions = spec.predictions(questions, features, records, settings);
+  if (answers) *answers = dynamic_cast<const QaPredictions&>(*predictions).answers;
+  return predictions->metrics;
+}
+
 }  // namespace
 
 TEST_CASE("qa: every strategy trains like DDP, padded and packed, and evaluates to the same EM / F1") {
@@ -77,7 +96,7 @@ TEST_CASE("qa: every strategy trains like DDP, padded and packed, and evaluates 
     RunConfig c = config;
     c.parallel.strategy = strategy;
     c.model.unpadded = unpadded;
-    c.run.name = std::string(choice_name(strategy)) + (unpadded ? "_packed" : "_padded");
+    c.run.name = std::string(enum_name(strategy)) + (unpadded ? "_packed" : "_padded");
     return train(c, MPI_COMM_WORLD, qa_quiet());
   };
   const TrainResult padded = run(StrategyKind::kDdp, false);
@@ -100,7 +119,7 @@ TEST_CASE("qa: every strategy trains like DDP, padded and packed, and evaluates 
   };
   for (const Variant v : {Variant{StrategyKind::kZero1, false}, Variant{StrategyKind::kZero2, true},
                           Variant{StrategyKind::kZero3, true}, Variant{StrategyKind::kFsdp, false}}) {
-    CAPTURE(choice_name(v.strategy));
+    CAPTURE(enum_name(v.strategy));
     CAPTURE(v.unpadded);
     const TrainResult& ddp = v.unpadded ? packed : padded;
     const TrainResult r = run(v.strategy, v.unpadded);
@@ -122,18 +141,18 @@ TEST_CASE("qa: evaluation on 1 rank and on 2 or 3 gives the same answers and EM 
   EncoderConfig model_config = EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json");
   model_config.task = Task::kQuestionAnswering;
   model_config.set_num_labels(2);
-  SequenceClassifier model(model_config);
+  TaskModel model(model_config);
   model.init_weights(11);
   QaFeatureOptions feature_options;
   feature_options.max_length = 48;
   feature_options.doc_stride = 12;
-  QaPostprocessOptions post;
+  const DataConfig post;  // run_qa's post-processing defaults
   // Batch 1: a feature's logits do not depend on what else is in its batch,
   // so any difference would be the sharding's or the gather's.
   auto evaluate_on = [&](MPI_Comm comm, std::vector<QaAnswer>* answers) {
     const TokenizedDataset features = build_qa_features(table, tokenizer, feature_options, comm);
     REQUIRE(features.size() > table.size() + 3);  // several windows per question
-    return evaluate_qa(model, features, table, post, 1, tokenizer.pad_id(), at::kCPU, comm, answers);
+    return qa_evaluate(model, features, table, post, 1, tokenizer.pad_id(), comm, answers);
   };
   std::vector<QaAnswer> all_answers;
   const auto all = evaluate_on(MPI_COMM_WORLD, &all_answers);
@@ -190,7 +209,7 @@ TEST_CASE("qa predict: the answers on 1 rank and on all ranks are evaluation's, 
     EncoderConfig config = EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json");
     config.task = Task::kQuestionAnswering;
     config.set_num_labels(2);
-    SequenceClassifier model(config);
+    TaskModel model(config);
     model.init_weights(5);
     save_hf_folder(model, folder);
     std::filesystem::copy_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/bert-base-cased-vocab.txt",
@@ -200,21 +219,19 @@ TEST_CASE("qa predict: the answers on 1 rank and on all ranks are evaluation's, 
   PredictOptions options;
   options.model_dir = folder;
   options.data_path = dev;
-  options.text_a = options.text_b = options.label = "";
-  options.max_length = 48;
+  options.data.max_length = 48;
+  options.data.doc_stride = 12;
   options.batch_size = 1;  // a window's logits then do not depend on the sharding (see above)
-  QaPredictOptions qa;
-  qa.doc_stride = 12;
-  qa.with_answers = true;
+  options.labels = LabelUse::kRequired;
   const PredictModel model = load_predict_model(options, MPI_COMM_WORLD);
   REQUIRE(model.config.task == Task::kQuestionAnswering);
-  CHECK_THROWS_WITH_AS(predict_file(options, model, MPI_COMM_WORLD),
-                       doctest::Contains("a question-answering model"), Error);
-  const QaPredictResult all = predict_qa_file(options, qa, model, MPI_COMM_WORLD);
-  const QaPredictResult alone =
-      predict_qa_file(options, qa, load_predict_model(options, MPI_COMM_SELF), MPI_COMM_SELF);
-  qa.with_answers = false;
-  const QaPredictResult unscored = predict_qa_file(options, qa, model, MPI_COMM_WORLD);
+  const PredictResult all_result = predict_file(options, model, MPI_COMM_WORLD);
+  const PredictResult alone_result = predict_file(options, load_predict_model(options, MPI_COMM_SELF), MPI_COMM_SELF);
+  options.labels = LabelUse::kNone;
+  const PredictResult unscored_result = predict_file(options, model, MPI_COMM_WORLD);
+  const QaPredictions& all = all_result.as<QaPredictions>();
+  const QaPredictions& alone = alone_result.as<QaPredictions>();
+  const QaPredictions& unscored = unscored_result.as<QaPredictions>();
   CHECK(unscored.metrics.empty());
 
   const QaTable table = read_qa_table(dev, {});
@@ -225,15 +242,15 @@ TEST_CASE("qa predict: the answers on 1 rank and on all ranks are evaluation's, 
   REQUIRE(all.num_features == features.size());
   REQUIRE(features.size() > table.size() + 3);  // several windows per question
   std::vector<QaAnswer> evaluated;
-  const auto metrics = evaluate_qa(*model.model, features, table, qa.postprocess, 1, model.tokenizer.pad_id(),
-                                   at::kCPU, MPI_COMM_WORLD, &evaluated);
+  const auto metrics = qa_evaluate(*model.model, features, table, options.data, 1, model.tokenizer.pad_id(),
+                                   MPI_COMM_WORLD, &evaluated);
   CHECK(all.metrics.at("eval_exact_match") == metrics.at("eval_exact_match"));
   CHECK(all.metrics.at("eval_f1") == metrics.at("eval_f1"));
   CHECK(alone.metrics.at("eval_f1") == metrics.at("eval_f1"));
   REQUIRE(all.answers.size() == evaluated.size());
   for (size_t q = 0; q < evaluated.size(); ++q) {
     CAPTURE(q);
-    for (const QaPredictResult* r : {&all, &alone, &unscored}) {
+    for (const QaPredictions* r : {&all, &alone, &unscored}) {
       CHECK(r->table.examples[q].id == table.examples[q].id);
       CHECK(r->answers[q].text == evaluated[q].text);
       CHECK(r->answers[q].start_char == evaluated[q].start_char);

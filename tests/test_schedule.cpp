@@ -38,14 +38,14 @@ using Table = std::vector<std::pair<int64_t, double>>;
 
 TrainConfig train_with(const std::string& type, double lr) {
   TrainConfig t;
-  t.lr_scheduler_type = shardtrain::parse_choice<LrSchedulerType>(type, "train.lr_scheduler_type");
+  t.lr_scheduler_type = shardtrain::parse_enum<LrSchedulerType>(type, "train.lr_scheduler_type");
   t.lr = lr;
   return t;
 }
 
 void check_table(const LrSchedule& schedule, const Table& expected) {
   for (const auto& [step, lr] : expected) {
-    INFO(shardtrain::choice_name(schedule.type()), " step ", step);
+    INFO(shardtrain::enum_name(schedule.type()), " step ", step);
     if (lr == 0.0)
       CHECK(schedule.lr(step) == 0.0);
     else

@@ -27,14 +27,14 @@ using ExtraTable = std::vector<std::pair<int64_t, double>>;
 
 TrainConfig schedule_extra_train(const std::string& type) {
   TrainConfig t;
-  t.lr_scheduler_type = parse_choice<LrSchedulerType>(type, "train.lr_scheduler_type");
+  t.lr_scheduler_type = parse_enum<LrSchedulerType>(type, "train.lr_scheduler_type");
   t.lr = 3e-4;
   return t;
 }
 
 void schedule_extra_check(const LrSchedule& schedule, const ExtraTable& expected) {
   for (const auto& [step, lr] : expected) {
-    INFO(choice_name(schedule.type()), " step ", step);
+    INFO(enum_name(schedule.type()), " step ", step);
     if (lr == 0.0) CHECK(schedule.lr(step) == 0.0);
     else CHECK(schedule.lr(step) == doctest::Approx(lr).epsilon(1e-15).scale(0));
   }

@@ -28,7 +28,7 @@
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/sharded.h"
 #include "shardtrain/parallel/make_strategy.h"
@@ -50,8 +50,8 @@ constexpr double kLr = 1e-2;
 constexpr double kMaxGradNorm = 0.1;  // most steps clip, some do not
 constexpr int kRowsPerWorldRank = 3;
 
-std::shared_ptr<SequenceClassifier> make_model(uint64_t seed) {
-  auto model = std::make_shared<SequenceClassifier>(shardtrain_test::tiny_bert_config());
+std::shared_ptr<TaskModel> make_model(uint64_t seed) {
+  auto model = std::make_shared<TaskModel>(shardtrain_test::tiny_bert_config());
   model->init_weights(seed);
   return model;
 }
@@ -73,7 +73,7 @@ Inputs slice_of_global(int s, int m, int r, int size) {
 
 // One optimizer step of two micro-steps (the first without sync) as rank r of
 // a job of `size` ranks. Returns the gradient norm.
-double step_as(Strategy& strategy, SequenceClassifier& model, int s, int r, int size) {
+double step_as(Strategy& strategy, TaskModel& model, int s, int r, int size) {
   return shardtrain_test::step_over(strategy, model, {slice_of_global(s, 0, r, size), slice_of_global(s, 1, r, size)},
                                     kLr, kMaxGradNorm);
 }
@@ -95,7 +95,7 @@ std::vector<Variant> variants() {
   auto add = [&](const std::string& label, const std::string& strategy) -> ParallelConfig& {
     Variant v;
     v.label = label;
-    v.parallel.strategy = parse_choice<StrategyKind>(strategy, "parallel.strategy");
+    v.parallel.strategy = parse_enum<StrategyKind>(strategy, "parallel.strategy");
     v.parallel.zero.stage3_prefetch_bucket_size = 0;
     v.parallel.zero.stage3_param_persistence_threshold = 0;
     out.push_back(v);
@@ -296,7 +296,7 @@ TEST_CASE("a zero3 checkpoint resumes under other strategies and world sizes wit
     if (rank < r.ranks) {
       MpiCommunicator job_comm(job);
       ParallelConfig config;
-      config.strategy = parse_choice<StrategyKind>(r.strategy, "parallel.strategy");
+      config.strategy = parse_enum<StrategyKind>(r.strategy, "parallel.strategy");
       config.ranks_per_node = r.ranks_per_node;
       auto fresh = make_model(11);
       std::unique_ptr<Strategy> reader = make_strategy(config, *fresh, job_comm, adamw);
@@ -394,7 +394,7 @@ TEST_CASE("train() with zero3, fsdp, hybrid and offload ends like ddp; a zero3 r
   for (const std::string strategy : {"zero3", "zero2"}) {
     RunConfig same = config;
     same.run.name = "same_" + strategy;
-    same.parallel.strategy = parse_choice<StrategyKind>(strategy, "parallel.strategy");
+    same.parallel.strategy = parse_enum<StrategyKind>(strategy, "parallel.strategy");
     CHECK_FALSE(train(same, MPI_COMM_WORLD, stop).finished);
     const TrainResult again = train(same, MPI_COMM_WORLD, shardtrain_test::quiet_train_options());
     const double same_diff = max_diff(again.final_params, ddp.final_params);

@@ -13,7 +13,7 @@
 
 #include "support/padded_rows.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/encoder_config.h"
 
 using namespace shardtrain;
@@ -32,7 +32,7 @@ EncoderConfig window_config() {
 
 using WindowRun = shardtrain_test::StepOutputs;
 
-WindowRun window_run(SequenceClassifier& model, const Batch& batch, bool unpadded, bool banded) {
+WindowRun window_run(TaskModel& model, const Batch& batch, bool unpadded, bool banded) {
   model.zero_grad();
   model.set_unpadded(unpadded);
   model.set_banded_attention(banded);
@@ -49,7 +49,7 @@ using namespace sliding_window_test;
 
 TEST_CASE("sliding window: banded blocks equal the masked full attention and the padded forward") {
   const EncoderConfig config = window_config();
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(3);
   model.train();
   // 61 and 37: many blocks of 4 queries (8 keys each); 3 and 1: shorter than a block.
@@ -63,7 +63,7 @@ TEST_CASE("sliding window: banded blocks equal the masked full attention and the
   // The window matters: the same weights with every layer global give other logits.
   EncoderConfig global = config;
   global.global_attn_every_n_layers = 1;
-  SequenceClassifier all_global(global);
+  TaskModel all_global(global);
   all_global.init_weights(3);
   all_global.train();
   CHECK((window_run(all_global, batch, true, true).logits - banded.logits).abs().max().item<double>() > 1e-4);
@@ -71,7 +71,7 @@ TEST_CASE("sliding window: banded blocks equal the masked full attention and the
 
 TEST_CASE("sliding window: a packed sequence's logits do not depend on its neighbours") {
   const EncoderConfig config = window_config();
-  SequenceClassifier model(config);
+  TaskModel model(config);
   model.init_weights(5);
   model.eval();
   model.set_unpadded(true);

@@ -1,5 +1,5 @@
 // Token-classification and multiple-choice data (data/word_table.h,
-// data/multiple_choice.h, data/task_datasets.h) on hand-made cases: label
+// data/multiple_choice.h, tasks/token_classification.h, tasks/multiple_choice.h) on hand-made cases: label
 // alignment as run_ner_no_trainer.py's tokenize_and_align_labels does it
 // (sub-words, label_all_tokens with B- -> I-, truncation and its counts,
 // BPE's prefix space, words that tokenize to nothing), the readers' formats,
@@ -19,7 +19,8 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/multiple_choice.h"
-#include "shardtrain/data/task_datasets.h"
+#include "shardtrain/tasks/token_classification.h"
+#include "shardtrain/tasks/multiple_choice.h"
 #include "shardtrain/data/word_table.h"
 #include "support/mpi_ranks.h"
 #include "support/tokenizer_fixtures.h"

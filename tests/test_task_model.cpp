@@ -9,7 +9,7 @@
 #include <string>
 
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/model/safetensors.h"
@@ -52,7 +52,7 @@ void check_task_fixture(const std::string& name, bool unpadded) {
   CHECK_MESSAGE(hf.report.missing_keys.empty(), hf.report.message());
   CHECK_MESSAGE(hf.report.unexpected_keys.empty(), hf.report.message());
   const NamedTensors golden = SafetensorsFile(kTaskGolden + name + "/golden.safetensors").all_tensors();
-  SequenceClassifier& model = *hf.model;
+  TaskModel& model = *hf.model;
   model.eval();
   model.set_unpadded(unpadded);
   const Batch batch = task_batch(golden, hf.config);
@@ -71,7 +71,7 @@ void check_task_fixture(const std::string& name, bool unpadded) {
   }
 }
 
-at::Tensor eval_task_logits(SequenceClassifier& model, const Batch& batch) {
+at::Tensor eval_task_logits(TaskModel& model, const Batch& batch) {
   at::NoGradGuard no_grad;
   model.eval();
   return model.forward_batch(batch);

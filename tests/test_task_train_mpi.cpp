@@ -26,9 +26,10 @@
 #include "support/train_fixtures.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/data/task_datasets.h"
+#include "shardtrain/tasks/token_classification.h"
+#include "shardtrain/tasks/multiple_choice.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/evaluate.h"
@@ -162,14 +163,19 @@ TEST_CASE("token classification and multiple choice: evaluation on 1 rank and on
         EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json");
     model_config.task = task;
     model_config.set_num_labels(task == Task::kTokenClassification ? static_cast<int64_t>(kWnutTags.size()) : 2);
-    SequenceClassifier model(model_config);
+    TaskModel model(model_config);
     model.init_weights(11);
     TokenAlignment stats;  // of the last evaluate_on: the same whichever ranks tokenized
     auto evaluate_on = [&](MPI_Comm comm, int64_t batch_size) {
       const TokenizedDataset data = task == Task::kTokenClassification
                                         ? build_token_dataset(words, tokenizer, {40, false, false}, comm, &stats)
                                         : build_choice_dataset(choices, tokenizer, 48, comm);
-      return evaluate_task(model, data, batch_size, tokenizer.pad_id(), at::kCPU, comm, kWnutTags);
+      const DataConfig settings_data;
+      TaskLabels labels = model_labels(model);
+      if (task == Task::kTokenClassification) labels.names = kWnutTags;
+      const TaskTable unused;  // token classification and multiple choice score from the data alone
+      return evaluate_task(model, data, unused, EvalSettings{&settings_data, labels}, batch_size, tokenizer.pad_id(),
+                           at::kCPU, comm);
     };
     // Batch 1: an example's logits do not depend on its batch, so any
     // difference is the sharding's or the gather's; batch 4 pads and repeats

@@ -22,7 +22,7 @@
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/optim/param_layout.h"
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/train_checkpoint.h"
@@ -56,8 +56,8 @@ EncoderConfig tiny_config(int64_t num_labels = 3) {
 
 // A model whose weights are far from HF's init (std 0.4, LayerNorm weights
 // non-1), so logits are O(1) and a swapped or zeroed tensor shows.
-std::shared_ptr<SequenceClassifier> tiny_model(const EncoderConfig& config, uint64_t seed) {
-  auto model = std::make_shared<SequenceClassifier>(config);
+std::shared_ptr<TaskModel> tiny_model(const EncoderConfig& config, uint64_t seed) {
+  auto model = std::make_shared<TaskModel>(config);
   torch::NoGradGuard no_grad;
   torch::manual_seed(seed);
   for (auto& [name, param] : model->state_dict()) param.normal_(0.0, 0.4);
@@ -70,7 +70,7 @@ struct Flat {
   at::Tensor params, exp_avg, exp_avg_sq;
 };
 
-Flat flatten(const SequenceClassifier& model) {
+Flat flatten(const TaskModel& model) {
   torch::NoGradGuard no_grad;
   const auto named = model.state_dict();
   ParamLayout layout(named);
@@ -119,7 +119,7 @@ FlatPart part_of(const Flat& flat, int64_t begin, int64_t end, bool with_optimiz
 struct Fixture {
   std::string dir, path, model_only_path;
   EncoderConfig config = tiny_config();
-  std::shared_ptr<SequenceClassifier> model;
+  std::shared_ptr<TaskModel> model;
   std::unique_ptr<Flat> flat;
 };
 

@@ -23,8 +23,8 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/reader.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
-#include "shardtrain/train/metrics.h"
+#include "shardtrain/model/task_model.h"
+#include "shardtrain/metrics/metrics.h"
 #include "shardtrain/train/train_checkpoint.h"
 #include "shardtrain/train/trainer.h"
 
@@ -159,7 +159,7 @@ TEST_CASE("eval counts every example once; checkpoints hold the parameters by na
   REQUIRE(result.reports.size() == 3);
 
   // Recompute the last eval on one process from the final parameters.
-  auto model = std::make_shared<SequenceClassifier>(
+  auto model = std::make_shared<TaskModel>(
       EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/bert_h32.json"));
   {
     at::NoGradGuard no_grad;

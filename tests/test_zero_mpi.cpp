@@ -33,7 +33,7 @@
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/ddp.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/parallel/zero1.h"
@@ -83,15 +83,15 @@ Inputs concatenated(int first, int count, int s, int m) {
   return {torch::cat(ids), torch::cat(types), torch::cat(labels)};
 }
 
-std::shared_ptr<SequenceClassifier> make_model(uint64_t seed) {
-  auto model = std::make_shared<SequenceClassifier>(tiny());
+std::shared_ptr<TaskModel> make_model(uint64_t seed) {
+  auto model = std::make_shared<TaskModel>(tiny());
   model->init_weights(seed);
   return model;
 }
 
 // One optimizer step of two accumulated micro-steps (the first without sync),
 // this rank standing for data-ranks [first, first + count). Returns the norm.
-double step_as(Strategy& strategy, SequenceClassifier& model, int first, int count, int s) {
+double step_as(Strategy& strategy, TaskModel& model, int first, int count, int s) {
   return shardtrain_test::step_over(strategy, model, {concatenated(first, count, s, 0), concatenated(first, count, s, 1)},
                                     kLr, kMaxGradNorm);
 }
@@ -109,7 +109,7 @@ ZeroOptions zero_options(int64_t allgather_bucket_size) {
 }
 
 // parallel.strategy = name, buckets as small as zero_options'.
-std::unique_ptr<Strategy> strategy_named(StrategyKind kind, SequenceClassifier& model,
+std::unique_ptr<Strategy> strategy_named(StrategyKind kind, TaskModel& model,
                                          Communicator& comm) {
   ParallelConfig parallel;
   parallel.strategy = kind;
@@ -225,7 +225,7 @@ TEST_CASE("checkpoints move between ddp, zero1 and zero2, also to another world 
 
   const std::vector<std::pair<std::string, std::string>> pairs = {
       {"ddp", "zero2"}, {"zero2", "ddp"}, {"zero1", "zero2"}, {"zero2", "zero1"}};
-  auto kind = [](const std::string& name) { return parse_choice<StrategyKind>(name, "parallel.strategy"); };
+  auto kind = [](const std::string& name) { return parse_enum<StrategyKind>(name, "parallel.strategy"); };
   for (const auto& pair : pairs) {
     const std::string& writer_name = pair.first;
     const std::string& reader_name = pair.second;
@@ -299,7 +299,7 @@ TEST_CASE("make_strategy builds every parallel.strategy and refuses what does no
   };
   ParallelConfig p;
   for (const std::string name : {"ddp", "zero1", "zero2", "zero3"}) {
-    p.strategy = parse_choice<StrategyKind>(name, "parallel.strategy");
+    p.strategy = parse_enum<StrategyKind>(name, "parallel.strategy");
     CHECK(built(p) == name);
   }
   p.strategy = StrategyKind::kHybrid;
@@ -314,11 +314,11 @@ TEST_CASE("make_strategy builds every parallel.strategy and refuses what does no
   const std::vector<std::pair<std::string, std::string>> fsdp = {
       {"FULL_SHARD", "zero3"}, {"SHARD_GRAD_OP", "zero2"}, {"NO_SHARD", "ddp"}};
   for (const auto& pair : fsdp) {
-    p.fsdp.sharding_strategy = parse_choice<FsdpShardingStrategy>(pair.first, "parallel.fsdp.sharding_strategy");
+    p.fsdp.sharding_strategy = parse_enum<FsdpShardingStrategy>(pair.first, "parallel.fsdp.sharding_strategy");
     CHECK(built(p) == pair.second);
   }
   // Names that are not choices never get this far: the config parser refuses them.
-  CHECK(error_of([&] { parse_choice<FsdpShardingStrategy>("FULL", "parallel.fsdp.sharding_strategy"); }) ==
+  CHECK(error_of([&] { parse_enum<FsdpShardingStrategy>("FULL", "parallel.fsdp.sharding_strategy"); }) ==
         "parallel.fsdp.sharding_strategy = 'FULL': allowed values are \"FULL_SHARD\", \"SHARD_GRAD_OP\", "
         "\"NO_SHARD\", \"HYBRID_SHARD\"");
   p = ParallelConfig{};
@@ -363,7 +363,7 @@ TEST_CASE("train() with zero1 / zero2 ends like ddp; a ddp checkpoint resumes wi
   // test_train_mpi.cpp's 1e-5 bound for a whole run.
   for (const std::string name : {"zero1", "zero2"}) {
     config.run.name = name;
-    config.parallel.strategy = parse_choice<StrategyKind>(name, "parallel.strategy");
+    config.parallel.strategy = parse_enum<StrategyKind>(name, "parallel.strategy");
     const TrainResult zero = train(config, MPI_COMM_WORLD, quiet());
     CHECK(zero.finished);
     CHECK(zero.steps == ddp.steps);

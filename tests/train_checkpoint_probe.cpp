@@ -1,7 +1,7 @@
 // Writes a small training checkpoint, the fixture test_cli.sh runs inspect,
 // export and predict --model CKPT on (tests/CMakeLists.txt passes its path in
 // SHARDTRAIN_TRAIN_CHECKPOINT_PROBE):
-//   train_checkpoint_probe OUT.h5 VOCAB.txt          a SequenceClassifier
+//   train_checkpoint_probe OUT.h5 VOCAB.txt          a TaskModel
 //       (vocab_size = lines of VOCAB.txt, hidden 16, 2 layers, 2 heads,
 //       intermediate 32, labels not_equivalent / equivalent, weights ~ N(0, 0.4)
 //       from seed 1234, LayerNorm weights 1) with AdamW moments, each rank
@@ -25,7 +25,7 @@
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/optim/param_layout.h"
 #include "shardtrain/train/train_checkpoint.h"
 
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
         config.intermediate_size = 32;
       }
       config.id2label = {"not_equivalent", "equivalent"};
-      SequenceClassifier model(config);
+      TaskModel model(config);
       const auto named = model.state_dict();
       at::NoGradGuard no_grad;
       at::manual_seed(1234);

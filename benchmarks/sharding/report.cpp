@@ -10,7 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/cpu_features.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 
 using namespace shardtrain;
 

@@ -13,7 +13,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/run_config.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/train/train_step.h"
@@ -90,10 +90,10 @@ Row run_strategy(World& world, const std::string& name, const EncoderConfig& con
                  const Options& options, const Row* reference) {
   const int ranks = world.size();
   ParallelConfig parallel;
-  parallel.strategy = parse_choice<StrategyKind>(name, "--strategies");
+  parallel.strategy = parse_enum<StrategyKind>(name, "--strategies");
   if (name == "hybrid") parallel.ranks_per_node = options.ranks_per_node > 0 ? options.ranks_per_node : ranks / 2;
 
-  auto model = std::make_shared<SequenceClassifier>(config);
+  auto model = std::make_shared<TaskModel>(config);
   model->init_weights(static_cast<uint64_t>(options.seed));
   model->train();
 

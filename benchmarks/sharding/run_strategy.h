@@ -34,7 +34,7 @@
 #include "bench_util.h"
 #include "sharding/zero_formulas.h"
 #include "shardtrain/comm/world.h"
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/parallel/strategy.h"
 

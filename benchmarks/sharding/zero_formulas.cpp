@@ -5,13 +5,13 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 
 using namespace shardtrain;
 
 namespace shardtrain_bench::sharding {
 
-ModelCounts count_model(const SequenceClassifier& model, int64_t persistence_threshold) {
+ModelCounts count_model(const TaskModel& model, int64_t persistence_threshold) {
   ModelCounts c;
   std::vector<int64_t> unit_numel(static_cast<size_t>(model.num_units()), 0);
   for (const auto& [name, tensor] : model.state_dict()) {

@@ -34,7 +34,7 @@
 #include <string>
 
 namespace shardtrain {
-class SequenceClassifier;
+class TaskModel;
 }
 
 namespace shardtrain_bench::sharding {
@@ -46,7 +46,7 @@ struct ModelCounts {
 };
 
 // Counted from the model's tensors.
-ModelCounts count_model(const shardtrain::SequenceClassifier& model, int64_t persistence_threshold);
+ModelCounts count_model(const shardtrain::TaskModel& model, int64_t persistence_threshold);
 
 struct Formula {
   std::string memory_name, comm_name;

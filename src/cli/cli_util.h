@@ -39,6 +39,9 @@ inline std::string config_keys_to_flags(std::string message) {
       {"data.format", "--format"}, {"data.on_bad_row", "--on-bad-row"},
       {"data.version_2_with_negative = true", "--version-2-with-negative"},
       {"data.max_length", "--max-length"}, {"data.doc_stride", "--doc-stride"},
+      {"data.choices", "--choices"}, {"data.preset", "--preset"}, {"data.n_best_size", "--n-best-size"},
+      {"data.max_answer_length", "--max-answer-length"},
+      {"data.null_score_diff_threshold", "--null-score-diff-threshold"},
   };
   for (const auto& [key, flag] : kNames) {
     const std::string k(key);

@@ -19,9 +19,10 @@
 #include "shardtrain/cli/config.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 #include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/tasks/task_rules.h"
 #include "shardtrain/model/encoder_config.h"
 #include "shardtrain/train/memory_estimate.h"
 
@@ -68,7 +69,7 @@ std::vector<StrategyKind> parse_strategies(const std::string& text, const RunCon
       if (base.parallel.ranks_per_node > 0) out.push_back(StrategyKind::kHybrid);
       continue;
     }
-    out.push_back(parse_choice<StrategyKind>(w, "--strategy"));
+    out.push_back(parse_enum<StrategyKind>(w, "--strategy"));
   }
   if (out.empty()) throw Error("--strategy: empty list (all, or some of ddp, zero1, zero2, zero3, fsdp, hybrid)");
   return out;
@@ -134,11 +135,11 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
                                                 const EstimateMemoryArgs& args) {
   RunConfig base = base_config;
   if (!have_config) base.run.device = Device::kCuda;
-  if (!args.device.empty()) base.run.device = parse_choice<Device>(args.device, "--device");
+  if (!args.device.empty()) base.run.device = parse_enum<Device>(args.device, "--device");
   if (!args.mixed_precision.empty())
-    base.train.mixed_precision = parse_choice<Precision>(args.mixed_precision, "--mixed-precision");
+    base.train.mixed_precision = parse_enum<Precision>(args.mixed_precision, "--mixed-precision");
   if (!args.offload_optimizer.empty())
-    base.parallel.offload_optimizer = parse_choice<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
+    base.parallel.offload_optimizer = parse_enum<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
   // The flags' ranges are their keys' (cli/config.h).
   if (args.batch_size) {
     if (*args.batch_size < 1) throw Error("--batch-size = " + std::to_string(*args.batch_size) + ": must be >= 1");
@@ -176,16 +177,16 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
 
   std::vector<std::string> lines;
   if (!args.json) {
-    const std::string per_row = model.task == Task::kMultipleChoice && base.data.choices.size() > 1
-                                    ? str_format(" x %zu choices", base.data.choices.size())
-                                    : std::string();
+    const int64_t sequences = task_rules(model.task).sequences_per_row(base.data);
+    const std::string per_row =
+        sequences > 1 ? str_format(" x %lld choices", static_cast<long long>(sequences)) : std::string();
     lines.push_back(str_format("# %s: %s %s, %s trainable parameters, %lld labels; mixed precision %s; batch %lld%s x "
                                "%lld tokens per rank; device %s%s%s",
-                               json_path.c_str(), model.model_type.c_str(), choice_name(model.task),
+                               json_path.c_str(), model.model_type.c_str(), enum_name(model.task),
                                count_text(model.num_parameters()).c_str(), static_cast<long long>(num_labels),
-                               choice_name(base.train.mixed_precision), static_cast<long long>(base.train.batch_size),
+                               enum_name(base.train.mixed_precision), static_cast<long long>(base.train.batch_size),
                                per_row.c_str(),
-                               static_cast<long long>(base.data.max_length), choice_name(base.run.device),
+                               static_cast<long long>(base.data.max_length), enum_name(base.run.device),
                                base.parallel.offload_optimizer == OffloadDevice::kCpu ? "; optimizer offload" : "",
                                capacity ? ("; capacity " + format_bytes(*capacity) + " per rank").c_str() : ""));
     lines.push_back("# per rank; group = ranks holding one copy of the sharded state; activations during backward "
@@ -213,8 +214,8 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
         // ranks per node): say why instead of a row, in JSON too.
         if (strategies.size() == 1) throw;
         lines.push_back(args.json ? str_format("{\"strategy\":\"%s\",\"world_size\":%d,\"refused\":%s}",
-                                               choice_name(kind), n, nlohmann::json(error.what()).dump().c_str())
-                                  : str_format("%-7s  (%s)", choice_name(kind), error.what()));
+                                               enum_name(kind), n, nlohmann::json(error.what()).dump().c_str())
+                                  : str_format("%-7s  (%s)", enum_name(kind), error.what()));
       }
     }
   }

@@ -22,7 +22,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/train/checkpoint_model.h"
 
 namespace shardtrain {

@@ -17,8 +17,8 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/data/multiple_choice.h"
 #include "shardtrain/optim/schedule.h"
+#include "shardtrain/tasks/task_rules.h"
 
 namespace shardtrain {
 namespace {
@@ -44,10 +44,10 @@ void parse_value(const std::string& key, const std::string& text, std::optional<
   out = value;
 }
 
-template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+template <class E, std::enable_if_t<is_named_enum_v<E>, int> = 0>
 void parse_value(const std::string& key, const std::string& text, E& out) {
-  const std::optional<E> value = find_choice<E>(text);
-  if (!value) throw Error(key + " = " + quote(text) + ": allowed values are " + quoted_list(choice_names<E>()));
+  const std::optional<E> value = find_enum<E>(text);
+  if (!value) throw Error(key + " = " + quote(text) + ": allowed values are " + quoted_list(enum_names<E>()));
   out = *value;
 }
 
@@ -109,9 +109,9 @@ std::string toml_value(const std::vector<std::string>& v) {
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_value(v[i]);
   return out + "]";
 }
-template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+template <class E, std::enable_if_t<is_named_enum_v<E>, int> = 0>
 std::string toml_value(E v) {
-  return toml_value(std::string(choice_name(v)));
+  return toml_value(std::string(enum_name(v)));
 }
 
 // ---- helpers ----------------------------------------------------------------
@@ -189,7 +189,7 @@ std::string text_of(const std::string& key, const toml::node& node, const std::s
     else shown << "a date or time";
     return Error(key + ": expected " + expected + ", got " + shown.str() + where);
   };
-  if constexpr (std::is_same_v<Field, std::string> || is_choice_v<Field>) {
+  if constexpr (std::is_same_v<Field, std::string> || is_named_enum_v<Field>) {
     if (!node.is_string()) throw wrong("a string (in quotes)");
     return node.as_string()->get();
   } else if constexpr (std::is_same_v<Field, bool>) {
@@ -231,9 +231,9 @@ void assign(RunConfig& config, const std::string& key, const std::string* text, 
     } else {
     using Scalar = std::conditional_t<std::is_same_v<Field, std::optional<double>>, double, Field>;
     const std::string value = node ? text_of<Scalar>(key, *node, where) : *text;
-    if constexpr (is_choice_v<Field>) {
-      if (!find_choice<Field>(value))
-        throw Error(key + " = " + quote(value) + where + ": allowed values are " + quoted_list(choice_names<Field>()));
+    if constexpr (is_named_enum_v<Field>) {
+      if (!find_enum<Field>(value))
+        throw Error(key + " = " + quote(value) + where + ": allowed values are " + quoted_list(enum_names<Field>()));
     }
     try {
       parse_value(key, value, field);
@@ -290,36 +290,10 @@ std::string extension_of(const std::string& path) {
   return ext;
 }
 
-// The columns a task reads when the user did not name them: HF datasets'
-// "tokens" / "ner_tags" for token classification, a preset's for multiple
-// choice. Keys the user set are never changed.
+// The keys a task fills when the user did not set them (tasks/task_spec.h's
+// apply_defaults: run_ner's column names, a preset's columns, run_qa's 384).
 void apply_task_defaults(RunConfig& config, const std::set<std::string>& keys_set) {
-  DataConfig& d = config.data;
-  auto fill = [&](const char* key, std::string& field, const std::string& value) {
-    if (!keys_set.count(key)) field = value;
-  };
-  if (config.model.task == Task::kTokenClassification) {
-    fill("data.text_a", d.text_a, "tokens");
-    fill("data.text_b", d.text_b, "");
-    fill("data.label", d.label, "ner_tags");
-  } else if (config.model.task == Task::kQuestionAnswering) {
-    // run_qa.py's max_seq_length; the question and context are fields of the
-    // SQuAD file, not columns (data/qa_data.h).
-    if (!keys_set.count("data.max_length")) d.max_length = 384;
-    fill("data.text_a", d.text_a, "");
-    fill("data.text_b", d.text_b, "");
-    fill("data.label", d.label, "");
-  } else if (config.model.task == Task::kMultipleChoice) {
-    if (d.preset != DataPreset::kNone) {
-      const ChoiceColumns preset = preset_columns(d.preset);
-      fill("data.text_a", d.text_a, preset.context);
-      fill("data.text_b", d.text_b, preset.prefix);
-      fill("data.label", d.label, preset.label);
-      if (!keys_set.count("data.choices")) d.choices = preset.choices;
-    } else {
-      fill("data.text_b", d.text_b, "");
-    }
-  }
+  task_rules(config.model.task).apply_defaults(config.data, keys_set);
 }
 
 }  // namespace
@@ -479,74 +453,33 @@ void validate_data(const DataConfig& d) {
               ", " + std::to_string(kMaxSequenceLength) + "] ([CLS] and two [SEP] need 3 tokens)");
 }
 
-// The data keys of one task, against model.task.
-void validate_task(const ModelConfig& m, const DataConfig& d) {
-  const Task task = m.task;
-  const std::string name = std::string("\"") + choice_name(task) + "\"";
-  // Question answering reads SQuAD's fields, not columns.
-  if (task != Task::kQuestionAnswering) require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
-  // A key at its default is harmless (a printed config lists every key).
-  auto only_for = [&](const char* key, Task owner, bool changed) {
-    require(task == owner || !changed,
-            std::string(key) + " only applies when model.task = \"" + choice_name(owner) + "\" (it is " + name + ")");
+// The data keys of one task, against model.task: the task's own rules, and
+// no key another task owns changed from its default (a printed config lists
+// every key, at its default).
+void validate_task(const RunConfig& config) {
+  const Task task = config.model.task;
+  // Each key's value as printed, and its default's.
+  std::map<std::string, std::string> printed, default_printed;
+  auto print_into = [](std::map<std::string, std::string>& into) {
+    return [&into](const char* name, const auto& field, const char*) {
+      using Field = std::decay_t<decltype(field)>;
+      if constexpr (std::is_same_v<Field, std::optional<double>>)
+        into[name] = field ? toml_value(*field) : "";
+      else
+        into[name] = toml_value(field);
+    };
   };
-  only_for("data.labels", Task::kTokenClassification, !d.labels.empty());
-  only_for("data.label_all_tokens", Task::kTokenClassification, d.label_all_tokens);
-  only_for("data.choices", Task::kMultipleChoice, !d.choices.empty());
-  only_for("data.preset", Task::kMultipleChoice, d.preset != DataPreset::kNone);
-  require(d.format != FileFormat::kConll || task == Task::kTokenClassification,
-          "data.format = \"conll\" (a token and its tag per line) is the token-classification format; set "
-          "model.task = \"token_classification\", or give the data as tsv, csv or jsonl");
-  if (task == Task::kTokenClassification) {
-    require(!d.label.empty(), "data.label: not set (the tags column; HF datasets call it \"ner_tags\")");
-    require(d.text_b.empty(), "data.text_b = " + quote(d.text_b) +
-                                  ": token classification tags the words of one text (data.text_a); leave "
-                                  "data.text_b out");
-    std::set<std::string> seen;
-    for (const std::string& label : d.labels)
-      require(seen.insert(label).second, "data.labels: " + quote(label) + " is listed twice");
-    require(d.labels.size() <= static_cast<size_t>(kMaxNumLabels),
-            "data.labels: more than the " + std::to_string(kMaxNumLabels) + " labels a classifier may have");
-    require(m.num_labels == 0 || d.labels.empty() || static_cast<size_t>(m.num_labels) == d.labels.size(),
-            "model.num_labels = " + std::to_string(m.num_labels) + " but data.labels lists " +
-                std::to_string(d.labels.size()) + " tags; leave model.num_labels out (0)");
+  visit_config_keys(config, print_into(printed));
+  const RunConfig fresh;
+  visit_config_keys(fresh, print_into(default_printed));
+  for (const Task other : all_tasks()) {
+    if (other == task) continue;
+    for (const std::string& key : task_rules(other).own_keys())
+      require(printed.at(key) == default_printed.at(key),
+              key + " only applies when model.task = \"" + enum_name(other) + "\" (it is \"" + enum_name(task) +
+                  "\")");
   }
-  const DataConfig defaults;
-  only_for("data.doc_stride", Task::kQuestionAnswering, d.doc_stride != defaults.doc_stride);
-  only_for("data.version_2_with_negative", Task::kQuestionAnswering,
-           d.version_2_with_negative != defaults.version_2_with_negative);
-  only_for("data.n_best_size", Task::kQuestionAnswering, d.n_best_size != defaults.n_best_size);
-  only_for("data.max_answer_length", Task::kQuestionAnswering, d.max_answer_length != defaults.max_answer_length);
-  only_for("data.null_score_diff_threshold", Task::kQuestionAnswering,
-           d.null_score_diff_threshold != defaults.null_score_diff_threshold);
-  if (task == Task::kQuestionAnswering) {
-    // apply_task_defaults empties them; a printed config lists them empty.
-    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"data.text_a", &d.text_a},
-                                     {"data.text_b", &d.text_b}, {"data.label", &d.label}})
-      require(value->empty(), std::string(key) + " = " + quote(*value) +
-                                  " does not apply to question answering: the question, context and answers "
-                                  "are SQuAD's fields (id, question, context, answers)");
-    require(d.format == FileFormat::kAuto || d.format == FileFormat::kJsonl,
-            "data.format: question answering reads SQuAD JSON (.json) or HF's flattened JSON Lines (.jsonl)");
-    require(d.doc_stride >= 0 && d.doc_stride < d.max_length,
-            str_format("data.doc_stride = %lld: must be in [0, data.max_length = %lld)",
-                       static_cast<long long>(d.doc_stride), static_cast<long long>(d.max_length)));
-    positive("data.n_best_size", d.n_best_size);
-    positive("data.max_answer_length", d.max_answer_length);
-    require(std::isfinite(d.null_score_diff_threshold), "data.null_score_diff_threshold: must be a finite number");
-    require(m.num_labels == 0 || m.num_labels == 2,
-            "model.num_labels = " + std::to_string(m.num_labels) +
-                ": a question-answering head gives a start and an end logit per token; leave model.num_labels out");
-  }
-  if (task == Task::kMultipleChoice) {
-      require(!d.choices.empty(),
-            "data.choices: not set (the choice columns, e.g. [\"ending0\", \"ending1\"], or one column holding a "
-            "list; or data.preset = \"swag\" / \"copa\")");
-    require(!d.label.empty(), "data.label: not set (the column with the index of the right choice)");
-    require(m.num_labels == 0 || m.num_labels == 1 || m.num_labels == 2,
-            "model.num_labels = " + std::to_string(m.num_labels) +
-                ": a multiple-choice model scores each choice with one logit; leave model.num_labels out");
-  }
+  task_rules(task).validate(config.model, config.data);
 }
 
 void validate_train(const TrainConfig& t, const JobConfig& run) {
@@ -586,9 +519,9 @@ void validate_train(const TrainConfig& t, const JobConfig& run) {
 // FSDP's MixedPrecision dtypes, against the strategy and the device.
 void validate_fsdp_dtypes(const ParallelConfig& p, const TrainConfig& t, const JobConfig& run) {
   if (p.strategy != StrategyKind::kFsdp) return;  // validate_parallel refuses changed fsdp keys elsewhere
-  const char* base = choice_name(t.mixed_precision);
-  auto resolved = [&](DtypeChoice c) {
-    return c != DtypeChoice::kAuto ? std::string(choice_name(c))
+  const char* base = enum_name(t.mixed_precision);
+  auto resolved = [&](DtypeSetting c) {
+    return c != DtypeSetting::kAuto ? std::string(enum_name(c))
                                    : t.mixed_precision == Precision::kNo ? std::string("fp32") : std::string(base);
   };
   const std::string param = resolved(p.fsdp.param_dtype), reduce = resolved(p.fsdp.reduce_dtype);
@@ -626,7 +559,7 @@ void validate_parallel(const ParallelConfig& p, const std::set<std::string>& key
   auto only_for = [&](const char* key, bool same, bool applies, const char* strategies) {
     require(same || !keys_set.count(key) || applies,
             std::string(key) + " only applies when parallel.strategy is " + strategies + " (it is \"" +
-                choice_name(strategy) + "\")" + (strategy == StrategyKind::kFsdp ? "; for fsdp use parallel.fsdp.*" : ""));
+                enum_name(strategy) + "\")" + (strategy == StrategyKind::kFsdp ? "; for fsdp use parallel.fsdp.*" : ""));
   };
   const char* kSharded = "\"zero1\", \"zero2\", \"zero3\" or \"hybrid\"";
   const char* kParamsSharded = "\"zero3\" or \"hybrid\" (parameters are sharded only there)";
@@ -656,7 +589,7 @@ void validate_parallel(const ParallelConfig& p, const std::set<std::string>& key
   const FsdpConfig fsdp_defaults;
   auto unchanged = [&](const char* key, bool same) {
     require(same || !keys_set.count(key), std::string(key) + " only applies when parallel.strategy = \"fsdp\" (it is \"" +
-                                              choice_name(strategy) + "\")");
+                                              enum_name(strategy) + "\")");
   };
   unchanged("parallel.fsdp.sharding_strategy", p.fsdp.sharding_strategy == fsdp_defaults.sharding_strategy);
   unchanged("parallel.fsdp.state_dict_type", p.fsdp.state_dict_type == fsdp_defaults.state_dict_type);
@@ -718,7 +651,7 @@ void validate_run(const JobConfig& r) {
 void validate_run_config(const RunConfig& c, const std::set<std::string>& keys_set) {
   validate_model(c.model);
   validate_data(c.data);
-  validate_task(c.model, c.data);
+  validate_task(c);
   validate_train(c.train, c.run);
   validate_lr_schedule_config(c.train, keys_set);
   validate_parallel(c.parallel, keys_set);

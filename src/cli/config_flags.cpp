@@ -40,14 +40,14 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& command) {
   RunConfig defaults;
   visit_config_keys(defaults, [&](const char* name, const auto& field, const char* help) {
     using Field = std::decay_t<decltype(field)>;
-    std::string type = std::is_same_v<Field, std::string> || is_choice_v<Field> ? "TEXT"
+    std::string type = std::is_same_v<Field, std::string> || is_named_enum_v<Field> ? "TEXT"
                        : std::is_same_v<Field, bool>                            ? "BOOL"
                        : std::is_same_v<Field, int64_t>                         ? "INT"
                        : std::is_same_v<Field, std::vector<std::string>>       ? "LIST"
                                                                                 : "FLOAT";
     std::string description = help;
-    if constexpr (is_choice_v<Field>) {
-      const std::vector<std::string> choices = choice_names<Field>();
+    if constexpr (is_named_enum_v<Field>) {
+      const std::vector<std::string> choices = enum_names<Field>();
       description += " {";
       for (size_t i = 0; i < choices.size(); ++i) description += (i ? "," : "") + choices[i];
       description += "}";

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "shardtrain/cli/deepspeed_config.h"
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 #include "shardtrain/core/json_read.h"
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/core/text.h"
@@ -48,9 +48,9 @@ inline std::string text(double value) { return shortest_text(value); }
 inline std::string text(int64_t value) { return std::to_string(value); }
 inline std::string text(bool value) { return value ? "true" : "false"; }
 inline std::string text(const std::string& value) { return "\"" + value + "\""; }
-template <class E, std::enable_if_t<is_choice_v<E>, int> = 0>
+template <class E, std::enable_if_t<is_named_enum_v<E>, int> = 0>
 std::string text(E value) {
-  return text(std::string(choice_name(value)));
+  return text(std::string(enum_name(value)));
 }
 
 // The string "auto" (Accelerate and transformers fill it from the run config).

@@ -113,7 +113,7 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   {
     const json* v = find(*params, "warmup_type");
     std::optional<WarmupType> value = WarmupType::kLog;  // DeepSpeed's default
-    if (v) value = v->is_string() ? find_choice<WarmupType>(v->get<std::string>()) : std::nullopt;
+    if (v) value = v->is_string() ? find_enum<WarmupType>(v->get<std::string>()) : std::nullopt;
     bool ok = true;
     if (!value) {
       // DeepSpeed would warn and use "log".

@@ -102,7 +102,7 @@ void Resolver::resolve_zero(const json* zero) {
           if (sub.key() == "device") {
             const std::string device = sv.is_string() ? sv.get<std::string>() : "";
             if (device == "none" || (device == "cpu" && name == "offload_optimizer")) {
-              if (name == "offload_optimizer") offload = parse_choice<OffloadDevice>(device, sub_key);
+              if (name == "offload_optimizer") offload = parse_enum<OffloadDevice>(device, sub_key);
               else line(sub_key, &sv, "accepted (parameters stay in device memory)");
             } else if (name == "offload_param" && device == "cpu") {
               problem(sub_key, &sv, "parameter offload is not implemented (optimizer offload is: "

@@ -666,7 +666,7 @@ FieldRows read_fields(const std::string& content, const std::string& path, FileF
     return out;
   }
   if (format != FileFormat::kJsonl)
-    throw Error(path + ": this reader takes tsv, csv or jsonl (data.format = \"" + choice_name(format) + "\")");
+    throw Error(path + ": this reader takes tsv, csv or jsonl (data.format = \"" + enum_name(format) + "\")");
   for_each_line(text, [&](int64_t line, const std::string& row_text) {
     if (std::all_of(row_text.begin(), row_text.end(), [](unsigned char c) { return std::isspace(c); })) return;
     if (!is_valid_utf8(row_text.data(), row_text.size())) { bad_row(line, "invalid UTF-8"); return; }

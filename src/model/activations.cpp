@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 
 namespace shardtrain {
 

@@ -91,7 +91,7 @@ struct LayerSpec {
   // Attention scores (B x H x L x Lk elements) above which the CPU kernel
   // computes in blocks of query rows and keeps no score matrix for backward:
   // memory O(L) instead of O(L^2), one matmul more in backward
-  // (SequenceClassifier::set_attention_block_threshold). 2^24: 64 MiB of
+  // (TaskModel::set_attention_block_threshold). 2^24: 64 MiB of
   // fp32 scores, which a 12-head layer reaches at one sequence of 1183 tokens.
   // Measured (benchmarks/README.md, sliding window): blocks cost nothing at
   // 128 and 512 tokens and were 3x faster than whole matrices at 2048, whose

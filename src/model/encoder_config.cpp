@@ -21,6 +21,7 @@
 #include "shardtrain/core/limits.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/text.h"
+#include "shardtrain/tasks/task_rules.h"
 
 namespace shardtrain {
 namespace {
@@ -177,16 +178,7 @@ std::optional<Task> task_of_architectures(const json& j) {
   if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty() ||
       !j["architectures"][0].is_string())
     return std::nullopt;
-  const std::string name = j["architectures"][0].get<std::string>();
-  auto ends_with = [&](const char* suffix) {
-    const std::string s(suffix);
-    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  if (ends_with("ForSequenceClassification")) return Task::kSequenceClassification;
-  if (ends_with("ForTokenClassification")) return Task::kTokenClassification;
-  if (ends_with("ForMultipleChoice")) return Task::kMultipleChoice;
-  if (ends_with("ForQuestionAnswering")) return Task::kQuestionAnswering;
-  return std::nullopt;
+  return task_of_class(j["architectures"][0].get<std::string>());
 }
 
 // ELECTRA's multiple-choice head is transformers' SequenceSummary with
@@ -433,6 +425,14 @@ EncoderConfig EncoderConfig::from_file(const std::string& path) {
   return from_json(text.str(), path);
 }
 
+int64_t EncoderConfig::head_outputs() const { return task_rules(task).head_outputs(num_labels); }
+
+bool EncoderConfig::has_label_names() const {
+  for (size_t i = 0; i < id2label.size(); ++i)
+    if (id2label[i] != "LABEL_" + std::to_string(i)) return true;
+  return false;
+}
+
 void EncoderConfig::set_num_labels(int64_t n) {
   // Checked here, not only in validate(): the names are allocated right below.
   if (n > kMaxNumLabels)
@@ -556,10 +556,7 @@ void EncoderConfig::validate(const std::string& source) const {
 }
 
 std::string EncoderConfig::architecture() const {
-  const char* suffix = task == Task::kTokenClassification ? "ForTokenClassification"
-                       : task == Task::kMultipleChoice    ? "ForMultipleChoice"
-                       : task == Task::kQuestionAnswering ? "ForQuestionAnswering"
-                                                          : "ForSequenceClassification";
+  const char* suffix = task_rules(task).class_suffix();
   std::string base;
   switch (family) {
     case ModelFamily::kBert: base = "Bert"; break;

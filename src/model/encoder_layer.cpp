@@ -9,7 +9,7 @@
 #include "model/disentangled_attention.h"
 #include "model/encoder.h"
 #include "model/low_precision.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/dropout.h"
 
 namespace shardtrain::detail {

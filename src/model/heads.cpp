@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "model/encoder.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/dropout.h"
 
 namespace shardtrain::detail {
@@ -48,28 +48,35 @@ at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Te
   auto classify = [&](const at::Tensor& x) {
     return at::linear(x, w[Slot::kClassifierWeight], w[Slot::kClassifierBias]);
   };
+  const double p = c.token_head_dropout();
+  if (c.family == ModelFamily::kModernBert) {  // final_norm (the model's), head, drop, classifier
+    const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
+    const at::Tensor dense = at::linear(normed, w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
+    const at::Tensor head = layer_norm(apply_activation(c.classifier_activation, dense), w[Slot::kHeadNormWeight],
+                                       w[Slot::kHeadNormBias], c.layer_norm_eps);
+    return classify(shardtrain::dropout(head, p, training));
+  }
+  // Every other family: dropout, then the classifier (qa_outputs) on each token.
+  return classify(p > 0 ? shardtrain::dropout(hidden, p, training) : hidden);
+}
+
+}  // namespace shardtrain::detail
+
+namespace shardtrain {
+
+double EncoderConfig::token_head_dropout() const {
   // <Family>ForQuestionAnswering: qa_outputs straight on the hidden states
   // (BERT, RoBERTa, ELECTRA, DeBERTa-v2), after dropout (qa_dropout) for
-  // DistilBERT; ModernBERT's is its token head below.
-  if (c.task == Task::kQuestionAnswering && c.family != ModelFamily::kModernBert)
-    return classify(c.family == ModelFamily::kDistilBert ? shardtrain::dropout(hidden, c.qa_dropout, training) : hidden);
-  switch (c.family) {
-    case ModelFamily::kBert:
-    case ModelFamily::kRoberta:
-    case ModelFamily::kElectra:  // dropout (classifier_dropout, else hidden_dropout_prob), classifier
-      return classify(shardtrain::dropout(hidden, c.effective_classifier_dropout(), training));
+  // DistilBERT; ModernBERT's is its token head.
+  if (task == Task::kQuestionAnswering && family != ModelFamily::kModernBert)
+    return family == ModelFamily::kDistilBert ? qa_dropout : 0.0;
+  switch (family) {
     case ModelFamily::kDistilBert:  // dropout (config.dropout), classifier
     case ModelFamily::kDebertaV2:   // dropout (hidden_dropout_prob), classifier
-      return classify(shardtrain::dropout(hidden, c.hidden_dropout_prob, training));
-    case ModelFamily::kModernBert: {  // final_norm (the model's), head, drop, classifier
-      const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
-      const at::Tensor dense = at::linear(normed, w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
-      const at::Tensor head = layer_norm(apply_activation(c.classifier_activation, dense), w[Slot::kHeadNormWeight],
-                                         w[Slot::kHeadNormBias], c.layer_norm_eps);
-      return classify(shardtrain::dropout(head, c.effective_classifier_dropout(), training));
-    }
+      return hidden_dropout_prob;
+    default:  // BERT, RoBERTa, ELECTRA, ModernBERT: classifier_dropout, else hidden_dropout_prob
+      return effective_classifier_dropout();
   }
-  return {};
 }
 
 }  // namespace shardtrain::detail

@@ -10,7 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/json_read.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/core/text.h"
 
@@ -167,7 +167,7 @@ NamedTensors read_hf_weights(const std::string& folder) {
   throw Error(folder + ": no model.safetensors or model.safetensors.index.json (TF/Flax weights are not supported)");
 }
 
-HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& checkpoint, uint64_t init_seed,
+HfLoadReport load_hf_weights(TaskModel& model, const NamedTensors& checkpoint, uint64_t init_seed,
                              const std::string& source) {
   HfLoadReport report;
   report.folder = source;
@@ -276,7 +276,7 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
     if (out.config.problem_type == "regression" && *options.num_labels != 1) out.config.problem_type.clear();
   }
   out.config.validate(config_path);
-  out.model = std::make_shared<SequenceClassifier>(out.config);
+  out.model = std::make_shared<TaskModel>(out.config);
   out.report = load_hf_weights(*out.model, checkpoint, options.init_seed, folder);
   out.report.replaced_head = replaced_head;
   return out;
@@ -288,7 +288,7 @@ std::string hf_config_json(const EncoderConfig& config, at::ScalarType dtype) {
   return json.dump(2) + "\n";
 }
 
-void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
+void save_hf_folder(const TaskModel& model, const std::string& folder,
                     const HfSaveOptions& options) {
   if (options.dtype != at::kFloat && options.dtype != at::kHalf && options.dtype != at::kBFloat16)
     throw Error(folder + ": weights can be saved as float32, float16 or bfloat16, not " +

@@ -108,7 +108,7 @@ bool kwarg_changed(const LrSchedulerKwargs& k, const std::string& key) {
 std::string one_of(const std::vector<Type>& types) {
   std::string out;
   for (size_t i = 0; i < types.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == types.size() ? " or " : ", ") + ("\"" + std::string(choice_name(types[i])) + "\"");
+    out += (i == 0 ? "" : i + 1 == types.size() ? " or " : ", ") + ("\"" + std::string(enum_name(types[i])) + "\"");
   return out;
 }
 
@@ -121,7 +121,7 @@ void validate_lr_schedule_config(const TrainConfig& t, const std::set<std::strin
     const bool applies = std::find(use.types.begin(), use.types.end(), type) != use.types.end();
     if (!applies && keys_set.count(use.key) && kwarg_changed(k, use.key))
       throw Error(std::string(use.key) + " only applies when train.lr_scheduler_type is " + one_of(use.types) +
-                  " (it is \"" + choice_name(type) + "\")");
+                  " (it is \"" + enum_name(type) + "\")");
   }
   auto at_least_zero = [](const char* key, double value) {
     if (!(value >= 0 && std::isfinite(value)))
@@ -258,7 +258,7 @@ double LrSchedule::transformers_lr(int64_t s) const {
     factor = factor * (1 - min_lr_rate_) + min_lr_rate_;
     return base * std::max(0.0, factor);
   }
-  ST_ASSERT(type_ == Type::kCosineWithRestarts, std::string("unknown schedule type ") + choice_name(type_));
+  ST_ASSERT(type_ == Type::kCosineWithRestarts, std::string("unknown schedule type ") + enum_name(type_));
   if (progress >= 1.0) return base * 0.0;
   // Python's % and fmod agree for the non-negative operands here.
   return base * std::max(0.0, 0.5 * (1.0 + std::cos(kPi * std::fmod(num_cycles_ * progress, 1.0))));
@@ -346,10 +346,10 @@ std::string LrSchedule::describe() const {
            " down to " + shortest_text(min_lr_rate_) + " x " + base + " over the steps up to " + T;
   if (type_ == Type::kWarmupStableDecay)
     return "warmup_stable_decay (transformers): " + warmup + std::to_string(stable_steps_) + " steps at " + base +
-           ", then " + choice_name(kwargs_.decay_type) + " decay over " + std::to_string(kwargs_.num_decay_steps) +
+           ", then " + enum_name(kwargs_.decay_type) + " decay over " + std::to_string(kwargs_.num_decay_steps) +
            " steps to " + shortest_text(kwargs_.min_lr_ratio) + " x " + base;
   if (type_ == Type::kConstantWithWarmup) return "constant_with_warmup (transformers): " + warmup + base;
-  const std::string ds_warmup = std::string(choice_name(kwargs_.warmup_type)) + " warmup over " + std::to_string(deepspeed_warmup_steps_) +
+  const std::string ds_warmup = std::string(enum_name(kwargs_.warmup_type)) + " warmup over " + std::to_string(deepspeed_warmup_steps_) +
                                 " steps (max(2, warmup_num_steps " + W + "))";
   const std::string total = std::to_string(deepspeed_total_steps_) +
                             (kwargs_.total_num_steps > 0 ? " (total_num_steps; the run has " + T + ")" : "");

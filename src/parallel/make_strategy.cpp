@@ -16,12 +16,12 @@ double bucket_mb(const ParallelConfig& parallel) {
 
 namespace {
 
-at::ScalarType dtype_of(DtypeChoice choice, at::ScalarType automatic) {
+at::ScalarType dtype_of(DtypeSetting choice, at::ScalarType automatic) {
   switch (choice) {
-    case DtypeChoice::kAuto: return automatic;
-    case DtypeChoice::kFp32: return at::kFloat;
-    case DtypeChoice::kBf16: return at::kBFloat16;
-    case DtypeChoice::kFp16: return at::kHalf;
+    case DtypeSetting::kAuto: return automatic;
+    case DtypeSetting::kFp32: return at::kFloat;
+    case DtypeSetting::kBf16: return at::kBFloat16;
+    case DtypeSetting::kFp16: return at::kHalf;
   }
   return automatic;
 }

@@ -38,7 +38,7 @@ std::vector<std::string> strategy_notes(const ParallelConfig& parallel, const To
     const ShardOptions o = shard_options_for(parallel, topology);
     notes.push_back(str_format(
         "%s: units = embeddings, each encoder layer, head; stage %d; %s; reduce-scatter per unit%s; %s",
-        choice_name(kind), o.stage,
+        enum_name(kind), o.stage,
         o.reduce_every_micro_step ? "gradients reduced on every micro-step (DeepSpeed)"
                                   : "accumulation micro-steps keep full gradients (FSDP no_sync)",
         o.reduce_bucket_elements > 0

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/model/safetensors.h"
 #include "shardtrain/optim/param_layout.h"
@@ -21,7 +21,7 @@ CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm) {
   CheckpointModel out;
   out.state = read_train_state(reader);
   out.config = EncoderConfig::from_json(out.state.model_config_json, path + " (attribute model_config_json)");
-  out.model = std::make_shared<SequenceClassifier>(out.config);
+  out.model = std::make_shared<TaskModel>(out.config);
   const std::vector<std::pair<std::string, at::Tensor>> parameters = out.model->state_dict();
   const ParamLayout layout(parameters);
   FlatPart part;

@@ -4,6 +4,8 @@
 // tokens, D hidden, E embedding width (ELECTRA), I intermediate, H heads.
 #include "shardtrain/train/memory_estimate.h"
 
+#include "shardtrain/tasks/task_rules.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -177,18 +179,15 @@ double embedding_activation_bytes(const EncoderConfig& c, double B, double L, do
 double head_activation_bytes(const EncoderConfig& c, double B, double L, double e, bool unpadded) {
   const double TD = B * L * static_cast<double>(c.hidden_size), BD = B * static_cast<double>(c.hidden_size);
   const bool modernbert = c.family == ModelFamily::kModernBert;
-  if (c.task == Task::kTokenClassification || c.task == Task::kQuestionAnswering) {
+  if (task_rules(c.task).head_on_tokens()) {
     // Measured (tests/test_memory_estimate.cpp): about 16 bytes per logit and
     // 40 per token (logits, their fp32 log-softmax and loss terms, the
     // labels' mask); packed rows add the [B, L, C] scatter of the [T, C]
     // logits and its index.
     const double C = static_cast<double>(c.head_outputs()), T = B * L;
     const double outputs = T * (C * 16 + 40) + (unpadded ? T * (C * 4 + 24) : 0.0);
-    // The head's dropout (model/heads.cpp, token_head).
-    const bool plain_hidden = c.family == ModelFamily::kDistilBert || c.family == ModelFamily::kDebertaV2;
-    double p = plain_hidden ? c.hidden_dropout_prob : c.effective_classifier_dropout();
-    if (c.task == Task::kQuestionAnswering && !modernbert)
-      p = c.family == ModelFamily::kDistilBert ? c.qa_dropout : 0.0;
+    // The head's dropout, by the head's own rule (model/heads.cpp, token_head).
+    const double p = c.token_head_dropout();
     double bytes = TD * e + (p > 0 ? TD : 0.0) + outputs;
     if (modernbert) bytes += TD * 4 + 2 * TD * e + TD * 4;
     return bytes;
@@ -420,14 +419,13 @@ MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model_
   if (run.model.hidden_dropout_prob) model.hidden_dropout_prob = *run.model.hidden_dropout_prob;
   if (run.model.attention_probs_dropout_prob) model.attention_probs_dropout_prob = *run.model.attention_probs_dropout_prob;
   MemoryEstimate e;
-  e.strategy = choice_name(run.parallel.strategy);
-  e.precision = choice_name(run.train.mixed_precision);
+  e.strategy = enum_name(run.parallel.strategy);
+  e.precision = enum_name(run.train.mixed_precision);
   e.world_size = world_size;
   e.device_is_cpu = run.run.device == Device::kCpu;
   // Multiple choice: every row is a sequence per choice (a single column
   // holding the lists counts one; docs/tasks.md).
-  const int64_t sequences_per_row =
-      run.model.task == Task::kMultipleChoice ? std::max<int64_t>(1, static_cast<int64_t>(run.data.choices.size())) : 1;
+  const int64_t sequences_per_row = task_rules(run.model.task).sequences_per_row(run.data);
   e.batch_size = run.train.batch_size * sequences_per_row;
   e.seq_len = run.data.max_length;
   e.checkpointing = run.model.gradient_checkpointing;

@@ -148,7 +148,7 @@ void check_estimate_fits(const RunConfig& run, const EncoderConfig& model, int w
     other.parallel.strategy = kind;
     try {
       if (estimate_memory(other, model, world_size).total_bytes() <= per_rank)
-        ways.push_back(std::string("parallel.strategy = \"") + choice_name(kind) + "\"");
+        ways.push_back(std::string("parallel.strategy = \"") + enum_name(kind) + "\"");
     } catch (const Error&) {
     }
   }

@@ -6,7 +6,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/sampler.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/strategy.h"
 
 namespace shardtrain {
@@ -21,7 +21,7 @@ uint64_t train_rng_seed(int64_t seed, int64_t step, int64_t micro_step, int rank
   return hash;
 }
 
-StepResult train_step(Strategy& strategy, SequenceClassifier& model, const std::vector<Batch>& micro_batches,
+StepResult train_step(Strategy& strategy, TaskModel& model, const std::vector<Batch>& micro_batches,
                       const StepOptions& options) {
   ST_ASSERT(!micro_batches.empty(), "train_step: no micro-batch");
   ST_ASSERT(options.accumulation_steps >= 1, "train_step: accumulation_steps must be >= 1");

@@ -52,9 +52,9 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
     if (!s.model_config_json.empty()) {
       const EncoderConfig stored = EncoderConfig::from_json(s.model_config_json, path + " (attribute model_config_json)");
       if (stored.task != job.saved_config.task)
-        throw Error(path + " holds a " + stored.architecture() + " (model.task = \"" + choice_name(stored.task) +
+        throw Error(path + " holds a " + stored.architecture() + " (model.task = \"" + enum_name(stored.task) +
                     "\"); this job trains a " + job.saved_config.architecture() + " (model.task = \"" +
-                    choice_name(job.saved_config.task) + "\"): resume it with its own task, or start the new task "
+                    enum_name(job.saved_config.task) + "\"): resume it with its own task, or start the new task "
                     "from an exported folder (shardtrain export, then model.path) under another run.name");
     }
     if (s.global_batch_size != plan.examples_per_step())
@@ -190,11 +190,10 @@ class Reporter {
       PhaseGuard phase(job_.comm, str_format("evaluation at step %lld", static_cast<long long>(at.step)),
                        PhaseGuard::kNoDeadline);
       const TrainConfig& t = job_.config->train;
+      const EvalSettings settings{&job_.config->data, job_.labels};
       const std::map<std::string, double> metrics =
-          job_.qa_eval ? evaluate_qa(*job_.model, *job_.eval_data, *job_.qa_eval, job_.qa_options, t.eval_batch_size,
-                                     job_.tokenizer->pad_id(), job_.device, job_.comm)
-                       : evaluate_task(*job_.model, *job_.eval_data, t.eval_batch_size, job_.tokenizer->pad_id(),
-                                       job_.device, job_.comm, job_.label_names);
+          evaluate_task(*job_.model, *job_.eval_data, *job_.eval_table, settings, t.eval_batch_size,
+                        job_.tokenizer->pad_id(), job_.device, job_.comm);
       for (const auto& kv : metrics) report.metrics[kv.first] = kv.second;
       report.metrics["eval_seconds"] = MPI_Wtime() - start;
       if (early_.enabled()) update_early_stopping(at, report, last);
@@ -499,17 +498,10 @@ TrainResult train(const RunConfig& config, MPI_Comm comm, const TrainOptions& op
   result.stopped_early = at.early.stopped;
   result.stop_reason = at.stop_reason;
   result.finished = !stopped && (at.step >= job.plan.total_steps || at.early.stopped);
-  if (job.eval_data) {
-    const Task task = job.config->model.task;
-    if (task == Task::kTokenClassification)
-      result.baseline = outside_baseline(job.train_data, *job.eval_data, job.label_names);
-    else if (task == Task::kMultipleChoice)
-      result.baseline = chance_baseline(job.eval_data->sequences_per_example);
-    else if (task == Task::kQuestionAnswering)
-      result.baseline = first_sentence_baseline(*job.qa_eval, job.qa_options.version_2_with_negative);
-    else if (job.num_labels >= 2 && job.train_data.labels.kind == LabelKind::kClass)
-      result.baseline = majority_baseline(job.train_data.labels, job.eval_data->labels, job.num_labels);
-  }
+  if (job.eval_data)
+    result.baseline = task_spec(job.config->model.task)
+                          .baseline(*job.train_table, job.train_data, *job.eval_table, *job.eval_data,
+                                    EvalSettings{&job.config->data, job.labels});
   result.best_checkpoint = checkpoints.best();
   result.last_checkpoint = checkpoints.newest();
   result.final_params = job.strategy->flat_params().narrow(0, 0, job.strategy->layout().numel()).to(at::kCPU).clone();

@@ -20,7 +20,7 @@
 namespace shardtrain_test::deepspeed_tests {
 
 // What every DeepSpeed test file uses: `using namespace shardtrain_test::deepspeed_tests;`.
-using namespace shardtrain;  // the config structs and the choice enums (core/choices.h)
+using namespace shardtrain;  // the config structs and the choice enums (core/enum_names.h)
 using nlohmann::json;
 using shardtrain_test::contains;
 using shardtrain_test::error_of;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/model/encoder_config.h"
 
 namespace shardtrain_test {
@@ -44,7 +44,7 @@ struct StepOutputs {
 // One training step of `model` on `batch` from the generator state of
 // at::manual_seed(77), so two calls draw the same dropout masks: logits and
 // gradients in float64.
-inline StepOutputs training_step(shardtrain::SequenceClassifier& model, const shardtrain::Batch& batch) {
+inline StepOutputs training_step(shardtrain::TaskModel& model, const shardtrain::Batch& batch) {
   model.zero_grad();
   at::manual_seed(77);
   const at::Tensor logits = model.forward_batch(batch);

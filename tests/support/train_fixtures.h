@@ -12,7 +12,7 @@
 
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/parallel/strategy.h"
 #include "shardtrain/train/train_step.h"
 #include "shardtrain/train/trainer.h"
@@ -66,7 +66,7 @@ inline std::string head_of_shipped(const std::string& source, int rows, const st
 struct StrategyVariant {
   shardtrain::StrategyKind strategy;
   bool unpadded;
-  std::string name() const { return std::string(shardtrain::choice_name(strategy)) + (unpadded ? "_packed" : ""); }
+  std::string name() const { return std::string(shardtrain::enum_name(strategy)) + (unpadded ? "_packed" : ""); }
 };
 inline std::vector<StrategyVariant> variants_against_ddp() {
   using shardtrain::StrategyKind;
@@ -109,7 +109,7 @@ struct TinyInputs {
 // One optimizer step (shardtrain::train_step) over `micro`, accumulated, with
 // lr and clipping as given and the generator left alone. Returns the
 // gradient norm.
-inline double step_over(shardtrain::Strategy& strategy, shardtrain::SequenceClassifier& model,
+inline double step_over(shardtrain::Strategy& strategy, shardtrain::TaskModel& model,
                         const std::vector<TinyInputs>& micro, double lr, double max_grad_norm) {
   std::vector<shardtrain::Batch> batches;
   for (const TinyInputs& in : micro) {

@@ -8,8 +8,8 @@
 // run's evaluation reported; a HF folder knows none of them, and predict
 // keeps asking for the columns it needs.
 //
-//   std::vector<PredictSetting> used = resolve_predict_settings(&run, task, given, options, qa);
-//   log_info("%s", describe_predict_settings(used).c_str());
+//   std::vector<PredictSetting> used = resolve_predict_settings(&run, task, given, options);
+//   log_info("predict settings: %s", describe_predict_settings(used).c_str());
 #pragma once
 
 #include <set>
@@ -18,7 +18,6 @@
 
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/train/predict.h"
-#include "shardtrain/train/predict_qa.h"
 
 namespace shardtrain {
 
@@ -29,18 +28,24 @@ struct PredictSetting {
   std::string origin;  // "flag", "run: data.max_length", "default", ...
 };
 
-// Fills every setting of `options` and `qa` whose flag is not in `given`
-// (long names with their dashes, "--max-length"): from `run` when it is not
-// null (a checkpoint's run config, cli/config.h's parse_saved_run_config),
-// else predict's defaults (max_length 128; question answering 384, run_qa's).
+// Fills every setting of `options` whose flag is not in `given` (long names
+// with their dashes, "--max-length"): from `run` when it is not null (a
+// checkpoint's run config, cli/config.h's parse_saved_run_config), else
+// predict's defaults (max_length 128; question answering 384, run_qa's).
 // `task` is the model's. A label column that comes from the run is kept only
 // when options.data_path has it (a file without labels is predicted without
-// metrics); the run's format is kept unless the file's extension names
-// another. Returns the settings that apply to the task, in flag order.
+// metrics), and SQuAD answers are scored when every question has them; the
+// run's format is kept unless the file's extension names another. Error for
+// a flag of another task's key (--choices for a token classifier). Returns
+// the settings that apply to the task, in flag order.
 std::vector<PredictSetting> resolve_predict_settings(const RunConfig* run, Task task, const std::set<std::string>& given,
-                                                     PredictOptions& options, QaPredictOptions& qa);
+                                                     PredictOptions& options);
 
 // "--text-a '#1 String' (run: data.text_a), --max-length 32 (flag), ..."
 std::string describe_predict_settings(const std::vector<PredictSetting>& settings);
+
+// predict's flag for a data key ("data.doc_stride" -> "--doc-stride"), or ""
+// for a key it has no flag for.
+std::string predict_flag_of(const std::string& key);
 
 }  // namespace shardtrain

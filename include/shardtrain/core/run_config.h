@@ -4,7 +4,7 @@
 // set on the command line as `--section.key value` (command line wins). The
 // file is parsed and validated once, by cli/config.h; the rest of the program
 // only reads these structs. Keys with a fixed set of values are enums
-// (core/choices.h), parsed once from their names. visit_config_keys() below is
+// (core/enum_names.h), parsed once from their names. visit_config_keys() below is
 // the single list of keys: it drives parsing, `--help`, validation messages and
 // the resolved config printed at start and saved with every run.
 //
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 
 namespace shardtrain {
 
@@ -34,7 +34,7 @@ struct ModelConfig {
   // input and runs its forward again in backward (model/activation_checkpoint.h).
   bool gradient_checkpointing = false;
   // Unpadded (packed) batches: the model computes on the real tokens only
-  // (model/classifier.h); false = on the padded [B, L] batch, as HF does.
+  // (model/task_model.h); false = on the padded [B, L] batch, as HF does.
   bool unpadded = true;
 };
 
@@ -145,9 +145,9 @@ struct FsdpConfig {
   bool forward_prefetch = false;  // gather the next unit while the current one runs forward
   // FSDP MixedPrecision: parameters (forward / backward, gathers), gradient
   // reductions, buffers; kAuto = train.mixed_precision's dtype (Accelerate).
-  DtypeChoice param_dtype = DtypeChoice::kAuto;
-  DtypeChoice reduce_dtype = DtypeChoice::kAuto;
-  DtypeChoice buffer_dtype = DtypeChoice::kAuto;
+  DtypeSetting param_dtype = DtypeSetting::kAuto;
+  DtypeSetting reduce_dtype = DtypeSetting::kAuto;
+  DtypeSetting buffer_dtype = DtypeSetting::kAuto;
 };
 
 // [parallel.zero]: DeepSpeed zero_optimization knobs, with DeepSpeed's names
@@ -205,7 +205,7 @@ struct RunConfig {
 inline const std::vector<std::string>& known_metric_names() {
   static const std::vector<std::string> names = {"eval_accuracy", "eval_f1", "eval_macro_f1", "eval_mcc", "eval_precision", "eval_recall",
                                                  "eval_loss", "eval_mse", "eval_pearson", "train_loss",
-                                                 // extractive QA (train/squad_metrics.h)
+                                                 // extractive QA (metrics/squad_metrics.h)
                                                  "eval_exact_match", "eval_exact", "eval_HasAns_exact", "eval_HasAns_f1",
                                                  "eval_NoAns_exact", "eval_NoAns_f1", "eval_best_exact", "eval_best_f1"};
   return names;
@@ -214,7 +214,7 @@ inline const std::vector<std::string>& known_metric_names() {
 // Calls visit(key, field, help) for every key, in file order. A field's type
 // says what it takes: std::string, int64_t, double, std::optional<double>,
 // bool, std::vector<std::string> (a TOML array of strings; on the command
-// line, comma-separated), or one of the choice enums of core/choices.h (whose names are the
+// line, comma-separated), or one of the choice enums of core/enum_names.h (whose names are the
 // allowed values). Works for const and non-const configs.
 template <class Config, class Visitor>
 void visit_config_keys(Config& c, Visitor&& visit) {

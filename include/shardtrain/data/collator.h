@@ -20,8 +20,8 @@
 //   Batch batch = collate(dataset, indices, tokenizer.pad_id());
 //   stats.add(batch);   // ... at the end of the epoch: stats.padding_fraction()
 //
-// Packed (unpadded) batches, for SequenceClassifier::forward_packed
-// (model/classifier.h), as MosaicBERT's and NVIDIA's fine-tuning kernels take them:
+// Packed (unpadded) batches, for TaskModel::forward_packed
+// (model/task_model.h), as MosaicBERT's and NVIDIA's fine-tuning kernels take them:
 // the B rows' real tokens back to back, T = sum of their lengths, no padding.
 //   input_ids       [T]    int64
 //   token_type_ids  [T]    int64

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 #include "shardtrain/data/reader.h"
 
 namespace shardtrain {

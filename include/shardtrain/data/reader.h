@@ -60,7 +60,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/core/choices.h"  // FileFormat, BadRowPolicy
+#include "shardtrain/core/enum_names.h"  // FileFormat, BadRowPolicy
 
 namespace shardtrain {
 

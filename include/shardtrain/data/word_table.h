@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 
 namespace shardtrain {
 

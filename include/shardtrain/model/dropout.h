@@ -1,4 +1,4 @@
-// Dropout for the classifiers' training mode (model/classifier.h).
+// Dropout for the classifiers' training mode (model/task_model.h).
 //
 //   y = dropout(x, p, training);   // x * noise; noise = 0 with probability p, else 1 / (1 - p)
 //

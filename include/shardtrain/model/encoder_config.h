@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/core/choices.h"  // Task
+#include "shardtrain/core/enum_names.h"  // Task
 
 namespace shardtrain {
 
@@ -160,6 +160,8 @@ struct EncoderConfig {
   // than 2^50 parameters, ...).
   void validate(const std::string& source = "config") const;
 
+  // Whether id2label holds names of its own, not HF's default LABEL_<i>.
+  bool has_label_names() const;
   // Sets num_labels and resets id2label to HF's default names "LABEL_<i>".
   // Error when n is outside [1, kMaxNumLabels].
   void set_num_labels(int64_t n);
@@ -168,14 +170,16 @@ struct EncoderConfig {
   double effective_classifier_dropout() const {
     return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob;
   }
+  // The dropout in front of the classifier of a head on every token (token
+  // classification, question answering), by family and task; the memory
+  // estimate counts its mask from the same rule.
+  double token_head_dropout() const;
   // HF's class name for the family and task: "BertForSequenceClassification",
   // "XLMRobertaForTokenClassification", "ModernBertForMultipleChoice", ...
   std::string architecture() const;
   // The logits per sequence (sequence classification: num_labels; multiple
   // choice: 1 per choice) or per token (token classification: num_labels).
-  int64_t head_outputs() const {
-    return task == Task::kMultipleChoice ? 1 : task == Task::kQuestionAnswering ? 2 : num_labels;
-  }
+  int64_t head_outputs() const;
   // The prefix of the encoder's parameters in HF's state dict: "bert.",
   // "roberta.", "distilbert.", "electra.", "model." (ModernBERT), "deberta.".
   std::string base_prefix() const;

@@ -36,7 +36,7 @@
 
 namespace shardtrain {
 
-class SequenceClassifier;
+class TaskModel;
 
 struct HfLoadOptions {
   // The task to build (model.task); unset = the folder's (config.json's
@@ -71,7 +71,7 @@ struct HfLoadReport {
 
 struct HfModel {
   EncoderConfig config;
-  std::shared_ptr<SequenceClassifier> model;
+  std::shared_ptr<TaskModel> model;
   HfLoadReport report;
 };
 
@@ -93,7 +93,7 @@ NamedTensors read_hf_weights(const std::string& folder);
 // converting dtypes; parameters it lacks are initialised from `init_seed` and
 // reported (how many of how many). Error when it holds none of them, or a
 // tensor with NaN or infinity (naming it).
-HfLoadReport load_hf_weights(SequenceClassifier& model, const NamedTensors& checkpoint,
+HfLoadReport load_hf_weights(TaskModel& model, const NamedTensors& checkpoint,
                              uint64_t init_seed = 42, const std::string& source = "checkpoint");
 
 struct HfSaveOptions {
@@ -112,7 +112,7 @@ std::string hf_config_json(const EncoderConfig& config, at::ScalarType dtype);
 // tensors included), then copies options.copy_files. Creates the folder if
 // needed. HF transformers loads the result with
 // AutoModelForSequenceClassification.from_pretrained(folder).
-void save_hf_folder(const SequenceClassifier& model, const std::string& folder,
+void save_hf_folder(const TaskModel& model, const std::string& folder,
                     const HfSaveOptions& options = {});
 
 }  // namespace shardtrain

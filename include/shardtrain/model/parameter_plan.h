@@ -5,7 +5,7 @@
 //   for (const ParameterSpec& p : parameter_plan(config)) ...   // HF state-dict order
 //
 // This is the one place a family's names live. The model allocates exactly
-// these tensors (model/classifier.h), a checkpoint's layout is computed from
+// these tensors (model/task_model.h), a checkpoint's layout is computed from
 // them without allocating the model (train/checkpoint_model.h), and memory
 // estimates read the shapes and units from them (train/memory_estimate.h).
 //

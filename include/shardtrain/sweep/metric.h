@@ -15,7 +15,7 @@ namespace shardtrain {
 
 // The metrics every evaluation of a run with `config` reports, by its task:
 // train_loss and the task's eval_* names (train/evaluate.h,
-// train/qa_postprocess.h).
+// tasks/question_answering.h).
 std::vector<std::string> sweep_metric_names(const RunConfig& config);
 // Whether an evaluation of a run with `config` may report `metric`: one of
 // sweep_metric_names, or a name that depends on the data: eval_macro_f1 when

@@ -16,7 +16,7 @@
 
 #include "shardtrain/checkpoint/checkpoint.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/train/train_checkpoint.h"
 
 namespace shardtrain {
@@ -25,7 +25,7 @@ namespace shardtrain {
 // config and tokenizer inputs. Build its tokenizer with checkpoint_tokenizer.
 struct CheckpointModel {
   EncoderConfig config;
-  std::shared_ptr<SequenceClassifier> model;
+  std::shared_ptr<TaskModel> model;
   std::string vocab_text;
   bool lowercase = false;
   TrainState state;

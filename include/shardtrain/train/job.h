@@ -32,15 +32,14 @@
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/data/collator.h"
 #include "shardtrain/data/dataset.h"
-#include "shardtrain/data/qa_data.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/tokenizer.h"
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/optim/schedule.h"
 #include "shardtrain/parallel/strategy.h"
 #include "shardtrain/parallel/topology.h"
-#include "shardtrain/train/qa_postprocess.h"
+#include "shardtrain/tasks/task_spec.h"
 
 namespace shardtrain {
 
@@ -69,15 +68,14 @@ struct TrainJob {
   std::optional<Tokenizer> tokenizer;
   std::string vocab_text;       // WordPiece vocabulary (one token a line); empty for BPE
   std::string tokenizer_files;  // Tokenizer::saved_files(): what checkpoints store to rebuild it
+  // The task's tables as read (tasks/task_spec.h) and their tokenized data.
+  std::unique_ptr<TaskTable> train_table, eval_table;
   TokenizedDataset train_data;
   std::optional<TokenizedDataset> eval_data;
-  // Question answering: the eval questions (eval_data holds their features)
-  // and how they are post-processed.
-  std::shared_ptr<const QaTable> qa_eval;
-  QaPostprocessOptions qa_options;
-  int64_t num_labels = 2;           // classes or tags (multiple choice: the model's, unused)
-  std::vector<std::string> label_names;  // token classification: the tags in id order
-  std::shared_ptr<SequenceClassifier> model;
+  // The model's labels: the data's names (or the model's), the head's size
+  // once the model is built.
+  TaskLabels labels;
+  std::shared_ptr<TaskModel> model;
   EncoderConfig saved_config;  // what checkpoints and exports record (label names of the data)
   std::unique_ptr<Strategy> strategy;
   std::vector<FlatTensor> flat_layout;
@@ -104,10 +102,6 @@ struct TrainJobOptions {
 // Throws shardtrain::Error, the same on every rank where it can, for anything
 // the user can fix: files, columns, labels, a model that does not fit.
 TrainJob build_job(const RunConfig& config, MPI_Comm comm, const TrainJobOptions& options = {});
-
-// Token classification: whether words get byte-level BPE's prefix space, as
-// run_ner_no_trainer.py decides it (RoBERTa).
-bool token_task_prefix_space(const EncoderConfig& model);
 
 // The loss scaler train.fp16.* describes: dynamic (loss_scale 0: starts at
 // 2^initial_scale_power) or static (loss_scale > 0).

@@ -25,7 +25,7 @@
 
 namespace shardtrain {
 
-class SequenceClassifier;
+class TaskModel;
 class Strategy;
 
 // Seed of the default generator (dropout masks) for a micro-step: a
@@ -68,7 +68,7 @@ struct StepResult {
 };
 
 // `micro_batches` on the model's device, at least one.
-StepResult train_step(Strategy& strategy, SequenceClassifier& model, const std::vector<Batch>& micro_batches,
+StepResult train_step(Strategy& strategy, TaskModel& model, const std::vector<Batch>& micro_batches,
                       const StepOptions& options);
 
 }  // namespace shardtrain

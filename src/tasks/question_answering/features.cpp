@@ -1,6 +1,6 @@
 // Extractive QA features: windows, labels and character offsets
-// (data/qa_features.h, docs/DESIGN.md "Question answering").
-#include "shardtrain/data/qa_features.h"
+// (tasks/question_answering.h, docs/DESIGN.md "Question answering").
+#include "shardtrain/tasks/question_answering.h"
 
 #include <algorithm>
 

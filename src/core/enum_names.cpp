@@ -1,4 +1,4 @@
-#include "shardtrain/core/choices.h"
+#include "shardtrain/core/enum_names.h"
 
 #include "shardtrain/core/check.h"
 
@@ -10,7 +10,7 @@ std::string quoted_list(const std::vector<std::string>& names) {
   return out;
 }
 
-void throw_bad_choice(const std::string& key, const std::string& name, const std::vector<std::string>& allowed) {
+void throw_bad_enum_name(const std::string& key, const std::string& name, const std::vector<std::string>& allowed) {
   throw Error(key + " = '" + name + "': allowed values are " + quoted_list(allowed));
 }
 

@@ -1,5 +1,5 @@
-// SQuAD's official EM / F1 (train/squad_metrics.h).
-#include "shardtrain/train/squad_metrics.h"
+// SQuAD's official EM / F1 (metrics/squad_metrics.h).
+#include "shardtrain/metrics/squad_metrics.h"
 
 #include <utf8proc.h>
 

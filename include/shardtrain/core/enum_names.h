@@ -1,15 +1,16 @@
-// Choices: the config keys whose value is one of a fixed set of names
+// Enum names: the config keys whose value is one of a fixed set of names
 // (parallel.strategy = "zero3", run.device = "cuda", ...) are enums in the
 // program, and each enum has one table of the names users write. The config
 // parser turns a name into the enum once (cli/config.h); everything after it
 // compares enums, never strings. Printing a config writes the same names back.
 //
-//   StrategyKind kind = parse_choice<StrategyKind>("zero3", "parallel.strategy");  // Error naming the key otherwise
-//   const char* name = choice_name(kind);                                            // "zero3"
-//   std::vector<std::string> all = choice_names<StrategyKind>();                     // for --help and messages
+//   StrategyKind kind = parse_enum<StrategyKind>("zero3", "parallel.strategy");  // Error naming the key otherwise
+//   const char* name = enum_name(kind);                                            // "zero3"
+//   std::vector<std::string> all = enum_names<StrategyKind>();                     // for --help and messages
 //
-// Adding a choice: add the enumerator and its name in the table below (the
-// table order is the order --help lists them in).
+// Adding a value: add the enumerator and its name in the table below (the
+// table order is the order --help lists them in). ("Choice" is kept for
+// multiple choice, the task.)
 #pragma once
 
 #include <array>
@@ -37,7 +38,7 @@ enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
 enum class ScoreOrder { kMax, kMin };
 // A dtype a key may name (FSDP's MixedPrecision fields); kAuto: follow
 // train.mixed_precision, as Accelerate fills them.
-enum class DtypeChoice { kAuto, kFp32, kBf16, kFp16 };
+enum class DtypeSetting { kAuto, kFp32, kBf16, kFp16 };
 enum class Device { kCpu, kCuda };
 // transformers' lr_scheduler_type names, then DeepSpeed's scheduler types (optim/schedule.h).
 enum class LrSchedulerType {
@@ -48,82 +49,82 @@ enum class LrSchedulerType {
 enum class WsdDecayType { kCosine, kLinear, kOneMinusSqrt };  // transformers' get_wsd_schedule decay_type
 enum class WarmupType { kLog, kLinear };  // DeepSpeed's warmup_type
 
-// ChoiceTable<E>::entries: every enumerator with the name users write, in
+// EnumNames<E>::entries: every enumerator with the name users write, in
 // --help order. Only the enums above have one.
 template <class E>
-struct ChoiceTable;
+struct EnumNames;
 
-#define ST_CHOICES(Enum, ...)                                                            \
+#define ST_ENUM_NAMES(Enum, ...)                                                            \
   template <>                                                                           \
-  struct ChoiceTable<Enum> {                                                            \
+  struct EnumNames<Enum> {                                                            \
     static constexpr std::pair<Enum, const char*> entries[] = {__VA_ARGS__};            \
   }
 
-ST_CHOICES(ModelInit, {ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"});
-ST_CHOICES(FileFormat, {FileFormat::kAuto, "auto"}, {FileFormat::kTsv, "tsv"}, {FileFormat::kCsv, "csv"},
+ST_ENUM_NAMES(ModelInit, {ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"});
+ST_ENUM_NAMES(FileFormat, {FileFormat::kAuto, "auto"}, {FileFormat::kTsv, "tsv"}, {FileFormat::kCsv, "csv"},
            {FileFormat::kJsonl, "jsonl"}, {FileFormat::kConll, "conll"});
-ST_CHOICES(Task, {Task::kSequenceClassification, "sequence_classification"},
+ST_ENUM_NAMES(Task, {Task::kSequenceClassification, "sequence_classification"},
            {Task::kTokenClassification, "token_classification"}, {Task::kMultipleChoice, "multiple_choice"},
            {Task::kQuestionAnswering, "question_answering"});
-ST_CHOICES(DataPreset, {DataPreset::kNone, "none"}, {DataPreset::kSwag, "swag"}, {DataPreset::kCopa, "copa"});
-ST_CHOICES(BadRowPolicy, {BadRowPolicy::kError, "error"}, {BadRowPolicy::kSkip, "skip"});
-ST_CHOICES(Precision, {Precision::kNo, "no"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"});
-ST_CHOICES(StrategyKind, {StrategyKind::kDdp, "ddp"}, {StrategyKind::kZero1, "zero1"},
+ST_ENUM_NAMES(DataPreset, {DataPreset::kNone, "none"}, {DataPreset::kSwag, "swag"}, {DataPreset::kCopa, "copa"});
+ST_ENUM_NAMES(BadRowPolicy, {BadRowPolicy::kError, "error"}, {BadRowPolicy::kSkip, "skip"});
+ST_ENUM_NAMES(Precision, {Precision::kNo, "no"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"});
+ST_ENUM_NAMES(StrategyKind, {StrategyKind::kDdp, "ddp"}, {StrategyKind::kZero1, "zero1"},
            {StrategyKind::kZero2, "zero2"}, {StrategyKind::kZero3, "zero3"}, {StrategyKind::kFsdp, "fsdp"},
            {StrategyKind::kHybrid, "hybrid"});
-ST_CHOICES(OffloadDevice, {OffloadDevice::kNone, "none"}, {OffloadDevice::kCpu, "cpu"});
-ST_CHOICES(FsdpShardingStrategy, {FsdpShardingStrategy::kFullShard, "FULL_SHARD"},
+ST_ENUM_NAMES(OffloadDevice, {OffloadDevice::kNone, "none"}, {OffloadDevice::kCpu, "cpu"});
+ST_ENUM_NAMES(FsdpShardingStrategy, {FsdpShardingStrategy::kFullShard, "FULL_SHARD"},
            {FsdpShardingStrategy::kShardGradOp, "SHARD_GRAD_OP"}, {FsdpShardingStrategy::kNoShard, "NO_SHARD"},
            {FsdpShardingStrategy::kHybridShard, "HYBRID_SHARD"});
-ST_CHOICES(FsdpStateDictType, {FsdpStateDictType::kFullStateDict, "FULL_STATE_DICT"},
+ST_ENUM_NAMES(FsdpStateDictType, {FsdpStateDictType::kFullStateDict, "FULL_STATE_DICT"},
            {FsdpStateDictType::kShardedStateDict, "SHARDED_STATE_DICT"});
-ST_CHOICES(BackwardPrefetch, {BackwardPrefetch::kBackwardPre, "BACKWARD_PRE"},
+ST_ENUM_NAMES(BackwardPrefetch, {BackwardPrefetch::kBackwardPre, "BACKWARD_PRE"},
            {BackwardPrefetch::kBackwardPost, "BACKWARD_POST"}, {BackwardPrefetch::kNoPrefetch, "NO_PREFETCH"});
-ST_CHOICES(ScoreOrder, {ScoreOrder::kMax, "max"}, {ScoreOrder::kMin, "min"});
+ST_ENUM_NAMES(ScoreOrder, {ScoreOrder::kMax, "max"}, {ScoreOrder::kMin, "min"});
 // torch's names are accepted too (the first name of each is the one printed).
-ST_CHOICES(DtypeChoice, {DtypeChoice::kAuto, "auto"}, {DtypeChoice::kFp32, "fp32"}, {DtypeChoice::kBf16, "bf16"},
-           {DtypeChoice::kFp16, "fp16"}, {DtypeChoice::kFp32, "float32"}, {DtypeChoice::kBf16, "bfloat16"},
-           {DtypeChoice::kFp16, "float16"});
-ST_CHOICES(Device, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"});
-ST_CHOICES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedulerType::kCosine, "cosine"},
+ST_ENUM_NAMES(DtypeSetting, {DtypeSetting::kAuto, "auto"}, {DtypeSetting::kFp32, "fp32"}, {DtypeSetting::kBf16, "bf16"},
+           {DtypeSetting::kFp16, "fp16"}, {DtypeSetting::kFp32, "float32"}, {DtypeSetting::kBf16, "bfloat16"},
+           {DtypeSetting::kFp16, "float16"});
+ST_ENUM_NAMES(Device, {Device::kCpu, "cpu"}, {Device::kCuda, "cuda"});
+ST_ENUM_NAMES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedulerType::kCosine, "cosine"},
            {LrSchedulerType::kCosineWithRestarts, "cosine_with_restarts"},
            {LrSchedulerType::kPolynomial, "polynomial"}, {LrSchedulerType::kConstant, "constant"},
            {LrSchedulerType::kConstantWithWarmup, "constant_with_warmup"},
            {LrSchedulerType::kInverseSqrt, "inverse_sqrt"}, {LrSchedulerType::kCosineWithMinLr, "cosine_with_min_lr"},
            {LrSchedulerType::kWarmupStableDecay, "warmup_stable_decay"}, {LrSchedulerType::kWarmupLR, "WarmupLR"},
            {LrSchedulerType::kWarmupDecayLR, "WarmupDecayLR"}, {LrSchedulerType::kWarmupCosineLR, "WarmupCosineLR"});
-ST_CHOICES(WarmupType, {WarmupType::kLog, "log"}, {WarmupType::kLinear, "linear"});
-ST_CHOICES(WsdDecayType, {WsdDecayType::kCosine, "cosine"}, {WsdDecayType::kLinear, "linear"},
+ST_ENUM_NAMES(WarmupType, {WarmupType::kLog, "log"}, {WarmupType::kLinear, "linear"});
+ST_ENUM_NAMES(WsdDecayType, {WsdDecayType::kCosine, "cosine"}, {WsdDecayType::kLinear, "linear"},
            {WsdDecayType::kOneMinusSqrt, "1-sqrt"});
 
-#undef ST_CHOICES
+#undef ST_ENUM_NAMES
 
 // True for the enums above (the config code treats them as choice fields).
 template <class T, class = void>
-struct is_choice : std::false_type {};
+struct is_named_enum : std::false_type {};
 template <class T>
-struct is_choice<T, std::void_t<decltype(ChoiceTable<T>::entries)>> : std::true_type {};
+struct is_named_enum<T, std::void_t<decltype(EnumNames<T>::entries)>> : std::true_type {};
 template <class T>
-inline constexpr bool is_choice_v = is_choice<T>::value;
+inline constexpr bool is_named_enum_v = is_named_enum<T>::value;
 
 template <class E>
-const char* choice_name(E value) {
-  for (const auto& entry : ChoiceTable<E>::entries)
+const char* enum_name(E value) {
+  for (const auto& entry : EnumNames<E>::entries)
     if (entry.first == value) return entry.second;
   return "?";  // unreachable for a valid enumerator
 }
 
 template <class E>
-std::vector<std::string> choice_names() {
+std::vector<std::string> enum_names() {
   std::vector<std::string> names;
-  for (const auto& entry : ChoiceTable<E>::entries) names.emplace_back(entry.second);
+  for (const auto& entry : EnumNames<E>::entries) names.emplace_back(entry.second);
   return names;
 }
 
 // The enumerator named `name`, or nullopt.
 template <class E>
-std::optional<E> find_choice(const std::string& name) {
-  for (const auto& entry : ChoiceTable<E>::entries)
+std::optional<E> find_enum(const std::string& name) {
+  for (const auto& entry : EnumNames<E>::entries)
     if (name == entry.second) return entry.first;
   return std::nullopt;
 }
@@ -133,12 +134,12 @@ std::string quoted_list(const std::vector<std::string>& names);
 
 // The enumerator named `name`; throws shardtrain::Error naming `key` and the
 // allowed names otherwise.
-[[noreturn]] void throw_bad_choice(const std::string& key, const std::string& name,
+[[noreturn]] void throw_bad_enum_name(const std::string& key, const std::string& name,
                                    const std::vector<std::string>& allowed);
 template <class E>
-E parse_choice(const std::string& name, const std::string& key) {
-  if (const std::optional<E> value = find_choice<E>(name)) return *value;
-  throw_bad_choice(key, name, choice_names<E>());
+E parse_enum(const std::string& name, const std::string& key) {
+  if (const std::optional<E> value = find_enum<E>(name)) return *value;
+  throw_bad_enum_name(key, name, enum_names<E>());
 }
 
 }  // namespace shardtrain

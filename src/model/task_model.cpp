@@ -1,7 +1,7 @@
-// SequenceClassifier: parameters from the family's plan, the unit structure
+// TaskModel: parameters from the family's plan, the unit structure
 // the strategies see, and the padded and packed forwards (docs/DESIGN.md,
 // "Model families"). Shapes: see model/encoder.h.
-#include "shardtrain/model/classifier.h"
+#include "shardtrain/model/task_model.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,10 +16,11 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
 #include "shardtrain/model/activation_checkpoint.h"
+#include "shardtrain/tasks/task_spec.h"
 
 namespace shardtrain {
 
-struct SequenceClassifier::Impl {
+struct TaskModel::Impl {
   EncoderConfig config;
   std::vector<ParameterSpec> plan;
   std::vector<at::Tensor> tensors;  // tensors[i] is plan[i]
@@ -95,7 +96,7 @@ struct SequenceClassifier::Impl {
                   const std::function<at::Tensor(const at::Tensor&)>& pool_mean, const at::Tensor& hidden) const {
     const detail::UnitWeights& w = units[head_unit()];
     before(head_unit());
-    if (config.task == Task::kTokenClassification || config.task == Task::kQuestionAnswering)  // [B, L, C] or [T, C]
+    if (task_rules(config.task).head_on_tokens())  // [B, L, C] or [T, C]
       return after(head_unit(), detail::token_head(config, w, hidden, training));
     at::Tensor pooled;
     if (config.family == ModelFamily::kModernBert) {
@@ -188,7 +189,7 @@ at::Tensor fixed_tensor(const ParameterSpec& spec) {
   return sinusoidal_table(spec.shape[0], spec.shape[1]);
 }
 
-SequenceClassifier::SequenceClassifier(const EncoderConfig& config) : impl_(std::make_unique<Impl>()) {
+TaskModel::TaskModel(const EncoderConfig& config) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.config = config;
   m.config.validate();
@@ -221,11 +222,11 @@ SequenceClassifier::SequenceClassifier(const EncoderConfig& config) : impl_(std:
   for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) m.layer_specs.push_back(detail::LayerSpec::of(m.config, i));
 }
 
-SequenceClassifier::~SequenceClassifier() = default;
+TaskModel::~TaskModel() = default;
 
-const EncoderConfig& SequenceClassifier::config() const { return impl_->config; }
+const EncoderConfig& TaskModel::config() const { return impl_->config; }
 
-at::Tensor SequenceClassifier::forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+at::Tensor TaskModel::forward(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
                                        const at::Tensor& attention_mask) {
   const Impl& m = *impl_;
   TORCH_CHECK(input_ids.dim() == 2, "input_ids must be [B, L], got ", input_ids.sizes());
@@ -268,7 +269,7 @@ at::Tensor SequenceClassifier::forward(const at::Tensor& input_ids, const at::Te
                 [&](const at::Tensor& h) { return (h * keep_f).sum(1) / keep_f.sum(1); }, hidden);
 }
 
-at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+at::Tensor TaskModel::forward_packed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
                                               const at::Tensor& position_ids, const at::Tensor& cu_seqlens,
                                               int64_t max_seqlen) {
   const Impl& m = *impl_;
@@ -334,15 +335,15 @@ at::Tensor SequenceClassifier::forward_packed(const at::Tensor& input_ids, const
                 hidden);
 }
 
-at::Tensor SequenceClassifier::forward_batch(const Batch& batch) {
-  const Task task = impl_->config.task;
+at::Tensor TaskModel::forward_batch(const Batch& batch) {
+  const TaskSpec& spec = task_spec(impl_->config.task);
   at::Tensor logits;
   if (!impl_->unpadded) {
     logits = forward(batch.input_ids, batch.token_type_ids, batch.attention_mask);
   } else {
     const PackedBatch p = pack_batch(batch).to(batch.input_ids.device());
     logits = forward_packed(p.input_ids, p.token_type_ids, p.position_ids, p.cu_seqlens, p.max_seqlen);
-    if (task == Task::kTokenClassification || task == Task::kQuestionAnswering) {
+    if (spec.rules().head_on_tokens()) {
       // [T, C] -> the padded batch's [B, L, C] (zeros at padding, which the
       // labels ignore): token p of sequence b is padded row b * L + p.
       const int64_t rows = batch.input_ids.size(0), width = batch.input_ids.size(1);
@@ -354,19 +355,10 @@ at::Tensor SequenceClassifier::forward_batch(const Batch& batch) {
                    .view({rows, width, -1});
     }
   }
-  // Multiple choice: one logit per choice, [B * choices, 1] -> [B, choices].
-  if (task == Task::kMultipleChoice) logits = logits.view({-1, batch.num_choices});
-  // Question answering: [B, L, 2] start and end logits, -inf at padding so
-  // that neither the loss's softmax nor post-processing sees a padded
-  // position: the result does not depend on the batch's longest feature, and
-  // packed equals padded (docs/DESIGN.md, "Question answering").
-  if (task == Task::kQuestionAnswering && batch.attention_mask.defined())
-    logits = logits.masked_fill(batch.attention_mask.eq(0).unsqueeze(-1),
-                                -std::numeric_limits<double>::infinity());
-  return logits;
+  return spec.shape_logits(logits, batch);
 }
 
-at::Tensor SequenceClassifier::forward_layer(int64_t i, const at::Tensor& hidden, const at::Tensor& additive_mask) {
+at::Tensor TaskModel::forward_layer(int64_t i, const at::Tensor& hidden, const at::Tensor& additive_mask) {
   const Impl& m = *impl_;
   TORCH_CHECK(i >= 0 && i < m.config.num_hidden_layers, "forward_layer: no layer ", i);
   const detail::LayerSpec& spec = m.layer_specs[static_cast<size_t>(i)];
@@ -380,78 +372,53 @@ at::Tensor SequenceClassifier::forward_layer(int64_t i, const at::Tensor& hidden
   return detail::encoder_layer(spec, m.units[static_cast<size_t>(m.config.layer_unit(i))], hidden, a, m.training);
 }
 
-at::Tensor SequenceClassifier::forward_embeddings(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+at::Tensor TaskModel::forward_embeddings(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
                                                   const at::Tensor& positions) {
   return detail::embed(impl_->config, impl_->units[0], input_ids, token_type_ids, positions, impl_->training);
 }
 
-void SequenceClassifier::set_unpadded(bool on) { impl_->unpadded = on; }
-bool SequenceClassifier::unpadded() const { return impl_->unpadded; }
-void SequenceClassifier::set_banded_attention(bool on) { impl_->banded_attention = on; }
-void SequenceClassifier::set_attention_block_threshold(int64_t score_elements) {
+void TaskModel::set_unpadded(bool on) { impl_->unpadded = on; }
+bool TaskModel::unpadded() const { return impl_->unpadded; }
+void TaskModel::set_banded_attention(bool on) { impl_->banded_attention = on; }
+void TaskModel::set_attention_block_threshold(int64_t score_elements) {
   const int64_t threshold = score_elements < 0 ? kAttentionBlockScores : score_elements;
   for (detail::LayerSpec& spec : impl_->layer_specs) spec.attention_block_threshold = threshold;
 }
-void SequenceClassifier::set_disentangled_attention_kernel(bool on) {
+void TaskModel::set_disentangled_attention_kernel(bool on) {
   for (detail::LayerSpec& spec : impl_->layer_specs) spec.cpu_attention_kernel = on;
 }
-void SequenceClassifier::set_gradient_checkpointing(bool on) { impl_->gradient_checkpointing = on; }
-bool SequenceClassifier::gradient_checkpointing() const { return impl_->gradient_checkpointing; }
-void SequenceClassifier::train(bool on) { impl_->training = on; }
-bool SequenceClassifier::is_training() const { return impl_->training; }
+void TaskModel::set_gradient_checkpointing(bool on) { impl_->gradient_checkpointing = on; }
+bool TaskModel::gradient_checkpointing() const { return impl_->gradient_checkpointing; }
+void TaskModel::train(bool on) { impl_->training = on; }
+bool TaskModel::is_training() const { return impl_->training; }
 
-void SequenceClassifier::to(at::ScalarType dtype) {
+void TaskModel::to(at::ScalarType dtype) {
   at::NoGradGuard no_grad;
   for (at::Tensor& t : impl_->tensors) t.set_data(t.to(dtype));
 }
 
-void SequenceClassifier::to(const at::Device& device) {
+void TaskModel::to(const at::Device& device) {
   at::NoGradGuard no_grad;
   for (at::Tensor& t : impl_->tensors) t.set_data(t.to(device));
 }
 
-void SequenceClassifier::zero_grad() {
+void TaskModel::zero_grad() {
   for (at::Tensor& t : impl_->tensors)
     if (t.grad().defined()) t.mutable_grad() = at::Tensor();
 }
 
-at::Tensor SequenceClassifier::loss(const at::Tensor& logits_in, const at::Tensor& labels) const {
+at::Tensor TaskModel::loss(const at::Tensor& logits_in, const at::Tensor& labels) const {
   const EncoderConfig& config = impl_->config;
   // The loss in float32 whatever the logits' dtype, as torch.autocast computes it.
-  const at::Tensor logits = logits_in.to(at::kFloat);
-  if (config.task == Task::kTokenClassification)  // tokens labelled -100 are ignored
-    return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}).to(at::kLong));
-  if (config.task == Task::kQuestionAnswering) {
-    // logits [B, L, 2], labels [B, 2]: the mean of the start and end
-    // positions' cross-entropy, as <Family>ForQuestionAnswering computes it.
-    const at::Tensor positions = labels.to(at::kLong);
-    return (at::cross_entropy_loss(logits.select(2, 0), positions.select(1, 0)) +
-            at::cross_entropy_loss(logits.select(2, 1), positions.select(1, 1))) /
-           2;
-  }
-  if (config.task == Task::kMultipleChoice)  // logits [B, choices], labels [B]
-    return at::cross_entropy_loss(logits, labels.view({-1}).to(at::kLong));
-  std::string problem = config.problem_type;
-  if (problem.empty()) {
-    if (config.num_labels == 1)
-      problem = "regression";
-    else if (labels.scalar_type() == at::kLong || labels.scalar_type() == at::kInt)
-      problem = "single_label_classification";
-    else
-      problem = "multi_label_classification";
-  }
-  if (problem == "regression") {
-    if (config.num_labels == 1) return at::mse_loss(logits.squeeze(), labels.squeeze().to(logits.scalar_type()));
-    return at::mse_loss(logits, labels.to(logits.scalar_type()));
-  }
-  if (problem == "single_label_classification")
-    return at::cross_entropy_loss(logits.view({-1, config.num_labels}), labels.view({-1}).to(at::kLong));
-  return at::binary_cross_entropy_with_logits(logits, labels.to(logits.scalar_type()));
+  TaskLabels head;
+  head.num_labels = config.num_labels;
+  head.problem_type = config.problem_type;
+  return task_spec(config.task).loss(logits_in.to(at::kFloat), labels, head);
 }
 
-void SequenceClassifier::init_weights(uint64_t seed) { init_weights(seed, {}); }
+void TaskModel::init_weights(uint64_t seed) { init_weights(seed, {}); }
 
-void SequenceClassifier::init_weights(uint64_t seed, const std::vector<std::string>& names) {
+void TaskModel::init_weights(uint64_t seed, const std::vector<std::string>& names) {
   const std::set<std::string> wanted(names.begin(), names.end());
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < impl_->plan.size(); ++i) {
@@ -461,41 +428,41 @@ void SequenceClassifier::init_weights(uint64_t seed, const std::vector<std::stri
   }
 }
 
-at::Tensor SequenceClassifier::parameter(const std::string& name) const {
+at::Tensor TaskModel::parameter(const std::string& name) const {
   const auto found = impl_->index.find(name);
   if (found == impl_->index.end()) throw Error("'" + name + "' is not a parameter of this " +
                                                impl_->config.model_type + " model");
   return impl_->tensors[found->second];
 }
 
-std::vector<at::Tensor> SequenceClassifier::parameters() const {
+std::vector<at::Tensor> TaskModel::parameters() const {
   std::vector<at::Tensor> out;
   for (size_t i = 0; i < impl_->plan.size(); ++i)
     if (impl_->plan[i].trainable) out.push_back(impl_->tensors[i]);
   return out;
 }
 
-std::vector<at::Tensor> SequenceClassifier::unit_parameters(int64_t unit) const { return impl_->unit_tensors(unit); }
+std::vector<at::Tensor> TaskModel::unit_parameters(int64_t unit) const { return impl_->unit_tensors(unit); }
 
-std::vector<std::pair<std::string, at::Tensor>> SequenceClassifier::fixed_tensors() const {
+std::vector<std::pair<std::string, at::Tensor>> TaskModel::fixed_tensors() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (size_t i = 0; i < impl_->plan.size(); ++i)
     if (!impl_->plan[i].trainable) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
   return out;
 }
 
-int64_t SequenceClassifier::num_units() const { return static_cast<int64_t>(impl_->units.size()); }
+int64_t TaskModel::num_units() const { return static_cast<int64_t>(impl_->units.size()); }
 
-int64_t SequenceClassifier::unit_of(const std::string& name) const {
+int64_t TaskModel::unit_of(const std::string& name) const {
   const auto found = impl_->index.find(name);
   if (found == impl_->index.end() || !impl_->plan[found->second].trainable)
     throw Error("'" + name + "' is not a parameter name of this " + impl_->config.model_type + " model");
   return impl_->plan[found->second].unit;
 }
 
-void SequenceClassifier::set_unit_hooks(UnitHooks* hooks) { impl_->hooks = hooks; }
+void TaskModel::set_unit_hooks(UnitHooks* hooks) { impl_->hooks = hooks; }
 
-std::vector<std::pair<std::string, at::Tensor>> SequenceClassifier::state_dict() const {
+std::vector<std::pair<std::string, at::Tensor>> TaskModel::state_dict() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (size_t i = 0; i < impl_->plan.size(); ++i)
     if (impl_->plan[i].trainable) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);

@@ -1,5 +1,5 @@
-// Token-classification and multiple-choice datasets (data/task_datasets.h).
-#include "shardtrain/data/task_datasets.h"
+// Token classification's datasets (tasks/token_classification.h).
+#include "shardtrain/tasks/token_classification.h"
 
 #include <algorithm>
 
@@ -106,23 +106,6 @@ std::vector<int32_t> word_first_tokens(const TokenizedDataset& data, int64_t exa
     first[static_cast<size_t>(word)] = static_cast<int32_t>(t - begin);
   }
   return first;
-}
-
-TokenizedDataset build_choice_dataset(const MultipleChoiceTable& table, const Tokenizer& tokenizer, int max_length,
-                                      MPI_Comm comm) {
-  const RowEncodeFn encode = [&](int64_t row, std::vector<EncodedRow>& out) {
-    const std::string& first = table.first[static_cast<size_t>(row)];
-    for (const std::string& second : table.second[static_cast<size_t>(row)]) {
-      const Encoding e = tokenizer.encode(first, std::string_view(second), max_length);
-      EncodedRow encoded;
-      encoded.input_ids = e.input_ids;
-      encoded.token_type_ids = e.token_type_ids;
-      out.push_back(std::move(encoded));
-    }
-  };
-  TokenizedDataset data = build_examples(table.size(), encode, table.num_choices, table.path, table.line_numbers, comm);
-  data.labels = table.labels;
-  return data;
 }
 
 }  // namespace shardtrain

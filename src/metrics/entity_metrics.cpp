@@ -1,5 +1,5 @@
-// seqeval's default-mode chunking and scores (train/entity_metrics.h).
-#include "shardtrain/train/entity_metrics.h"
+// seqeval's default-mode chunking and scores (metrics/entity_metrics.h).
+#include "shardtrain/metrics/entity_metrics.h"
 
 #include <set>
 

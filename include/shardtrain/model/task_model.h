@@ -6,7 +6,7 @@
 // task's name.
 //
 //   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
-//   SequenceClassifier model(config);
+//   TaskModel model(config);
 //   model.init_weights(/*seed=*/42);                       // HF _init_weights
 //   at::Tensor logits = model.forward(input_ids, token_type_ids, attention_mask);  // [B, C]
 //   at::Tensor loss = model.loss(logits, labels);
@@ -48,16 +48,16 @@
 
 namespace shardtrain {
 
-class SequenceClassifier : public UnitModel {
+class TaskModel : public UnitModel {
  public:
   // Allocates the parameters on the CPU in fp32 (uninitialised: call
   // init_weights() or load weights). Validates `config`, and throws Error
   // before allocating when its parameters do not fit in the available host
   // memory (core/memory.h), naming the sizes.
-  explicit SequenceClassifier(const EncoderConfig& config);
-  ~SequenceClassifier() override;
-  SequenceClassifier(const SequenceClassifier&) = delete;
-  SequenceClassifier& operator=(const SequenceClassifier&) = delete;
+  explicit TaskModel(const EncoderConfig& config);
+  ~TaskModel() override;
+  TaskModel(const TaskModel&) = delete;
+  TaskModel& operator=(const TaskModel&) = delete;
 
   const EncoderConfig& config() const;
 

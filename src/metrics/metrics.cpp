@@ -1,4 +1,4 @@
-#include "shardtrain/train/metrics.h"
+#include "shardtrain/metrics/metrics.h"
 
 #include <algorithm>
 #include <cmath>

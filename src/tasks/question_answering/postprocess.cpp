@@ -1,5 +1,5 @@
-// Extractive QA post-processing and evaluation (train/qa_postprocess.h).
-#include "shardtrain/train/qa_postprocess.h"
+// Extractive QA post-processing, metrics and baseline (tasks/question_answering.h).
+#include "shardtrain/tasks/question_answering.h"
 
 #include <ATen/ATen.h>
 
@@ -11,9 +11,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/data/collator.h"
-#include "shardtrain/data/qa_features.h"
-#include "shardtrain/model/classifier.h"
-#include "shardtrain/train/squad_metrics.h"
+#include "shardtrain/metrics/squad_metrics.h"
 
 namespace shardtrain {
 namespace {
@@ -186,28 +184,6 @@ std::map<std::string, double> qa_metrics(const QaTable& table, const std::vector
   return out;
 }
 
-std::vector<std::string> qa_metric_names(bool version_2) {
-  if (!version_2) return {"eval_loss", "eval_exact_match", "eval_f1"};
-  return {"eval_loss", "eval_exact", "eval_f1", "eval_best_exact", "eval_best_f1"};
-}
-
-std::map<std::string, double> evaluate_qa(SequenceClassifier& model, const TokenizedDataset& features,
-                                          const QaTable& table, const QaPostprocessOptions& options,
-                                          int64_t batch_size, int32_t pad_id, const at::Device& device, MPI_Comm comm,
-                                          std::vector<QaAnswer>* answers_out) {
-  const int64_t width = qa_record_width(options.n_best_size);
-  const std::vector<float> records = sharded_records(model, features, batch_size, pad_id, device, comm, width,
-                                                     qa_record(options.n_best_size));
-  std::vector<QaAnswer> answers = postprocess_qa(table, features, records, options);
-  std::map<std::string, double> metrics = qa_metrics(table, answers, options.version_2_with_negative);
-  if (!features.span_labels.empty()) {
-    double loss = 0;
-    for (int64_t f = 0; f < features.size(); ++f) loss += records[static_cast<size_t>(f * width + 2)];
-    metrics["eval_loss"] = features.size() > 0 ? loss / static_cast<double>(features.size()) : 0.0;
-  }
-  if (answers_out) *answers_out = std::move(answers);
-  return metrics;
-}
 
 Baseline first_sentence_baseline(const QaTable& table, bool version_2) {
   std::vector<QaAnswer> answers(static_cast<size_t>(table.size()));
