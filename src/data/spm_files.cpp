@@ -6,6 +6,7 @@
 #include "data/spm_files.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "data/spm_model.h"
 #include "data/unicode_text.h"
@@ -161,6 +162,29 @@ void spm_check_added(Tokenizer::Spm& engine, const tokjson::FileMap& files, cons
 }
 
 }  // namespace
+
+bool spm_read_folder(const std::string& prefix, tokjson::FileMap& files, std::string& model_type) {
+  std::string not_a_file;  // the first model name taken by something else
+  for (const char* model : kSpmModelFiles) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(prefix + model, error)) {
+      const std::string what = tokjson::describe_non_file(prefix + model);
+      if (not_a_file.empty() && !what.empty())
+        not_a_file = "'" + prefix + model + "' is " + what + ", not a SentencePiece model file";
+      continue;
+    }
+    for (const char* file : {model, "added_tokens.json"})
+      if (std::optional<std::string> text = tokjson::read_optional(prefix + file)) files[file] = std::move(*text);
+    if (const std::optional<std::string> config = tokjson::read_optional(prefix + "config.json")) {
+      const json parsed = tokjson::parse_object(*config, prefix + "config.json");
+      if (parsed.contains("model_type") && parsed["model_type"].is_string())
+        model_type = parsed["model_type"].get<std::string>();
+    }
+    return true;
+  }
+  if (!not_a_file.empty()) throw Error(not_a_file);
+  return false;
+}
 
 std::shared_ptr<Tokenizer::Spm> spm_from_model_file(const tokjson::FileMap& files, const tokjson::Where& where,
                                                     const std::string& model_file, const std::string& model_type,
