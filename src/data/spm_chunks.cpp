@@ -201,6 +201,16 @@ void Tokenizer::Spm::piece(std::string_view text, std::size_t begin, std::size_t
     encode_whole(text, begin, end, gap_start, pass);
     return;
   }
+  if (unigram && begin < end) {
+    // One chunk too long for the cache (text without spaces): nothing to
+    // cache or re-decide, SentencePiece on it as it is.
+    const std::size_t first = text.find_first_not_of(' ', begin), last = text.find_last_not_of(' ', end - 1);
+    if (first < end && last - first >= WordCache::kMaxWordBytes &&
+        text.substr(first, last - first).find(' ') == std::string_view::npos) {
+      encode_whole(text, begin, end, gap_start, pass);
+      return;
+    }
+  }
   const std::size_t ids_before = pass.out.size(), spans_before = pass.spans ? pass.spans->size() : 0;
   double magnitude = 0.0;      // the pieces' |score| so far
   std::size_t num_pieces = 0;  // ... and their count
