@@ -2,8 +2,10 @@
 // truncation to --max-length, on one thread, with five tokenizers in the
 // same run: WordPiece (bert-base-cased, [CLS] A [SEP] B [SEP]), byte-level BPE
 // roberta-base (<s> A </s></s> B </s>) and ModernBERT ([CLS] A [SEP] B [SEP]),
-// and SentencePiece Unigram: DeBERTa-v3's spm.model and the SIB-200 XLM-R
-// layout model (data/vocab/sib200-xlmr-8k).
+// and SentencePiece Unigram: DeBERTa-v3's spm.model, the SIB-200 XLM-R
+// layout model (data/vocab/sib200-xlmr-8k) and a model whose digit pieces
+// tie (tests/data/spm/ties-3500: "0" and "00", no "000"; the worst case for
+// the chunk cache, which then encodes the whole text).
 //
 // Before timing, each tokenizer's ids for MRPC dev pair 0 are checked against
 // the reference (HF's for WordPiece and BPE, tests/data/mrpc_dev_<name>_ids.jsonl;
@@ -122,6 +124,8 @@ int main(int argc, char** argv) {
                     shardtrain::Tokenizer::from_model_dir(source + "/data/vocab/deberta-v3"), {}, 0});
     rows.push_back({"sib200-xlmr-8k", "spm/sib200-xlmr-8k_ids.jsonl",
                     shardtrain::Tokenizer::from_model_dir(source + "/data/vocab/sib200-xlmr-8k"), {}, 0});
+    rows.push_back({"ties-3500", "spm/ties-3500_ids.jsonl",
+                    shardtrain::Tokenizer::from_model_dir(source + "/tests/data/spm/ties-3500"), {}, 0});
     const std::vector<Pair> pairs = read_pairs(data);
 
     // MRPC dev idx 0 against each tokenizer's HF ids.

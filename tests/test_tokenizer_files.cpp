@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -272,6 +274,39 @@ TEST_CASE("tokenizer errors name the file and the field") {
   CHECK(files_contains(message, "tokenizer.json, vocab.json + merges.txt or SentencePiece model"));
   message = files_error_of([&] { Tokenizer::from_path((dir.path / "nowhere.json").string(), {}); });
   CHECK(files_contains(message, "nowhere.json"));
+}
+
+TEST_CASE("a SentencePiece model path that is a folder, a FIFO or a symbolic link names what it is") {
+  FilesTempDir dir;
+  const std::string model = files_read(kFilesSourceDir + "/data/vocab/sib200-xlmr-8k/sentencepiece.bpe.model");
+  REQUIRE(!model.empty());
+  // Each takes a model file's name in its folder; the folder and the path
+  // itself are refused naming the path and what is there.
+  auto refused = [&](const std::string& name, const std::string& file, const std::string& what,
+                     const std::function<void(const std::filesystem::path&)>& make) {
+    const std::filesystem::path folder = dir.folder(name, {});
+    make(folder / file);
+    const std::string path = (folder / file).string();
+    const std::string expected = "'" + path + "' is " + what + ", not a SentencePiece model file";
+    CHECK_MESSAGE(files_error_of([&] { Tokenizer::from_model_dir(folder.string()); }) == expected, name);
+    CHECK_MESSAGE(files_error_of([&] { Tokenizer::from_path(path, {}); }) == expected, name);
+  };
+  refused("folder", "spm.model", "a folder", [](const auto& path) { std::filesystem::create_directory(path); });
+  refused("fifo", "sentencepiece.bpe.model", "a FIFO (named pipe)",
+          [](const auto& path) { REQUIRE(::mkfifo(path.c_str(), 0600) == 0); });
+  refused("loop", "spm.model", "a symbolic link loop (too many levels of symbolic links)",
+          [](const auto& path) { std::filesystem::create_symlink("spm.model", path); });
+  refused("dangling", "spm.model", "a symbolic link to 'gone.model', which does not exist",
+          [](const auto& path) { std::filesystem::create_symlink("gone.model", path); });
+  // A folder with no model at all keeps the message that lists what a folder may hold.
+  CHECK(files_contains(files_error_of([&] { Tokenizer::from_model_dir(dir.folder("none", {})); }),
+                       "has no vocab.txt"));
+#if !defined(SHARDTRAIN_SANITIZED)  // SentencePiece needs its module (test_tokenizer_spm.cpp)
+  // Another model name that is a file still loads.
+  const std::string both = dir.folder("both", {{"sentencepiece.bpe.model", model}});
+  std::filesystem::create_directory(std::filesystem::path(both) / "spm.model");
+  CHECK(Tokenizer::from_model_dir(both).vocab_size() == 8002);
+#endif
 }
 
 // Found by fuzz_tokenizer's tokenizer.json kind (tests/fuzz/README.md): ids

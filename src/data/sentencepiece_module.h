@@ -24,11 +24,16 @@ typedef struct ShardtrainSpm ShardtrainSpm;
 ShardtrainSpm* shardtrain_spm_load(const char* model, size_t size, char* error, size_t error_size);
 
 // Encodes text[0 .. size): for each piece, (id, begin byte, end byte) into
-// triples[3 * i .. 3 * i + 2] while i < capacity. Returns the number of
-// pieces (call again with more room when it exceeds capacity), or -1 with
-// the message in `error`. Thread-safe (SentencePieceProcessor::Encode is const).
-long shardtrain_spm_encode(const ShardtrainSpm* processor, const char* text, size_t size, int32_t* triples,
-                           size_t capacity, char* error, size_t error_size);
+// triples[3 * i .. 3 * i + 2] while i < capacity. With `normalized` not NULL,
+// also the text SentencePiece's model segmented (the normalized text: U+2581
+// for spaces, the dummy prefix; the pieces' text, a byte piece as its byte)
+// into normalized[0 .. normalized_capacity), its size into *normalized_size.
+// Returns the number of pieces (call again with more room when it exceeds
+// capacity or *normalized_size exceeds normalized_capacity), or -1 with the
+// message in `error`. Thread-safe (SentencePieceProcessor::Encode is const).
+long shardtrain_spm_encode_normalized(const ShardtrainSpm* processor, const char* text, size_t size, int32_t* triples,
+                                      size_t capacity, char* normalized, size_t normalized_capacity,
+                                      size_t* normalized_size, char* error, size_t error_size);
 
 void shardtrain_spm_free(ShardtrainSpm* processor);
 

@@ -6,6 +6,7 @@
 #include "data/spm_files.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "data/spm_model.h"
 #include "data/unicode_text.h"
@@ -20,17 +21,28 @@ using tokjson::json;
 enum class SpmLayout { kDeberta, kXlmRoberta, kCamembert };
 
 // Whether pieces split at ASCII spaces encode as the whole text does (see
-// spm_tokenizer.cpp): the normalizer removes extra whitespace and adds the
-// dummy prefix, and no piece has U+2581 after its first character.
+// spm_chunks.cpp): the normalizer removes extra whitespace and adds the
+// dummy prefix, no piece has U+2581 after its first character, and "▁" is a
+// piece or unknown text becomes bytes (else an unknown "▁" would merge with
+// an unknown piece before it into one).
 bool spm_chunks_allowed(const spm::ModelSpec& spec) {
   if (!spec.add_dummy_prefix || !spec.remove_extra_whitespaces || !spec.escape_whitespaces ||
       !spec.split_by_whitespace || spec.treat_whitespace_as_suffix)
     return false;
+  bool meta_piece = spec.byte_fallback;
   for (const spm::Piece& piece : spec.pieces) {
     if (piece.type != spm::PieceType::kNormal && piece.type != spm::PieceType::kUserDefined) continue;
     if (piece.text.find("\xE2\x96\x81", 1) != std::string::npos) return false;
+    meta_piece = meta_piece || piece.text == "\xE2\x96\x81";
   }
-  return true;
+  return meta_piece;
+}
+
+// engine.chunks and, for a Unigram model cut into chunks, the Viterbi that
+// keeps its ties as SentencePiece decides them on the whole text (spm_unigram.h).
+void spm_set_chunks(Tokenizer::Spm& engine, const spm::ModelSpec& spec) {
+  engine.chunks = spm_chunks_allowed(spec);
+  if (engine.chunks && spec.model_type == spm::ModelType::kUnigram) engine.unigram = std::make_shared<spm::Unigram>(spec);
 }
 
 // Token tables from engine.tokens (ids in order); the specials win a tie.
@@ -151,6 +163,29 @@ void spm_check_added(Tokenizer::Spm& engine, const tokjson::FileMap& files, cons
 
 }  // namespace
 
+bool spm_read_folder(const std::string& prefix, tokjson::FileMap& files, std::string& model_type) {
+  std::string not_a_file;  // the first model name taken by something else
+  for (const char* model : kSpmModelFiles) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(prefix + model, error)) {
+      const std::string what = tokjson::describe_non_file(prefix + model);
+      if (not_a_file.empty() && !what.empty())
+        not_a_file = "'" + prefix + model + "' is " + what + ", not a SentencePiece model file";
+      continue;
+    }
+    for (const char* file : {model, "added_tokens.json"})
+      if (std::optional<std::string> text = tokjson::read_optional(prefix + file)) files[file] = std::move(*text);
+    if (const std::optional<std::string> config = tokjson::read_optional(prefix + "config.json")) {
+      const json parsed = tokjson::parse_object(*config, prefix + "config.json");
+      if (parsed.contains("model_type") && parsed["model_type"].is_string())
+        model_type = parsed["model_type"].get<std::string>();
+    }
+    return true;
+  }
+  if (!not_a_file.empty()) throw Error(not_a_file);
+  return false;
+}
+
 std::shared_ptr<Tokenizer::Spm> spm_from_model_file(const tokjson::FileMap& files, const tokjson::Where& where,
                                                     const std::string& model_file, const std::string& model_type,
                                                     std::string* tokenizer_class) {
@@ -162,7 +197,7 @@ std::shared_ptr<Tokenizer::Spm> spm_from_model_file(const tokjson::FileMap& file
   auto engine = std::make_shared<Tokenizer::Spm>();
   engine->source = name;
   engine->load(bytes, name);
-  engine->chunks = spm_chunks_allowed(spec);
+  spm_set_chunks(*engine, spec);
   const auto count = static_cast<int32_t>(spec.pieces.size());
   std::vector<AddedToken> added;
   auto piece_id = [&](const std::string& text) {
@@ -410,7 +445,7 @@ std::shared_ptr<Tokenizer::Spm> spm_from_tokenizer_json(const json& root, const 
   const std::string bytes = spm::write_model(spec);
   spm::parse_model(bytes, name);  // the checks a model file gets (one UNKNOWN, byte pieces, ...)
   engine->load(bytes, name);
-  engine->chunks = spm_chunks_allowed(spec);
+  spm_set_chunks(*engine, spec);
   engine->lowercase = normalizer.lowercase;
   engine->strip_left = normalizer.strip && normalizer.strip_left;
   engine->split_by_punct = pre.split_by_punct;

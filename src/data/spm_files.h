@@ -24,6 +24,15 @@ std::shared_ptr<Tokenizer::Spm> spm_from_model_file(const tokjson::FileMap& file
                                                     const std::string& model_file, const std::string& model_type,
                                                     std::string* tokenizer_class);
 
+// The SentencePiece model of the folder `prefix` (the first of
+// kSpmModelFiles that is a file) with added_tokens.json into `files`, and
+// config.json's model_type (AutoTokenizer's fallback when
+// tokenizer_config.json names no class) into `model_type`; false when there
+// is no model file. When none is a file but one of the names is taken by
+// something else (a folder, a FIFO, a symbolic link loop), that is refused,
+// naming the path and what it is.
+bool spm_read_folder(const std::string& prefix, tokjson::FileMap& files, std::string& model_type);
+
 // A tokenizer.json whose model is Unigram (root parsed; see tokenizer.h).
 std::shared_ptr<Tokenizer::Spm> spm_from_tokenizer_json(const tokjson::json& root, const tokjson::FileMap& files,
                                                         const tokjson::Where& where);

@@ -3,16 +3,8 @@
 // Unigram / BPE segmentation and of the charsmap normalizer, so the ids are
 // its ids; what this file adds is HF's structure around it and speed.
 //
-// Speed: one Encode call costs about 90 us a sentence pair (a protobuf per
-// call), 40x WordPiece. When the model allows it (SentencePieceTokenizer's
-// `chunks`), a text is cut at ASCII spaces and each chunk is encoded alone
-// and cached per thread (data/word_cache.h). That gives the same pieces as
-// encoding the whole text: the normalizer removes extra whitespace and adds
-// the dummy prefix, so " word" in a sentence and "word" alone both become
-// "▁word"; no piece holds U+2581 after its first character (checked at
-// load), so no piece crosses a space; and the charsmap maps characters, not
-// spans across a space. MRPC and SIB-200 in three languages check it against
-// the reference ids (tests/test_tokenizer_spm.cpp).
+// Speed: text is cut at spaces and encoded chunk by chunk, each chunk
+// cached per thread (spm_chunks.cpp).
 //
 // Offsets follow HF's Metaspace alignment: a token that starts with "▁"
 // spans from the last whitespace character before its text (the space that
@@ -25,6 +17,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -72,7 +65,7 @@ std::size_t whitespace_at(std::string_view text, std::size_t position) {
 // libshardtrain_sentencepiece.so, loaded once (data/sentencepiece_module.h).
 struct SentencePieceModule {
   decltype(&shardtrain_spm_load) load = nullptr;
-  decltype(&shardtrain_spm_encode) encode = nullptr;
+  decltype(&shardtrain_spm_encode_normalized) encode = nullptr;
   decltype(&shardtrain_spm_free) free = nullptr;
   std::string error;  // why it could not be loaded
 };
@@ -112,7 +105,8 @@ const SentencePieceModule& sentencepiece_module() {
         return;
       }
       module.load = reinterpret_cast<decltype(&shardtrain_spm_load)>(::dlsym(handle, "shardtrain_spm_load"));
-      module.encode = reinterpret_cast<decltype(&shardtrain_spm_encode)>(::dlsym(handle, "shardtrain_spm_encode"));
+      module.encode = reinterpret_cast<decltype(&shardtrain_spm_encode_normalized)>(
+          ::dlsym(handle, "shardtrain_spm_encode_normalized"));
       module.free = reinterpret_cast<decltype(&shardtrain_spm_free)>(::dlsym(handle, "shardtrain_spm_free"));
       if (!module.load || !module.encode || !module.free) {
         module.load = nullptr;
@@ -134,15 +128,6 @@ void Tokenizer::Spm::ProcessorDeleter::operator()(ShardtrainSpm* processor) cons
   if (processor != nullptr) sentencepiece_module().free(processor);
 }
 
-// One tokenize() call: where ids and spans go, and the segment being cut
-// (its text and, with spans, one original span per byte).
-struct Tokenizer::Spm::Pass {
-  std::vector<int32_t>& out;
-  std::vector<TokenSpan>* spans;
-  std::string_view text;
-  const TokenSpan* text_spans = nullptr;
-};
-
 Tokenizer::Tokenizer(std::shared_ptr<const Spm> spm) : spm_(std::move(spm)), core_(spm_.get()) {}
 
 Tokenizer::Spm::Spm() : cache_owner(WordCache::new_owner()) {}
@@ -157,21 +142,29 @@ void Tokenizer::Spm::load(const std::string& model, const std::string& file) {
 }
 
 // SentencePiece's pieces of one unit as (id, begin, end) triples, the
-// offsets in bytes of `unit`, appended to `values`.
-void Tokenizer::Spm::encode_unit(std::string_view unit, std::vector<int32_t>& values) const {
+// offsets in bytes of `unit`, appended to `values`; with `normalized`, the
+// text its model segmented.
+void Tokenizer::Spm::encode_unit(std::string_view unit, std::vector<int32_t>& values, std::string* normalized) const {
   const std::size_t first = values.size();
   std::size_t capacity = unit.size() + 2;  // pieces: at most one per byte, and "▁"
+  std::size_t normalized_capacity = normalized ? 3 * unit.size() + 16 : 0;
   char error[512] = "";
   while (true) {
     values.resize(first + 3 * capacity);
-    const long count = sentencepiece_module().encode(processor.get(), unit.data(), unit.size(), values.data() + first,
-                                                     capacity, error, sizeof(error));
+    if (normalized) normalized->resize(normalized_capacity);
+    std::size_t normalized_bytes = 0;
+    const long count = sentencepiece_module().encode(
+        processor.get(), unit.data(), unit.size(), values.data() + first, capacity,
+        normalized ? normalized->data() : nullptr, normalized_capacity, &normalized_bytes, error, sizeof(error));
     if (count < 0) throw Error("'" + source + "': SentencePiece cannot encode a text: " + error);
-    if (static_cast<std::size_t>(count) <= capacity) {
+    const bool fits = normalized_bytes <= normalized_capacity;
+    if (static_cast<std::size_t>(count) <= capacity && fits) {
       values.resize(first + 3 * static_cast<std::size_t>(count));
+      if (normalized) normalized->resize(normalized_bytes);
       break;
     }
-    capacity = static_cast<std::size_t>(count);
+    capacity = std::max(capacity, static_cast<std::size_t>(count));
+    normalized_capacity = std::max(normalized_capacity, normalized_bytes);
   }
   for (std::size_t k = first; k < values.size(); k += 3) {
     const auto id = static_cast<uint32_t>(values[k]);
@@ -204,82 +197,61 @@ void Tokenizer::Spm::encode_unit(std::string_view unit, std::vector<int32_t>& va
   }
 }
 
-// Bytes [begin, end) of pass.text: encoded as one unit, or chunk by chunk.
-void Tokenizer::Spm::piece(std::string_view text, std::size_t begin, std::size_t end, bool gap_start,
-                           Pass& pass) const {
-  std::vector<int32_t>& values = spm_scratch().values;
-  auto emit = [&](std::size_t unit_begin, std::size_t unit_end) {
-    const std::string_view unit = text.substr(unit_begin, unit_end - unit_begin);
-    const int32_t* triples;
-    std::size_t count;
-    const bool cached = chunks && unit.size() <= WordCache::kMaxWordBytes;
-    WordCache* cache = cached ? &WordCache::for_thread(cache_owner) : nullptr;
-    const WordCache::Values hit = cached ? cache->find(unit) : WordCache::Values{nullptr, 0};
-    if (hit.data != nullptr) {
-      triples = hit.data;
-      count = hit.size;
+// The pieces of one unit (bytes [unit_begin, ..) of `text`, within the
+// segment [begin, end)) appended to the pass, with spans when asked.
+void Tokenizer::Spm::emit(std::string_view text, std::size_t unit_begin, const int32_t* triples,
+                          std::size_t num_triples, std::size_t begin, std::size_t end, bool gap_start,
+                          Pass& pass) const {
+  for (std::size_t k = 0; k < 3 * num_triples; k += 3) {
+    const int32_t id = triples[k];
+    pass.out.push_back(id);
+    if (!pass.spans) continue;
+    std::size_t token_begin = unit_begin + static_cast<std::size_t>(triples[k + 1]);
+    std::size_t token_end = unit_begin + static_cast<std::size_t>(triples[k + 2]);
+    if (static_cast<std::size_t>(id) < meta_first.size() && meta_first[static_cast<std::size_t>(id)]) {
+      // HF's "▁": the last whitespace character before the token's text,
+      // unless that whitespace leads the segment and the normalizer strips it.
+      std::size_t content = token_begin;
+      while (content < token_end) {
+        const std::size_t length = whitespace_at(text, content);
+        if (length == 0) break;
+        content += length;
+      }
+      std::size_t run = content;
+      while (run > begin) {
+        const std::size_t length = whitespace_before(text, run);
+        if (length == 0) break;
+        run -= length;
+      }
+      const bool stripped = strip_left && gap_start && run == 0;
+      token_begin = run < content && !stripped ? content - whitespace_before(text, content) : content;
+      if (token_end <= token_begin && tokens[static_cast<std::size_t>(id)] == kMeta && token_begin < end) {
+        // A lone dummy-prefix "▁" takes the next character's span.
+        std::size_t length;
+        unicode::decode_utf8(reinterpret_cast<const unsigned char*>(text.data()) + token_begin,
+                             text.size() - token_begin, &length);
+        token_end = token_begin + length;
+      }
+      token_end = std::max(token_end, token_begin);
+    }
+    const TokenSpan* origin = pass.text_spans;
+    if (token_end > token_begin) {
+      pass.spans->push_back(TokenSpan{origin[token_begin].begin, origin[token_end - 1].end});
     } else {
-      values.clear();
-      encode_unit(unit, values);
-      if (cached && !values.empty()) cache->insert(unit, values.data(), values.size());
-      triples = values.data();
-      count = values.size();
+      const int32_t at = token_begin < text.size() ? origin[token_begin].begin
+                         : text.empty()            ? 0
+                                                   : origin[text.size() - 1].end;
+      pass.spans->push_back(TokenSpan{at, at});
     }
-    for (std::size_t k = 0; k + 2 < count; k += 3) {
-      const int32_t id = triples[k];
-      pass.out.push_back(id);
-      if (!pass.spans) continue;
-      std::size_t token_begin = unit_begin + static_cast<std::size_t>(triples[k + 1]);
-      std::size_t token_end = unit_begin + static_cast<std::size_t>(triples[k + 2]);
-      if (static_cast<std::size_t>(id) < meta_first.size() && meta_first[static_cast<std::size_t>(id)]) {
-        // HF's "▁": the last whitespace character before the token's text,
-        // unless that whitespace leads the segment and the normalizer strips it.
-        std::size_t content = token_begin;
-        while (content < token_end) {
-          const std::size_t length = whitespace_at(text, content);
-          if (length == 0) break;
-          content += length;
-        }
-        std::size_t run = content;
-        while (run > begin) {
-          const std::size_t length = whitespace_before(text, run);
-          if (length == 0) break;
-          run -= length;
-        }
-        const bool stripped = strip_left && gap_start && run == 0;
-        token_begin = run < content && !stripped ? content - whitespace_before(text, content) : content;
-        if (token_end <= token_begin && tokens[static_cast<std::size_t>(id)] == kMeta && token_begin < end) {
-          // A lone dummy-prefix "▁" takes the next character's span.
-          std::size_t length;
-          unicode::decode_utf8(reinterpret_cast<const unsigned char*>(text.data()) + token_begin,
-                               text.size() - token_begin, &length);
-          token_end = token_begin + length;
-        }
-        token_end = std::max(token_end, token_begin);
-      }
-      const TokenSpan* origin = pass.text_spans;
-      if (token_end > token_begin) {
-        pass.spans->push_back(TokenSpan{origin[token_begin].begin, origin[token_end - 1].end});
-      } else {
-        const int32_t at = token_begin < text.size() ? origin[token_begin].begin
-                           : text.empty()            ? 0
-                                                     : origin[text.size() - 1].end;
-        pass.spans->push_back(TokenSpan{at, at});
-      }
-    }
-  };
-  if (!chunks) {
-    emit(begin, end);
-    return;
   }
-  std::size_t position = begin;
-  while (position < end) {
-    while (position < end && text[position] == ' ') ++position;
-    std::size_t chunk_end = position;
-    while (chunk_end < end && text[chunk_end] != ' ') ++chunk_end;
-    if (chunk_end > position) emit(position, chunk_end);
-    position = chunk_end;
-  }
+}
+
+void Tokenizer::Spm::encode_whole(std::string_view text, std::size_t begin, std::size_t end, bool gap_start,
+                                  Pass& pass) const {
+  std::vector<int32_t>& values = spm_scratch().values;
+  values.clear();
+  encode_unit(text.substr(begin, end - begin), values, nullptr);
+  emit(text, begin, values.data(), values.size() / 3, begin, end, gap_start, pass);
 }
 
 // Text between added tokens: lowercased, split at punctuation (DeBERTa), encoded.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data/added_tokens.h"
+#include "data/spm_unigram.h"
 #include "data/tokenizer_template.h"
 #include "shardtrain/data/tokenizer.h"
 
@@ -43,9 +44,11 @@ struct Tokenizer::Spm : Tokenizer::Core {
   bool split_by_punct = false;   // DeBERTa split_by_punct / a Punctuation pre-tokenizer
   bool strip_left = true;        // the normalizer strips leading whitespace (offsets, see spm_tokenizer.cpp)
   // Text split at ASCII spaces encodes chunk by chunk as it does whole
-  // (set by the loader from the model's flags; see spm_tokenizer.cpp): then
-  // chunks are cached per thread.
+  // (set by the loader from the model's flags; see spm_chunks.cpp): then
+  // chunks are cached per thread. A Unigram model's chunks also carry what
+  // `unigram` needs to tell when the text before a chunk changes its pieces.
   bool chunks = false;
+  std::shared_ptr<const spm::Unigram> unigram;  // with chunks, for a Unigram model
   const char* layout = "";  // "deberta-v2", "xlm-roberta", "camembert" or "tokenizer.json"
   uint64_t cache_owner;
 
@@ -56,10 +59,27 @@ struct Tokenizer::Spm : Tokenizer::Core {
   void load(const std::string& model, const std::string& file);
 
  private:
-  struct Pass;
+  // One tokenize() call: where ids and spans go, and the segment being cut
+  // (its text and, with spans, one original span per byte).
+  struct Pass {
+    std::vector<int32_t>& out;
+    std::vector<TokenSpan>* spans;
+    std::string_view text;
+    const TokenSpan* text_spans = nullptr;
+  };
+  struct Chunk;  // a chunk's cached values (spm_chunks.cpp)
   void segment(std::string_view text, const TokenSpan* spans, Pass& pass) const;
+  // spm_chunks.cpp: a segment encoded chunk by chunk.
   void piece(std::string_view text, std::size_t begin, std::size_t end, bool gap_start, Pass& pass) const;
-  void encode_unit(std::string_view unit, std::vector<int32_t>& values) const;
+  void encode_whole(std::string_view text, std::size_t begin, std::size_t end, bool gap_start, Pass& pass) const;
+  void emit(std::string_view text, std::size_t unit_begin, const int32_t* triples, std::size_t num_triples,
+            std::size_t begin, std::size_t end, bool gap_start, Pass& pass) const;
+  Chunk chunk_at(std::string_view chunk) const;
+  void chunk_miss(std::string_view chunk, bool cached) const;
+  void chunk_values(std::string_view chunk, std::vector<int32_t>& values, std::vector<int32_t>& side) const;
+  bool unigram_follows(const Chunk& chunk, float& score) const;
+  float running_score(std::string_view text, std::size_t begin, std::size_t end) const;
+  void encode_unit(std::string_view unit, std::vector<int32_t>& values, std::string* normalized) const;
 };
 
 }  // namespace shardtrain

@@ -429,20 +429,9 @@ Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
   } else if (std::filesystem::is_regular_file(prefix + "vocab.txt", error)) {
     take("vocab.txt");
   } else {
-    for (const char* model : kSpmModelFiles) {
-      if (!std::filesystem::is_regular_file(prefix + model, error)) continue;
-      take(model);
-      take("added_tokens.json");
-      // AutoTokenizer falls back on config.json's model_type when
-      // tokenizer_config.json names no class (spm_files.h).
-      std::string model_type;
-      if (const std::optional<std::string> config = tokjson::read_optional(prefix + "config.json")) {
-        const json parsed = tokjson::parse_object(*config, prefix + "config.json");
-        if (parsed.contains("model_type") && parsed["model_type"].is_string())
-          model_type = parsed["model_type"].get<std::string>();
-      }
+    std::string model_type;
+    if (spm_read_folder(prefix, files, model_type))
       return Loader::from_files(files, tokjson::Where{prefix, ""}, dir, model_type);
-    }
     throw Error("model folder '" + dir + "' has no vocab.txt ('" + prefix +
                 "vocab.txt'), tokenizer.json, vocab.json + merges.txt or SentencePiece model (spm.model, "
                 "sentencepiece.bpe.model)");
@@ -452,8 +441,12 @@ Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
 
 Tokenizer Tokenizer::from_path(const std::string& path, const TokenizerOptions& options) {
   std::error_code error;
-  if (std::filesystem::is_directory(path, error)) return from_model_dir(path);
   const std::filesystem::path file(path);
+  const std::string name = file.filename().string();
+  const bool known = std::find_if(std::begin(kSpmModelFiles), std::end(kSpmModelFiles),
+                                  [&](const char* model) { return name == model; }) != std::end(kSpmModelFiles);
+  // A folder is a model folder, unless it has a model file's name (refused below).
+  if (!known && std::filesystem::is_directory(path, error)) return from_model_dir(path);
   if (file.extension() == ".json") {
     std::optional<std::string> text = tokjson::read_optional(path);
     if (!text) throw Error("cannot open tokenizer file '" + path + "'");
@@ -465,12 +458,11 @@ Tokenizer Tokenizer::from_path(const std::string& path, const TokenizerOptions& 
   if (file.extension() == ".model") {
     // A SentencePiece model: its layout follows its name, or the
     // tokenizer_config.json beside it (spm_files.h).
-    const std::string name = file.filename().string();
-    const bool known = std::find_if(std::begin(kSpmModelFiles), std::end(kSpmModelFiles),
-                                    [&](const char* model) { return name == model; }) != std::end(kSpmModelFiles);
     if (!known)
       throw Error("'" + path + "': a SentencePiece model is read as spm.model (DeBERTa-v2), sentencepiece.bpe.model "
                   "(XLM-R) or from its folder (with tokenizer_config.json's tokenizer_class)");
+    if (const std::string what = tokjson::describe_non_file(path); !what.empty())
+      throw Error("'" + path + "' is " + what + ", not a SentencePiece model file");
     std::optional<std::string> bytes = tokjson::read_optional(path);
     if (!bytes) throw Error("cannot open tokenizer file '" + path + "'");
     const std::string folder = file.has_parent_path() ? file.parent_path().string() + "/" : "";

@@ -1,6 +1,7 @@
 #include "data/tokenizer_json.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,29 @@
 
 namespace shardtrain::tokjson {
 
+
+std::string describe_non_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status link = fs::symlink_status(path, error);
+  if (error || link.type() == fs::file_type::not_found) return "";
+  const fs::file_status target = fs::status(path, error);
+  if (link.type() == fs::file_type::symlink && error) {
+    if (error.value() == ELOOP) return "a symbolic link loop (too many levels of symbolic links)";
+    if (target.type() == fs::file_type::not_found)
+      return "a symbolic link to '" + fs::read_symlink(path, error).string() + "', which does not exist";
+  }
+  if (error) return "unreadable (" + error.message() + ")";
+  switch (target.type()) {
+    case fs::file_type::regular: return "";
+    case fs::file_type::directory: return "a folder";
+    case fs::file_type::fifo: return "a FIFO (named pipe)";
+    case fs::file_type::socket: return "a socket";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::character: return "a character device";
+    default: return "not a regular file";
+  }
+}
 
 std::optional<std::string> read_optional(const std::string& path) {
   std::error_code error;

@@ -45,6 +45,12 @@ struct Configs {
   int64_t model_max_length() const;
 };
 
+// What is at `path` when it is there but is not a regular file (or a link
+// to one): "a folder", "a FIFO (named pipe)", "a symbolic link loop", "a
+// symbolic link to 'x', which does not exist", ...; empty for a regular file
+// or nothing at all.
+std::string describe_non_file(const std::string& path);
+
 std::optional<std::string> read_optional(const std::string& path);
 json parse_object(const std::string& text, const std::string& name);
 bool get_bool(const json& object, const char* key, bool fallback, const std::string& name);

@@ -78,7 +78,7 @@ class WordCache {
   // Stores `values` for `word` (not yet stored; non-empty, at most
   // kMaxWordBytes), emptying the cache first when it is full.
   void insert(std::string_view word, const int32_t* values, std::size_t count) {
-    if (entries_ >= kMaxEntries || keys_.size() > (1u << 28)) reset(owner_);
+    if (full()) reset(owner_);  // (not for a large side_: see insert_side)
     const uint64_t h = hash_bytes(word.data(), word.size());
     std::size_t index = h & kMask;
     while (slots_[index].key_length != 0) index = (index + 1) & kMask;
@@ -89,6 +89,18 @@ class WordCache {
     values_.insert(values_.end(), values, values + count);
     ++entries_;
   }
+
+  // Values kept apart from the entries, so that what every lookup reads
+  // stays dense (a SentencePiece chunk's data for re-deciding its pieces):
+  // call just before insert() and keep the offset among the entry's values;
+  // side() finds them while the entry is there.
+  uint32_t insert_side(const int32_t* values, std::size_t count) {
+    if (full() || side_.size() > (1u << 28)) reset(owner_);  // now: then insert() does not
+    const auto offset = static_cast<uint32_t>(side_.size());
+    side_.insert(side_.end(), values, values + count);
+    return offset;
+  }
+  const int32_t* side(uint32_t offset) const { return side_.data() + offset; }
 
  private:
   static constexpr std::size_t kMask = kSlots - 1;
@@ -104,13 +116,17 @@ class WordCache {
     slots_.assign(kSlots, Slot{});
     keys_.clear();
     values_.clear();
+    side_.clear();
     entries_ = 0;
   }
+
+  bool full() const { return entries_ >= kMaxEntries || keys_.size() > (1u << 28); }
 
   uint64_t owner_ = 0;
   std::vector<Slot> slots_;
   std::string keys_;
   std::vector<int32_t> values_;
+  std::vector<int32_t> side_;
   std::size_t entries_ = 0;
 };
 
