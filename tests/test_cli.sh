@@ -712,21 +712,24 @@ PYEOF
       fail "export: refused run rewrote model.safetensors"; fi
   fi
   # Tokenizer files of an earlier export of another tokenizer (a BPE one) that
-  # this export does not write would be read beside it: removed (issue 37, item 9).
+  # this export does not write would be read beside it: removed (issue 37, item 9),
+  # DeBERTa's spm.model too, and every SentencePiece model name a folder may hold.
   echo '{"model": {"type": "BPE"}}' >"$EXP/tokenizer.json"
   echo '{"unk_token": "<unk>"}' >"$EXP/special_tokens_map.json"
   echo '#version: 0.2' >"$EXP/merges.txt"
+  echo 'sentencepiece' >"$EXP/spm.model"
+  echo 'sentencepiece' >"$EXP/sentencepiece.model"
   if run ckpt_export_force 0 "$BIN" export "$CKPT" --output "$EXP" --force; then
     CHECKS=$((CHECKS + 1))
     if [ "$(cat "$EXP/notes.txt")" = "my notes" ] && [ "$(date -r "$EXP/model.safetensors" +%Y)" != 2001 ]; then
       pass "export --force: rewrote the model, kept the user's file"; else fail "export --force: folder contents wrong"; fi
     CHECKS=$((CHECKS + 1))
     if [ ! -e "$EXP/tokenizer.json" ] && [ ! -e "$EXP/special_tokens_map.json" ] && [ ! -e "$EXP/merges.txt" ] &&
-       cmp -s "$VOCAB" "$EXP/vocab.txt"; then
+       [ ! -e "$EXP/spm.model" ] && [ ! -e "$EXP/sentencepiece.model" ] && cmp -s "$VOCAB" "$EXP/vocab.txt"; then
       pass "export --force: the earlier export's other tokenizer files removed"; else
       fail "export --force: files of the earlier export left: $(ls "$EXP" | tr '\n' ' ')" "$TMP/ckpt_export_force.err"; fi
     expect_in "export --force: says what it removed" "$TMP/ckpt_export_force.err" \
-      "removed tokenizer.json, merges.txt, special_tokens_map.json of an earlier export"
+      "removed special_tokens_map.json, tokenizer.json, merges.txt, spm.model, sentencepiece.model of an earlier export"
   fi
   # A command's own inputs are never its output (a hostile run turned a
   # checkpoint into a 1 KB JSONL file): the checkpoint, by another spelling;
