@@ -182,6 +182,28 @@ if run cfg_good 0 "$BIN" config --config "$TMP/good.toml" --train.batch_size 8; 
   expect_in "cfg_good: flag value" "$TMP/cfg_good.out" "batch_size = 8"
 fi
 printf '[train]\nlrr = 3e-5\n' >"$TMP/typo.toml"
+# A list-valued key on the command line: a TOML array as in the file, or the
+# comma form where it is unambiguous; ["O","B-PER"] once gave the tags
+# '["O"' and '"B-PER"]'.
+TOKEN=(--config "$TMP/good.toml" --model.task token_classification --data.text_b "")
+if run cfg_list_toml 0 "$BIN" config "${TOKEN[@]}" --data.labels '["O","B-PER"]'; then
+  expect_in "cfg_list_toml: a TOML array flag" "$TMP/cfg_list_toml.out" 'labels = ["O", "B-PER"]'
+fi
+if run cfg_list_comma 0 "$BIN" config "${TOKEN[@]}" --data.labels=O,B-PER; then
+  expect_in "cfg_list_comma: the comma form" "$TMP/cfg_list_comma.out" 'labels = ["O", "B-PER"]'
+fi
+if run cfg_list_mangled 2 "$BIN" config "${TOKEN[@]}" --data.labels '[O,B-PER]'; then
+  expect_in "cfg_list_mangled: shows the TOML form" "$TMP/cfg_list_mangled.err" \
+    "data.labels = '[O,B-PER]': not a TOML array of strings (on the command line a list is a TOML array, in single quotes for the shell: '[\"O\", \"B-PER\"]', or the comma form O,B-PER)"
+fi
+if run cfg_list_spaced 2 "$BIN" config "${TOKEN[@]}" --data.labels 'O, B-PER'; then
+  expect_in "cfg_list_spaced: the comma form with a space is refused" "$TMP/cfg_list_spaced.err" \
+    "data.labels = 'O, B-PER': the item ' B-PER' has quotes or brackets, or spaces at its ends"
+fi
+if run cfg_choices_toml 0 "$BIN" config --config "$TMP/good.toml" --model.task multiple_choice \
+     --data.choices '["ending0", "ending1"]'; then
+  expect_in "cfg_choices_toml: data.choices as a TOML array" "$TMP/cfg_choices_toml.out" 'choices = ["ending0", "ending1"]'
+fi
 if run cfg_typo_file 2 "$BIN" config --config "$TMP/typo.toml"; then
   expect_in "cfg_typo_file: names the key" "$TMP/cfg_typo_file.err" "train.lrr"
   expect_in "cfg_typo_file: suggests" "$TMP/cfg_typo_file.err" "did you mean 'train.lr'"

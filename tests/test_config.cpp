@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "shardtrain/cli/config.h"
 #include "shardtrain/core/check.h"
@@ -202,6 +203,43 @@ TEST_CASE("question answering's keys: refused under another task when changed; i
   const std::string path = s.dir + "/qa_resolved.toml";
   std::ofstream(path) << config_to_toml(c);
   CHECK(config_to_toml(load_run_config(path, {})) == config_to_toml(c));
+}
+
+// A list-valued key given as a flag: '["O","B-PER"]' was split at its commas
+// into the tags '["O"' and '"B-PER"]'. Now a TOML array, as in the file; the
+// comma form where it cannot mean anything else.
+TEST_CASE("a list-valued key on the command line: a TOML array, or the comma form where unambiguous") {
+  Scratch s;
+  const std::string file = s.config("");
+  auto labels = [&](const std::string& text) {
+    return load_run_config(file, {{"model.task", "token_classification"}, {"data.labels", text}}).data.labels;
+  };
+  const std::vector<std::string> tags = {"O", "B-PER"};
+  CHECK(labels(R"(["O","B-PER"])") == tags);
+  CHECK(labels(R"( [ "O", 'B-PER' ] )") == tags);
+  CHECK(labels("O,B-PER") == tags);
+  CHECK(labels(R"(["a,b", "c d"])") == std::vector<std::string>{"a,b", "c d"});  // what only the array can say
+  CHECK(labels("[]").empty());
+  CHECK(labels("").empty());
+  const ConfigOverrides choices = {{"model.task", "multiple_choice"}, {"data.text_a", "ctx"},
+                                   {"data.choices", R"(["ending0", "ending1"])"}};
+  CHECK(load_run_config(file, choices).data.choices == std::vector<std::string>{"ending0", "ending1"});
+
+  auto error = [&](const std::string& text) {
+    return error_of(file, {{"model.task", "token_classification"}, {"data.labels", text}});
+  };
+  const std::string forms = " (on the command line a list is a TOML array, in single quotes for the shell: "
+                            "'[\"O\", \"B-PER\"]', or the comma form O,B-PER)";
+  // The array with its quotes eaten by the shell; quotes or spaces in the comma form.
+  CHECK(error("[O,B-PER]") == "data.labels = '[O,B-PER]': not a TOML array of strings" + forms);
+  CHECK(error(R"("O","B-PER")") == R"(data.labels = '"O","B-PER"': the item '"O"' has quotes or brackets, or )"
+                                   "spaces at its ends, so the comma form is ambiguous" + forms);
+  CHECK(error("O, B-PER") == "data.labels = 'O, B-PER': the item ' B-PER' has quotes or brackets, or spaces at its "
+                             "ends, so the comma form is ambiguous" + forms);
+  CHECK(error(R"(["O", ""])").find("data.labels: expected an array of non-empty strings") == 0);
+  CHECK(error(R"(["O", 1])").find("data.labels: expected an array of non-empty strings") == 0);
+  CHECK(error("[\"O\"]\nx = 1").find("data.labels = '[\"O\"]\nx = 1': not a TOML array of strings") == 0);
+  CHECK(error("O,,B-PER") == "data.labels: empty item in the list 'O,,B-PER'");
 }
 
 TEST_CASE("an empty run.name, a huge label count and a megabyte value are refused with short messages") {

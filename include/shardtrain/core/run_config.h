@@ -214,8 +214,9 @@ inline const std::vector<std::string>& known_metric_names() {
 // Calls visit(key, field, help) for every key, in file order. A field's type
 // says what it takes: std::string, int64_t, double, std::optional<double>,
 // bool, std::vector<std::string> (a TOML array of strings; on the command
-// line, comma-separated), or one of the choice enums of core/choices.h (whose names are the
-// allowed values). Works for const and non-const configs.
+// line the same array, '["O", "B-PER"]', or comma-separated, O,B-PER), or one
+// of the choice enums of core/choices.h (whose names are the allowed values).
+// Works for const and non-const configs.
 template <class Config, class Visitor>
 void visit_config_keys(Config& c, Visitor&& visit) {
   visit("model.task", c.model.task,
