@@ -778,6 +778,29 @@ PYEOF
   if run ckpt_export_file 2 "$BIN" export "$CKPT" --output "$DEV"; then
     expect_in "export: --output is a file" "$TMP/ckpt_export_file.err" "exists and is not a folder"
   fi
+  # An --output that is a loop of symbolic links, or has one on its way, is
+  # named as one (exit 2), not a bare filesystem error (exit 1).
+  ln -s "$TMP/loop_out" "$TMP/loop_out"
+  if run ckpt_export_loop 2 "$BIN" export "$CKPT" --output "$TMP/loop_out"; then
+    expect_in "export: --output a link loop" "$TMP/ckpt_export_loop.err" \
+      "--output '$TMP/loop_out': a loop of symbolic links (Too many levels of symbolic links (ELOOP)); point --output at a real path"
+  fi
+  if run ckpt_export_loop_in 2 "$BIN" export "$CKPT" --output "$TMP/loop_out/model"; then
+    expect_in "export: --output inside a link loop" "$TMP/ckpt_export_loop_in.err" \
+      "--output '$TMP/loop_out/model': '$TMP/loop_out' is a loop of symbolic links"
+  fi
+  if run ckpt_export_loop_ckpt 2 "$BIN" export "$TMP/loop_out" --output "$TMP/exported_y"; then
+    expect_in "export: a checkpoint that is a link loop" "$TMP/ckpt_export_loop_ckpt.err" \
+      "checkpoint '$TMP/loop_out': a loop of symbolic links"
+  fi
+  if run tok_loop 2 "$BIN" tokenize --vocab "$VOCAB" "${MRPC[@]}" --output "$TMP/loop_out/ids.jsonl"; then
+    expect_in "tokenize: --output inside a link loop" "$TMP/tok_loop.err" \
+      "--output '$TMP/loop_out/ids.jsonl': '$TMP/loop_out' is a loop of symbolic links"
+  fi
+  ln -s "$TMP/loop.svg" "$TMP/loop.svg"
+  if run plot_loop 2 "$BIN" plot "$TMP/run" --output "$TMP/loop.svg"; then
+    expect_in "plot: --output a link loop" "$TMP/plot_loop.err" "--output '$TMP/loop.svg': a loop of symbolic links"
+  fi
   if run ckpt_export_dtype 2 "$BIN" export "$CKPT" --output "$TMP/exported_x" --dtype int8; then
     expect_in "export: bad --dtype" "$TMP/ckpt_export_dtype.err" "--dtype 'int8'"
   fi

@@ -56,6 +56,8 @@ at::ScalarType parse_dtype(const std::string& name) {
 
 // Checked before the (possibly long) checkpoint read, on rank 0.
 void check_paths(const ExportFlags& flags) {
+  refuse_link_loop(flags.checkpoint, "checkpoint");
+  refuse_link_loop(flags.output, "--output");
   if (fs::is_directory(flags.checkpoint))
     throw Error(flags.checkpoint + " is a folder; export reads a training checkpoint file (checkpoint_<n>.h5)");
   if (!fs::exists(flags.checkpoint)) throw Error("checkpoint " + flags.checkpoint + " does not exist");
