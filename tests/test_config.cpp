@@ -242,6 +242,32 @@ TEST_CASE("a list-valued key on the command line: a TOML array, or the comma for
   CHECK(error("O,,B-PER") == "data.labels: empty item in the list 'O,,B-PER'");
 }
 
+// Multiple choice without a preset read sequence classification's MRPC
+// columns: the label "Quality", the context "#1 String".
+TEST_CASE("multiple choice without a preset: the label column is \"label\", the context must be named") {
+  Scratch s;
+  const std::string file = s.config("");
+  const ConfigOverrides mc = {{"model.task", "multiple_choice"}, {"data.choices", "ending0,ending1"}};
+  ConfigOverrides named = mc;
+  named.push_back({"data.text_a", "context"});
+  const RunConfig c = load_run_config(file, named);
+  CHECK(c.data.label == "label");
+  CHECK(c.data.text_a == "context");
+  CHECK(c.data.text_b.empty());
+  CHECK(error_of(file, mc) == "data.text_a: not set (the context column, the first text of every pair; or "
+                              "data.preset = \"swag\" / \"copa\")");
+  // Given keys are kept; a preset names every column.
+  named.push_back({"data.label", "answer"});
+  CHECK(load_run_config(file, named).data.label == "answer");
+  const RunConfig copa = load_run_config(file, {{"model.task", "multiple_choice"}, {"data.preset", "copa"}});
+  CHECK(copa.data.text_a == "premise");
+  CHECK(copa.data.label == "label");
+  // The printed config reads back to the same.
+  const std::string path = s.dir + "/mc_resolved.toml";
+  std::ofstream(path) << config_to_toml(c);
+  CHECK(config_to_toml(load_run_config(path, {})) == config_to_toml(c));
+}
+
 TEST_CASE("an empty run.name, a huge label count and a megabyte value are refused with short messages") {
   Scratch s;
   CHECK(error_of(s.config(""), {{"run.name", ""}}).find("run.name = '': must not be empty") == 0);

@@ -279,7 +279,8 @@ std::string extension_of(const std::string& path) {
 
 // The columns a task reads when the user did not name them: HF datasets'
 // "tokens" / "ner_tags" for token classification, a preset's for multiple
-// choice. Keys the user set are never changed.
+// choice, else "label" (no context column: it must be named). Keys the user
+// set are never changed.
 void apply_task_defaults(RunConfig& config, const std::set<std::string>& keys_set) {
   DataConfig& d = config.data;
   auto fill = [&](const char* key, std::string& field, const std::string& value) {
@@ -304,7 +305,12 @@ void apply_task_defaults(RunConfig& config, const std::set<std::string>& keys_se
       fill("data.label", d.label, preset.label);
       if (!keys_set.count("data.choices")) d.choices = preset.choices;
     } else {
+      // Not MRPC's "#1 String" / "Quality" of sequence classification: the
+      // context has no usual name and must be given; the label column is
+      // HF's "label" (run_swag's label_column_name, SWAG's and COPA's).
+      fill("data.text_a", d.text_a, "");
       fill("data.text_b", d.text_b, "");
+      fill("data.label", d.label, "label");
     }
   }
 }
@@ -457,7 +463,11 @@ void validate_task(const ModelConfig& m, const DataConfig& d) {
   const Task task = m.task;
   const std::string name = std::string("\"") + choice_name(task) + "\"";
   // Question answering reads SQuAD's fields, not columns.
-  if (task != Task::kQuestionAnswering) require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
+  if (task == Task::kMultipleChoice)
+    require(!d.text_a.empty(), "data.text_a: not set (the context column, the first text of every pair; or "
+                               "data.preset = \"swag\" / \"copa\")");
+  else if (task != Task::kQuestionAnswering)
+    require(!d.text_a.empty(), "data.text_a: not set (the first text column)");
   // A key at its default is harmless (a printed config lists every key).
   auto only_for = [&](const char* key, Task owner, bool changed) {
     require(task == owner || !changed,
