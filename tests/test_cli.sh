@@ -182,6 +182,28 @@ if run cfg_good 0 "$BIN" config --config "$TMP/good.toml" --train.batch_size 8; 
   expect_in "cfg_good: flag value" "$TMP/cfg_good.out" "batch_size = 8"
 fi
 printf '[train]\nlrr = 3e-5\n' >"$TMP/typo.toml"
+# A list-valued key on the command line: a TOML array as in the file, or the
+# comma form where it is unambiguous; ["O","B-PER"] once gave the tags
+# '["O"' and '"B-PER"]'.
+TOKEN=(--config "$TMP/good.toml" --model.task token_classification --data.text_b "")
+if run cfg_list_toml 0 "$BIN" config "${TOKEN[@]}" --data.labels '["O","B-PER"]'; then
+  expect_in "cfg_list_toml: a TOML array flag" "$TMP/cfg_list_toml.out" 'labels = ["O", "B-PER"]'
+fi
+if run cfg_list_comma 0 "$BIN" config "${TOKEN[@]}" --data.labels=O,B-PER; then
+  expect_in "cfg_list_comma: the comma form" "$TMP/cfg_list_comma.out" 'labels = ["O", "B-PER"]'
+fi
+if run cfg_list_mangled 2 "$BIN" config "${TOKEN[@]}" --data.labels '[O,B-PER]'; then
+  expect_in "cfg_list_mangled: shows the TOML form" "$TMP/cfg_list_mangled.err" \
+    "data.labels = '[O,B-PER]': not a TOML array of strings (on the command line a list is a TOML array, in single quotes for the shell: '[\"O\", \"B-PER\"]', or the comma form O,B-PER)"
+fi
+if run cfg_list_spaced 2 "$BIN" config "${TOKEN[@]}" --data.labels 'O, B-PER'; then
+  expect_in "cfg_list_spaced: the comma form with a space is refused" "$TMP/cfg_list_spaced.err" \
+    "data.labels = 'O, B-PER': the item ' B-PER' has quotes or brackets, or spaces at its ends"
+fi
+if run cfg_choices_toml 0 "$BIN" config --config "$TMP/good.toml" --model.task multiple_choice \
+     --data.choices '["ending0", "ending1"]'; then
+  expect_in "cfg_choices_toml: data.choices as a TOML array" "$TMP/cfg_choices_toml.out" 'choices = ["ending0", "ending1"]'
+fi
 if run cfg_typo_file 2 "$BIN" config --config "$TMP/typo.toml"; then
   expect_in "cfg_typo_file: names the key" "$TMP/cfg_typo_file.err" "train.lrr"
   expect_in "cfg_typo_file: suggests" "$TMP/cfg_typo_file.err" "did you mean 'train.lr'"
@@ -751,21 +773,24 @@ PYEOF
       fail "export: refused run rewrote model.safetensors"; fi
   fi
   # Tokenizer files of an earlier export of another tokenizer (a BPE one) that
-  # this export does not write would be read beside it: removed (issue 37, item 9).
+  # this export does not write would be read beside it: removed (issue 37, item 9),
+  # DeBERTa's spm.model too, and every SentencePiece model name a folder may hold.
   echo '{"model": {"type": "BPE"}}' >"$EXP/tokenizer.json"
   echo '{"unk_token": "<unk>"}' >"$EXP/special_tokens_map.json"
   echo '#version: 0.2' >"$EXP/merges.txt"
+  echo 'sentencepiece' >"$EXP/spm.model"
+  echo 'sentencepiece' >"$EXP/sentencepiece.model"
   if run ckpt_export_force 0 "$BIN" export "$CKPT" --output "$EXP" --force; then
     CHECKS=$((CHECKS + 1))
     if [ "$(cat "$EXP/notes.txt")" = "my notes" ] && [ "$(date -r "$EXP/model.safetensors" +%Y)" != 2001 ]; then
       pass "export --force: rewrote the model, kept the user's file"; else fail "export --force: folder contents wrong"; fi
     CHECKS=$((CHECKS + 1))
     if [ ! -e "$EXP/tokenizer.json" ] && [ ! -e "$EXP/special_tokens_map.json" ] && [ ! -e "$EXP/merges.txt" ] &&
-       cmp -s "$VOCAB" "$EXP/vocab.txt"; then
+       [ ! -e "$EXP/spm.model" ] && [ ! -e "$EXP/sentencepiece.model" ] && cmp -s "$VOCAB" "$EXP/vocab.txt"; then
       pass "export --force: the earlier export's other tokenizer files removed"; else
       fail "export --force: files of the earlier export left: $(ls "$EXP" | tr '\n' ' ')" "$TMP/ckpt_export_force.err"; fi
     expect_in "export --force: says what it removed" "$TMP/ckpt_export_force.err" \
-      "removed tokenizer.json, merges.txt, special_tokens_map.json of an earlier export"
+      "removed special_tokens_map.json, tokenizer.json, merges.txt, spm.model, sentencepiece.model of an earlier export"
   fi
   # A command's own inputs are never its output (a hostile run turned a
   # checkpoint into a 1 KB JSONL file): the checkpoint, by another spelling;
@@ -791,6 +816,29 @@ PYEOF
   fi
   if run ckpt_export_file 2 "$BIN" export "$CKPT" --output "$DEV"; then
     expect_in "export: --output is a file" "$TMP/ckpt_export_file.err" "exists and is not a folder"
+  fi
+  # An --output that is a loop of symbolic links, or has one on its way, is
+  # named as one (exit 2), not a bare filesystem error (exit 1).
+  ln -s "$TMP/loop_out" "$TMP/loop_out"
+  if run ckpt_export_loop 2 "$BIN" export "$CKPT" --output "$TMP/loop_out"; then
+    expect_in "export: --output a link loop" "$TMP/ckpt_export_loop.err" \
+      "--output '$TMP/loop_out': a loop of symbolic links (Too many levels of symbolic links (ELOOP)); point --output at a real path"
+  fi
+  if run ckpt_export_loop_in 2 "$BIN" export "$CKPT" --output "$TMP/loop_out/model"; then
+    expect_in "export: --output inside a link loop" "$TMP/ckpt_export_loop_in.err" \
+      "--output '$TMP/loop_out/model': '$TMP/loop_out' is a loop of symbolic links"
+  fi
+  if run ckpt_export_loop_ckpt 2 "$BIN" export "$TMP/loop_out" --output "$TMP/exported_y"; then
+    expect_in "export: a checkpoint that is a link loop" "$TMP/ckpt_export_loop_ckpt.err" \
+      "checkpoint '$TMP/loop_out': a loop of symbolic links"
+  fi
+  if run tok_loop 2 "$BIN" tokenize --vocab "$VOCAB" "${MRPC[@]}" --output "$TMP/loop_out/ids.jsonl"; then
+    expect_in "tokenize: --output inside a link loop" "$TMP/tok_loop.err" \
+      "--output '$TMP/loop_out/ids.jsonl': '$TMP/loop_out' is a loop of symbolic links"
+  fi
+  ln -s "$TMP/loop.svg" "$TMP/loop.svg"
+  if run plot_loop 2 "$BIN" plot "$TMP/run" --output "$TMP/loop.svg"; then
+    expect_in "plot: --output a link loop" "$TMP/plot_loop.err" "--output '$TMP/loop.svg': a loop of symbolic links"
   fi
   if run ckpt_export_dtype 2 "$BIN" export "$CKPT" --output "$TMP/exported_x" --dtype int8; then
     expect_in "export: bad --dtype" "$TMP/ckpt_export_dtype.err" "--dtype 'int8'"

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "shardtrain/cli/config.h"
 #include "shardtrain/core/check.h"
@@ -200,6 +201,69 @@ TEST_CASE("question answering's keys: refused under another task when changed; i
   CHECK(c.data.max_length == 384);
   CHECK(c.data.text_a.empty());
   const std::string path = s.dir + "/qa_resolved.toml";
+  std::ofstream(path) << config_to_toml(c);
+  CHECK(config_to_toml(load_run_config(path, {})) == config_to_toml(c));
+}
+
+// A list-valued key given as a flag: '["O","B-PER"]' was split at its commas
+// into the tags '["O"' and '"B-PER"]'. Now a TOML array, as in the file; the
+// comma form where it cannot mean anything else.
+TEST_CASE("a list-valued key on the command line: a TOML array, or the comma form where unambiguous") {
+  Scratch s;
+  const std::string file = s.config("");
+  auto labels = [&](const std::string& text) {
+    return load_run_config(file, {{"model.task", "token_classification"}, {"data.labels", text}}).data.labels;
+  };
+  const std::vector<std::string> tags = {"O", "B-PER"};
+  CHECK(labels(R"(["O","B-PER"])") == tags);
+  CHECK(labels(R"( [ "O", 'B-PER' ] )") == tags);
+  CHECK(labels("O,B-PER") == tags);
+  CHECK(labels(R"(["a,b", "c d"])") == std::vector<std::string>{"a,b", "c d"});  // what only the array can say
+  CHECK(labels("[]").empty());
+  CHECK(labels("").empty());
+  const ConfigOverrides choices = {{"model.task", "multiple_choice"}, {"data.text_a", "ctx"},
+                                   {"data.choices", R"(["ending0", "ending1"])"}};
+  CHECK(load_run_config(file, choices).data.choices == std::vector<std::string>{"ending0", "ending1"});
+
+  auto error = [&](const std::string& text) {
+    return error_of(file, {{"model.task", "token_classification"}, {"data.labels", text}});
+  };
+  const std::string forms = " (on the command line a list is a TOML array, in single quotes for the shell: "
+                            "'[\"O\", \"B-PER\"]', or the comma form O,B-PER)";
+  // The array with its quotes eaten by the shell; quotes or spaces in the comma form.
+  CHECK(error("[O,B-PER]") == "data.labels = '[O,B-PER]': not a TOML array of strings" + forms);
+  CHECK(error(R"("O","B-PER")") == R"(data.labels = '"O","B-PER"': the item '"O"' has quotes or brackets, or )"
+                                   "spaces at its ends, so the comma form is ambiguous" + forms);
+  CHECK(error("O, B-PER") == "data.labels = 'O, B-PER': the item ' B-PER' has quotes or brackets, or spaces at its "
+                             "ends, so the comma form is ambiguous" + forms);
+  CHECK(error(R"(["O", ""])").find("data.labels: expected an array of non-empty strings") == 0);
+  CHECK(error(R"(["O", 1])").find("data.labels: expected an array of non-empty strings") == 0);
+  CHECK(error("[\"O\"]\nx = 1").find("data.labels = '[\"O\"]\nx = 1': not a TOML array of strings") == 0);
+  CHECK(error("O,,B-PER") == "data.labels: empty item in the list 'O,,B-PER'");
+}
+
+// Multiple choice without a preset read sequence classification's MRPC
+// columns: the label "Quality", the context "#1 String".
+TEST_CASE("multiple choice without a preset: the label column is \"label\", the context must be named") {
+  Scratch s;
+  const std::string file = s.config("");
+  const ConfigOverrides mc = {{"model.task", "multiple_choice"}, {"data.choices", "ending0,ending1"}};
+  ConfigOverrides named = mc;
+  named.push_back({"data.text_a", "context"});
+  const RunConfig c = load_run_config(file, named);
+  CHECK(c.data.label == "label");
+  CHECK(c.data.text_a == "context");
+  CHECK(c.data.text_b.empty());
+  CHECK(error_of(file, mc) == "data.text_a: not set (the context column, the first text of every pair; or "
+                              "data.preset = \"swag\" / \"copa\")");
+  // Given keys are kept; a preset names every column.
+  named.push_back({"data.label", "answer"});
+  CHECK(load_run_config(file, named).data.label == "answer");
+  const RunConfig copa = load_run_config(file, {{"model.task", "multiple_choice"}, {"data.preset", "copa"}});
+  CHECK(copa.data.text_a == "premise");
+  CHECK(copa.data.label == "label");
+  // The printed config reads back to the same.
+  const std::string path = s.dir + "/mc_resolved.toml";
   std::ofstream(path) << config_to_toml(c);
   CHECK(config_to_toml(load_run_config(path, {})) == config_to_toml(c));
 }

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -276,6 +277,38 @@ TEST_CASE("deberta: config keys, deberta-v3-base's size, and what is refused") {
   fails("{" + v3 + R"("pos_att_type": ["c2p"], "pooler_hidden_act": "swishy"})", "\"pooler_hidden_act\"");
   fails(R"({"model_type": "deberta-v2", "norm_rel_ebd": "layer_norm"})", "\"norm_rel_ebd\"");
   fails(R"({"model_type": "deberta-v2", "type_vocab_size": -1})", "\"type_vocab_size\"");
+}
+
+// make_log_bucket_position keeps distances below mid = position_buckets // 2
+// and divides by mid: position_buckets 1 (mid 0) passed the config checks and
+// then failed at the first step with libtorch's index error. It is refused
+// when config.json is read; 2 and 3 (mid 1: buckets -1, 0, 1) train.
+TEST_CASE("deberta: position_buckets 1 is refused naming the key; 2 and 3 are the smallest that train") {
+  std::ifstream file(kDebertaGolden + "deberta_v3_l2/config.json");
+  nlohmann::json j = nlohmann::json::parse(file);
+  for (int64_t buckets : {1, 0, -2}) {
+    j["position_buckets"] = buckets;
+    CHECK_THROWS_WITH_AS(EncoderConfig::from_json(j.dump(), "x/config.json"),
+                         doctest::Contains("\"position_buckets\": must be -1 (no buckets) or at least 2"), Error);
+  }
+  for (int64_t buckets : {2, 3}) {
+    CAPTURE(buckets);
+    j["position_buckets"] = buckets;
+    j["max_position_embeddings"] = 128;  // rows of 64 tokens
+    const EncoderConfig config = EncoderConfig::from_json(j.dump(), "x/config.json");
+    CHECK(config.relative_span() == buckets);
+    TaskModel model(config);
+    model.init_weights(7);
+    deberta_sharpen(model);
+    model.train();
+    const Batch batch = shardtrain_test::padded_rows(config, {37, 5, 64}, 4);
+    model.set_disentangled_attention_kernel(false);
+    const DebertaStep ops = shardtrain_test::training_step(model, batch);
+    model.set_disentangled_attention_kernel(true);
+    const DebertaStep kernel = shardtrain_test::training_step(model, batch);
+    CHECK(at::isfinite(kernel.logits).all().item<bool>());
+    CHECK(shardtrain_test::excess_over(kernel, ops, kDebertaFp32Tol) <= 0);
+  }
 }
 
 TEST_CASE("deberta: without relative attention it is BERT with DeBERTa's names (content-only kernel)") {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -136,6 +137,30 @@ TEST_CASE("an output never replaces what is at its path by something else") {
   CHECK(fs_util_other_files(dir, {"out.jsonl", "out.jsonl.tmp", "target.txt", "link.jsonl", "d1", "d2",
                                   "dangling.txt", "null", "full", "pipe", "loop"})
             .empty());
+  fs::remove_all(dir);
+}
+
+// An output path that is a loop of links, or passes through one, made
+// std::filesystem throw a bare filesystem_error (exit 1) in export.
+TEST_CASE("refuse_link_loop names the flag and the looping link, and lets every other path through") {
+  const std::string dir = fs_util_temp_dir();
+  REQUIRE(symlink("loop", (dir + "/loop").c_str()) == 0);
+  const std::string eloop = os_error_text(ELOOP);
+  CHECK(shardtrain_test::error_of([&] { refuse_link_loop(dir + "/loop", "--output"); }) ==
+        "--output '" + dir + "/loop': a loop of symbolic links (" + eloop + "); point --output at a real path");
+  CHECK(shardtrain_test::error_of([&] { refuse_link_loop(dir + "/loop/sub/model", "--output"); }) ==
+        "--output '" + dir + "/loop/sub/model': '" + dir + "/loop' is a loop of symbolic links (" + eloop +
+            "); point --output at a real path");
+  // Two links that point at each other.
+  REQUIRE(symlink("b", (dir + "/a").c_str()) == 0);
+  REQUIRE(symlink("a", (dir + "/b").c_str()) == 0);
+  CHECK(fs_util_contains(shardtrain_test::error_of([&] { refuse_link_loop(dir + "/a", "run.storage_path"); }),
+                         "run.storage_path '" + dir + "/a': a loop of symbolic links"));
+  // A new file, a dangling link, a folder, a file, "-" and "" are not loops.
+  REQUIRE(symlink("nowhere", (dir + "/dangling").c_str()) == 0);
+  for (const std::string& path : {dir + "/new.jsonl", dir + "/missing/new.jsonl", dir + "/dangling", dir,
+                                  std::string("/dev/null"), std::string("-"), std::string()})
+    CHECK_NOTHROW(refuse_link_loop(path, "--output"));
   fs::remove_all(dir);
 }
 

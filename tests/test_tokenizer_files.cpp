@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,6 +150,43 @@ TEST_CASE("saved files rebuild the same tokenizer (what a checkpoint stores)") {
   CHECK(Tokenizer::from_model_dir(kFilesRoberta).vocab_text().empty());
   CHECK(files_contains(files_error_of([] { Tokenizer::from_saved_files("{not json", "ckpt.h5 (attribute tokenizer_files)"); }),
                        "ckpt.h5 (attribute tokenizer_files)"));
+}
+
+// One list of a tokenizer folder's file names (Tokenizer::folder_file_names):
+// what every kind of tokenizer saves (and export writes) is in it, and it is
+// what `export --force` clears, DeBERTa's spm.model included.
+TEST_CASE("saved tokenizer files are named from folder_file_names, and only from it") {
+  const std::vector<std::string>& names = Tokenizer::folder_file_names();
+  auto listed = [&](const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  for (const char* name : {"spm.model", "sentencepiece.bpe.model", "spiece.model", "sentencepiece.model",
+                           "tokenizer.model", "tokenizer.json", "vocab.txt", "special_tokens_map.json"})
+    CHECK_MESSAGE(listed(name), name);
+  FilesTempDir dir;
+  const std::string bpe = dir.folder("bpe", {{"vocab.json", files_read(kFilesRoberta + "/vocab.json")},
+                                             {"merges.txt", files_read(kFilesRoberta + "/merges.txt")}});
+  const std::vector<Tokenizer> kinds = {
+      Tokenizer::from_model_dir(kFilesRoberta), Tokenizer::from_model_dir(bpe),
+      Tokenizer::from_model_dir(kFilesSourceDir + "/data/vocab/deberta-v3"),
+      Tokenizer::from_model_dir(kFilesSourceDir + "/data/vocab/sib200-xlmr-8k"),
+      Tokenizer::from_path(kFilesSourceDir + "/data/vocab/bert-base-cased-vocab.txt", {})};
+  std::set<std::string> saved;
+  for (const Tokenizer& tokenizer : kinds)
+    for (const auto& [name, bytes] : Tokenizer::saved_file_contents(tokenizer.saved_files(), "saved")) {
+      CHECK_MESSAGE(listed(name), name);
+      saved.insert(name);
+    }
+  for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "spm.model", "added_tokens.json",
+                           "sentencepiece.bpe.model", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"})
+    CHECK_MESSAGE(saved.count(name) == 1, name);
+  // A saved file under another name (a damaged checkpoint) is refused, not
+  // kept to be written by an export that would never clear it.
+  nlohmann::json with_extra = nlohmann::json::parse(kinds.back().saved_files());
+  with_extra["notes.txt"] = "x";
+  CHECK(files_error_of([&] { Tokenizer::from_saved_files(with_extra.dump(), "ckpt.h5 (attribute tokenizer_files)"); }) ==
+        "'ckpt.h5 (attribute tokenizer_files): notes.txt': not a file of a tokenizer folder (\"tokenizer_config.json\", "
+        "\"special_tokens_map.json\", \"added_tokens.json\", \"tokenizer.json\", \"vocab.json\", \"merges.txt\", "
+        "\"vocab.txt\", \"spm.model\", \"sentencepiece.bpe.model\", \"spiece.model\", \"sentencepiece.model\", "
+        "\"tokenizer.model\")");
 }
 
 TEST_CASE("tokenizer.json with a WordPiece model equals the vocab.txt tokenizer") {

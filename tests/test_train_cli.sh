@@ -232,6 +232,11 @@ fi
 [ $? -eq 2 ] && grep -q "parallel.offload_optimizer" "$TMP/e5.log" && pass "optimizer offload with ddp is refused, not ignored" || fail "offload_optimizer" "$TMP/e5.log"
 "$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 -x SLURM_RESTART_COUNT=2 "$BIN" train --config "$TMP/tiny.toml" --run.name straight --run.max_failures 1 >"$TMP/e4.log" 2>&1
 [ $? -eq 2 ] && grep -q "run.max_failures = 1" "$TMP/e4.log" && pass "a job restarted more than run.max_failures times stops" || fail "run.max_failures" "$TMP/e4.log"
+# run.storage_path through a loop of symbolic links: named as one.
+ln -s "$TMP/loop" "$TMP/loop"
+"$MPIEXEC" "${MPI_FLAGS[@]}" -np 2 "$BIN" train --config "$TMP/tiny.toml" --run.name e6 --run.storage_path "$TMP/loop" >"$TMP/e6.log" 2>&1
+[ $? -eq 2 ] && grep -qF "run.storage_path / run.name '$TMP/loop/e6': '$TMP/loop' is a loop of symbolic links" "$TMP/e6.log" &&
+  pass "a run.storage_path that is a link loop is named" || fail "run.storage_path link loop" "$TMP/e6.log"
 
 echo "test_train_cli: $FAILURES failure(s)"
 [ "$FAILURES" -eq 0 ]

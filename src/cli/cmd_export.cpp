@@ -26,6 +26,7 @@
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/text.h"
+#include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/checkpoint_model.h"
 
@@ -41,6 +42,11 @@ struct ExportFlags {
   bool force = false;
 };
 
+bool is_tokenizer_file_name(const std::string& name) {
+  const std::vector<std::string>& names = Tokenizer::folder_file_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 at::ScalarType parse_dtype(const std::string& name) {
   if (name == "float32" || name == "fp32") return at::kFloat;
   if (name == "float16" || name == "fp16") return at::kHalf;
@@ -50,6 +56,8 @@ at::ScalarType parse_dtype(const std::string& name) {
 
 // Checked before the (possibly long) checkpoint read, on rank 0.
 void check_paths(const ExportFlags& flags) {
+  refuse_link_loop(flags.checkpoint, "checkpoint");
+  refuse_link_loop(flags.output, "--output");
   if (fs::is_directory(flags.checkpoint))
     throw Error(flags.checkpoint + " is a folder; export reads a training checkpoint file (checkpoint_<n>.h5)");
   if (!fs::exists(flags.checkpoint)) throw Error("checkpoint " + flags.checkpoint + " does not exist");
@@ -59,7 +67,9 @@ void check_paths(const ExportFlags& flags) {
   if (fs::path(real_path(flags.checkpoint)).parent_path() == fs::path(real_path(flags.output)))
     throw Error("--output '" + flags.output + "' is the folder that holds the checkpoint " + flags.checkpoint +
                 "; export into a folder of its own (nothing was written)");
-  for (const char* name : {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"})
+  std::vector<std::string> targets = Tokenizer::folder_file_names();
+  targets.insert(targets.end(), {"config.json", "model.safetensors"});
+  for (const std::string& name : targets)
     refuse_output_over_input("--output", (fs::path(flags.output) / name).string(), "checkpoint", flags.checkpoint);
   std::error_code error;
   if (fs::exists(flags.output, error) && !fs::is_directory(flags.output, error))
@@ -71,15 +81,6 @@ void check_paths(const ExportFlags& flags) {
                 "SentencePiece model) and tokenizer_config.json there, and remove the other tokenizer files an earlier "
                 "export left (special_tokens_map.json, ...); other files are kept)");
 }
-
-// The file names of a HF tokenizer that AutoTokenizer reads from a folder. A
-// --force export removes those it does not write itself: a vocab.txt or
-// special_tokens_map.json left by an earlier export would be read beside the
-// new tokenizer's files, or instead of them.
-constexpr const char* kTokenizerFileNames[] = {
-    "tokenizer.json",  "tokenizer_config.json", "vocab.txt",   "vocab.json",
-    "merges.txt",      "special_tokens_map.json", "added_tokens.json", "spiece.model",
-    "tokenizer.model", "sentencepiece.bpe.model"};
 
 // The checkpoint's tokenizer files (train/checkpoint_model.h), or, for a
 // checkpoint written before they were saved, its vocab.txt; tokenizer_config.json
@@ -99,11 +100,11 @@ std::vector<std::string> write_tokenizer_files(const fs::path& folder, const std
     const std::map<std::string, std::string> files =
         Tokenizer::saved_file_contents(exported.state.tokenizer_files, checkpoint + " (attribute tokenizer_files)");
     for (const auto& [name, bytes] : files) {
-      // A name from the file: a plain file name, or it could write outside the folder.
-      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-          name.find('\0') != std::string::npos)
+      // A name from the file: one of the tokenizer files --force clears (and
+      // so a plain file name, never a path out of the folder).
+      if (!is_tokenizer_file_name(name))
         throw Error(checkpoint + ": attribute tokenizer_files names a file '" + clip_for_message(name, 60) +
-                    "', which is not a plain file name; the checkpoint is damaged");
+                    "', which is not a tokenizer file; the checkpoint is damaged");
       if (name == "tokenizer_config.json") {
         config = nlohmann::json::parse(bytes);
         continue;
@@ -124,10 +125,12 @@ std::vector<std::string> write_tokenizer_files(const fs::path& folder, const std
 }
 
 // After a --force export: the tokenizer files of an earlier export that this
-// one did not write. Returns the names removed.
+// one did not write (all of data/tokenizer.h's folder_file_names: a
+// vocab.txt or special_tokens_map.json left there would be read beside the
+// new tokenizer's files, or instead of them). Returns the names removed.
 std::vector<std::string> remove_other_tokenizer_files(const fs::path& folder, const std::vector<std::string>& written) {
   std::vector<std::string> removed;
-  for (const char* name : kTokenizerFileNames) {
+  for (const std::string& name : Tokenizer::folder_file_names()) {
     if (std::find(written.begin(), written.end(), name) != written.end()) continue;
     std::error_code error;
     const fs::path path = folder / name;

@@ -61,6 +61,7 @@ std::vector<RunCurves> sweep_curves(const std::string& dir) {
 }
 
 void plot(const PlotFlags& flags) {
+  refuse_link_loop(flags.output, "--output");
   const std::string ext = lower_extension(flags.output);
   if (ext != ".svg" && ext != ".png")
     throw Error("--output " + flags.output + ": the file name must end in .svg or .png");

@@ -71,6 +71,7 @@ Tokenizer load_tokenizer(const TokenizeOptions& options) {
 void run_tokenize(const TokenizeOptions& options) {
   if (options.max_length < 0) throw Error(str_format("--max-length must be >= 0, got %d", options.max_length));
   require_output_named("--output", options.output);
+  refuse_link_loop(options.output, "--output");
   if (options.output != "-" && same_file(options.output, options.data))
     throw Error("--output '" + options.output + "' is the input file; choose another name");
   if (options.output != "-") refuse_output_over_input("--output", options.output, "--vocab", options.vocab);

@@ -110,6 +110,7 @@ void add_train_command(CLI::App& root, World& world) {
     const std::string run_dir = (std::filesystem::path(config.run.storage_path) / config.run.name).string();
     bool created_run_dir = false;
     on_rank0(world.comm(), "taking the run folder's lock", [&] {
+      refuse_link_loop(run_dir, "run.storage_path / run.name");
       std::error_code error;
       created_run_dir = !std::filesystem::exists(run_dir, error);
       std::filesystem::create_directories(run_dir, error);

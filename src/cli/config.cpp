@@ -13,6 +13,7 @@
 #include <system_error>
 #include <sys/stat.h>
 
+#include "cli/config_list.h"
 #include "shardtrain/cli/deepspeed_config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/limits.h"
@@ -51,18 +52,9 @@ void parse_value(const std::string& key, const std::string& text, E& out) {
   out = *value;
 }
 
-// A list on the command line: comma-separated ("O,B-PER,I-PER"); "" = empty.
+// A list (data.labels, data.choices): cli/config_list.h.
 void parse_value(const std::string& key, const std::string& text, std::vector<std::string>& out) {
-  out.clear();
-  if (text.empty()) return;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (out.back().empty()) throw Error(key + ": empty item in the list " + quote(text));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  out = list_from_text(key, text);
 }
 
 void parse_value(const std::string& key, const std::string& text, bool& out) {
@@ -221,12 +213,7 @@ void assign(RunConfig& config, const std::string& key, const std::string* text, 
       }
       const toml::array* array = node->as_array();
       if (!array) throw Error(key + ": expected an array of strings ([\"a\", \"b\"])" + where);
-      field.clear();
-      for (const toml::node& item : *array) {
-        if (!item.is_string() || item.as_string()->get().empty())
-          throw Error(key + ": expected an array of non-empty strings" + where);
-        field.push_back(item.as_string()->get());
-      }
+      field = list_from_toml(key, *array, where);
       return;
     } else {
     using Scalar = std::conditional_t<std::is_same_v<Field, std::optional<double>>, double, Field>;

@@ -46,6 +46,8 @@ std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& command) {
                        : std::is_same_v<Field, std::vector<std::string>>       ? "LIST"
                                                                                 : "FLOAT";
     std::string description = help;
+    if constexpr (std::is_same_v<Field, std::vector<std::string>>)
+      description += " (a TOML array in single quotes, '[\"a\", \"b\"]', or a,b)";
     if constexpr (is_named_enum_v<Field>) {
       const std::vector<std::string> choices = enum_names<Field>();
       description += " {";

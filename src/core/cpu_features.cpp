@@ -73,12 +73,12 @@ CpuFeatures current_cpu_features() {
   return forced ? parse_cpu_features(forced, "SHARDTRAIN_CPU_FEATURES") : detect_cpu_features();
 }
 
-MatmulRatio measure_bf16_matmul_ratio(long long rows, long long hidden, long long intermediate) {
-  // About 0.25 GFLOP per matmul, four of each (one untimed): on an AVX2-only
-  // CPU (bf16 4.5, fp32 121 GFLOP/s) 0.22 s of bf16 and 0.01 s of fp32.
+MatmulRatio measure_bf16_matmul_ratio(long long rows, long long hidden, long long intermediate, double max_flops) {
+  // By default about 0.25 GFLOP per matmul, four of each (one untimed): on an
+  // AVX2-only CPU (bf16 4.5, fp32 121 GFLOP/s) 0.22 s of bf16 and 0.01 s of fp32.
   const double flops_per_row = 2.0 * static_cast<double>(hidden) * static_cast<double>(intermediate);
   MatmulRatio r;
-  r.rows = std::max(16LL, std::min(rows, static_cast<long long>(2.5e8 / flops_per_row)));
+  r.rows = std::max(16LL, std::min(rows, static_cast<long long>(max_flops / flops_per_row)));
   const at::Tensor x32 = at::randn({r.rows, hidden}), w32 = at::randn({hidden, intermediate});
   const at::Tensor x16 = x32.to(at::kBFloat16), w16 = w32.to(at::kBFloat16);
   at::matmul(x32, w32);  // untimed: thread pools, packing buffers
@@ -97,15 +97,35 @@ MatmulRatio measure_bf16_matmul_ratio(long long rows, long long hidden, long lon
   return r;
 }
 
-std::string bf16_slowdown_warning(const CpuFeatures& cpu, long long rows, long long hidden, long long intermediate) {
-  if (cpu.native_bf16()) return "";
-  const MatmulRatio r = measure_bf16_matmul_ratio(rows, hidden, intermediate);
-  return str_format("train.mixed_precision = \"bf16\" on a CPU without bf16 instructions (cpuid: %s; no avx512_bf16 "
-                    "or amx_bf16): a bf16 matmul of [%lld, %lld] x [%lld, %lld] took %.2fx as long as fp32 here "
-                    "(%.2f ms against %.2f ms, best of 3), and training slows down about as much; use \"no\" for speed on this "
-                    "machine, bf16 to test a bf16 setup",
-                    cpu.describe().c_str(), r.rows, hidden, hidden, intermediate, r.ratio(), r.bf16_s * 1e3,
-                    r.fp32_s * 1e3);
+bool cpu_precision_advice_needs_ratio(const CpuFeatures& cpu, bool bf16, long long hidden) {
+  return bf16 ? !cpu.native_bf16() : cpu.native_bf16() && hidden >= kBf16FasterMinHidden;
+}
+
+std::string cpu_precision_advice(const CpuFeatures& cpu, bool bf16, long long hidden, long long intermediate,
+                                 const MatmulRatio& r) {
+  if (!cpu_precision_advice_needs_ratio(cpu, bf16, hidden)) return "";
+  const std::string matmul =
+      str_format("a bf16 matmul of [%lld, %lld] x [%lld, %lld] took %.2fx as long as fp32 here (%.2f ms against "
+                 "%.2f ms, best of 3)",
+                 r.rows, hidden, hidden, intermediate, r.ratio(), r.bf16_s * 1e3, r.fp32_s * 1e3);
+  if (bf16)
+    return "train.mixed_precision = \"bf16\" on a CPU without bf16 instructions (cpuid: " + cpu.describe() +
+           "; no avx512_bf16 or amx_bf16): " + matmul +
+           ", and training slows down about as much; use \"no\" for speed on this machine, bf16 to test a bf16 setup";
+  if (!(r.fp32_s > 0) || r.ratio() > kBf16FasterRatio) return "";
+  return "train.mixed_precision = \"no\" on a CPU with bf16 instructions (cpuid: " + cpu.describe() + "): " + matmul +
+         "; a model this wide (hidden size " + std::to_string(hidden) +
+         ") likely trains faster with train.mixed_precision = \"bf16\" (bert-base: 2.26x fp32's speed on a Xeon "
+         "with avx512_bf16 / AMX), with fp32 master weights and AdamW state";
+}
+
+std::string advise_cpu_precision(const CpuFeatures& cpu, bool bf16, long long rows, long long hidden,
+                                 long long intermediate) {
+  if (!cpu_precision_advice_needs_ratio(cpu, bf16, hidden)) return "";
+  // With bf16 instructions (fp32 asked for), 2 GFLOP: tens of milliseconds.
+  const double max_flops = cpu.native_bf16() ? 2e9 : 2.5e8;
+  return cpu_precision_advice(cpu, bf16, hidden, intermediate,
+                              measure_bf16_matmul_ratio(rows, hidden, intermediate, max_flops));
 }
 
 }  // namespace shardtrain

@@ -362,6 +362,25 @@ std::vector<std::string> remove_stale_temp_files(const std::string& run_dir, con
   return removed;
 }
 
+void refuse_link_loop(const std::string& path, const std::string& what) {
+  struct stat info {};
+  if (path.empty() || ::stat(path.c_str(), &info) == 0 || errno != ELOOP) return;
+  // The shortest leading part of the path that loops: the link to fix.
+  std::filesystem::path looping, prefix;
+  for (const std::filesystem::path& part : std::filesystem::path(path)) {
+    prefix /= part;
+    if (::stat(prefix.c_str(), &info) != 0 && errno == ELOOP) {
+      looping = prefix;
+      break;
+    }
+  }
+  const std::string where = looping.empty() || looping == std::filesystem::path(path)
+                                ? ""
+                                : " '" + looping.string() + "' is";
+  throw Error(what + " '" + path + "':" + where + " a loop of symbolic links (" + os_error_text(ELOOP) +
+              "); point " + what + " at a real path");
+}
+
 std::string real_path(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;

@@ -15,7 +15,9 @@
 #include "data/tokenizer_json.h"
 #include "data/wordpiece_vocab.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/enum_names.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 
 namespace shardtrain {
 
@@ -28,7 +30,13 @@ struct Tokenizer::Loader {
   static Tokenizer finish(Tokenizer tokenizer, const tokjson::FileMap& files, int64_t model_max_length,
                           const tokjson::Where& where = tokjson::Where{}, const json* root = nullptr) {
     json saved = json::object();
+    const std::vector<std::string>& names = folder_file_names();
     for (const auto& [file, text] : files) {
+      // export writes these files and clears the others of the list: a name
+      // outside it would be written and never cleared.
+      if (std::find(names.begin(), names.end(), file) == names.end())
+        throw Error("'" + where(clip_for_message(file, 60)) + "': not a file of a tokenizer folder (" +
+                    quoted_list(names) + ")");
       if (is_binary_file(file)) {
         saved[file] = json{{"base64", tokjson::base64_encode(text)}};  // a SentencePiece ModelProto
       } else {
@@ -472,6 +480,17 @@ Tokenizer Tokenizer::from_path(const std::string& path, const TokenizerOptions& 
     return Loader::from_files(files, tokjson::Where{folder, ""}, folder);
   }
   return from_vocab_file(path, options);
+}
+
+const std::vector<std::string>& Tokenizer::folder_file_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                                    "tokenizer.json",        "vocab.json",              "merges.txt",
+                                    "vocab.txt"};
+    out.insert(out.end(), std::begin(kSpmModelFiles), std::end(kSpmModelFiles));
+    return out;
+  }();
+  return names;
 }
 
 std::map<std::string, std::string> Tokenizer::saved_file_contents(const std::string& text, const std::string& source) {

@@ -320,9 +320,14 @@ void validate_deberta_v2(const EncoderConfig& c, const std::string& source) {
   check_activation(c.pooler_hidden_act, "pooler_hidden_act", source);
   if (!(c.pooler_dropout >= 0.0 && c.pooler_dropout < 1.0))
     config_key_error(source, "pooler_dropout", "must be in [0, 1), got " + shortest_text(c.pooler_dropout));
-  if (c.position_buckets == 0 || c.position_buckets < -1)
-    config_key_error(source, "position_buckets", "must be -1 (no buckets) or positive, got " +
-                                                     std::to_string(c.position_buckets));
+  // make_log_bucket_position keeps distances below mid = position_buckets // 2
+  // and divides by mid and by log((max_relative_positions - 1) / mid): 1 (mid
+  // 0) makes NaN buckets, and the first step failed with an index error.
+  // 2 and 3 (mid 1) are the smallest that work: buckets -1, 0, 1.
+  if (c.position_buckets == 0 || c.position_buckets == 1 || c.position_buckets < -1)
+    config_key_error(source, "position_buckets",
+                     "must be -1 (no buckets) or at least 2 (transformers' make_log_bucket_position divides by "
+                     "position_buckets // 2), got " + std::to_string(c.position_buckets));
   if (!c.relative_attention) {
     // HF would create encoder.LayerNorm and never use it: a parameter without gradients.
     if (c.norm_relative_embeddings())

@@ -49,13 +49,6 @@ void set_precision(TrainJob& job, const TrainJobOptions& options) {
            job.loss_scaler ? str_format("; loss scale %g (%s)", job.loss_scaler->scale(),
                                         job.loss_scaler->options().dynamic ? "dynamic" : "static").c_str()
                            : "");
-  // Rank 0 times one bf16 and one fp32 matmul of the model's MLP shape (under a second).
-  if (config.run.device == Device::kCpu && job.precision.param_dtype == at::kBFloat16 && job.topology.rank == 0) {
-    const EncoderConfig model = EncoderConfig::from_file(model_config_path(config.model));
-    const std::string warning = bf16_slowdown_warning(current_cpu_features(), config.train.batch_size * config.data.max_length,
-                                                      model.hidden_size, model.intermediate_size);
-    if (!warning.empty()) log_warn("%s", warning.c_str());
-  }
 }
 
 void set_device_and_communicator(TrainJob& job) {
@@ -134,6 +127,15 @@ void preflight(const TrainJob& job) {
   const int world = job.topology.world_size;
   if (job.topology.rank == 0) log_info("%s", describe_estimate(estimate_memory(config, model, world)).c_str());
   if (config.run.device == Device::kCpu) {
+    // bf16 without bf16 instructions, or fp32 with them: rank 0 times one
+    // matmul of the model's MLP shape (core/cpu_features.h; under a second).
+    const bool bf16 = job.precision.param_dtype == at::kBFloat16;
+    const long long rows = config.train.batch_size * config.data.max_length;
+    const std::string advice =
+        job.topology.rank == 0
+            ? advise_cpu_precision(current_cpu_features(), bf16, rows, model.hidden_size, model.intermediate_size)
+            : "";
+    if (!advice.empty()) log_warn("%s", advice.c_str());
     if (const std::optional<AvailableMemory> available = available_memory())
       check_estimate_fits(config, model, world, job.topology.local_size, static_cast<double>(available->bytes),
                           "host memory available on this node (" + available->source + ")");

@@ -61,6 +61,7 @@ RunFolder::RunFolder(const JobConfig& run, MPI_Comm comm) : comm_(comm) {
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   dir_ = (fs::path(run.storage_path) / run.name).string();
   on_rank0(comm_, "creating the run folder " + dir_, [&] {
+    refuse_link_loop(dir_, "run.storage_path / run.name");
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (!ec && fs::is_directory(dir_, ec)) return;

@@ -133,6 +133,13 @@ bool is_temp_file_name(const std::string& file_name);
 // a file that cannot be removed is skipped (its path is not returned).
 std::vector<std::string> remove_stale_temp_files(const std::string& run_dir, const std::string& keep_job_id = "");
 
+// Error when `path`, or a folder on the way to it, is a loop of symbolic
+// links (stat(2) fails with ELOOP), checked before std::filesystem calls that
+// would throw a bare filesystem_error on it; `what` names the flag or key:
+//   --output 'out/model': 'out' is a loop of symbolic links (Too many levels of
+//   symbolic links (ELOOP)); point --output at a real path
+void refuse_link_loop(const std::string& path, const std::string& what);
+
 // `path` made absolute with every symlink and ".." resolved; for a file that
 // does not exist yet, its parent's real path and its name.
 std::string real_path(const std::string& path);

@@ -46,7 +46,9 @@ struct DataConfig {
   // the label. Token classification: the words (a list per row) and their
   // tags; defaults "tokens" / "ner_tags" (HF datasets' names) unless set;
   // CoNLL files take columns by index only. Multiple choice: text_a the
-  // context, text_b an optional text put before every choice, data.choices.
+  // context, text_b an optional text put before every choice, data.choices,
+  // label the right choice (a preset's columns, else text_a required and
+  // label "label", as HF's run_swag; cli/config.cpp).
   std::string text_a = "#1 String";
   std::string text_b = "#2 String";  // empty = single-sentence task
   std::string label = "Quality";
@@ -214,8 +216,9 @@ inline const std::vector<std::string>& known_metric_names() {
 // Calls visit(key, field, help) for every key, in file order. A field's type
 // says what it takes: std::string, int64_t, double, std::optional<double>,
 // bool, std::vector<std::string> (a TOML array of strings; on the command
-// line, comma-separated), or one of the choice enums of core/enum_names.h (whose names are the
-// allowed values). Works for const and non-const configs.
+// line the same array, '["O", "B-PER"]', or comma-separated, O,B-PER), or one
+// of the enums of core/enum_names.h (whose names are the allowed values).
+// Works for const and non-const configs.
 template <class Config, class Visitor>
 void visit_config_keys(Config& c, Visitor&& visit) {
   visit("model.task", c.model.task,
@@ -242,11 +245,12 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("data.format", c.data.format, "file format (conll: a token and its tag per line, a blank line between sentences)");
   visit("data.text_a", c.data.text_a,
         "first text column (name or 0-based index); token classification: the words (default \"tokens\"); "
-        "multiple choice: the context");
+        "multiple choice: the context (required without data.preset)");
   visit("data.text_b", c.data.text_b,
         "second text column; empty for single sentences; multiple choice: a text put before every choice");
   visit("data.label", c.data.label,
-        "label column (name or 0-based index); token classification: the tags (default \"ner_tags\")");
+        "label column (name or 0-based index); token classification: the tags (default \"ner_tags\"); multiple "
+        "choice: the right choice's index (default \"label\")");
   visit("data.labels", c.data.labels,
         "token classification: the tag names in id order; empty = the sorted tags of the training data");
   visit("data.label_all_tokens", c.data.label_all_tokens,

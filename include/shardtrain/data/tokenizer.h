@@ -222,6 +222,13 @@ class Tokenizer {
   // saved_files() text as file name -> the file's bytes (base64 decoded):
   // what `export` writes into a folder.
   static std::map<std::string, std::string> saved_file_contents(const std::string& json, const std::string& source);
+  // Every file name saved_files() can hold, which is every tokenizer file a
+  // folder read here may have: tokenizer_config.json, special_tokens_map.json,
+  // added_tokens.json, tokenizer.json, vocab.json, merges.txt, vocab.txt and
+  // the SentencePiece models (spm.model, sentencepiece.bpe.model,
+  // spiece.model, sentencepiece.model, tokenizer.model). `export` writes no
+  // other name, and --force removes those of them it did not write.
+  static const std::vector<std::string>& folder_file_names();
 
   // WordPiece: the vocabulary as vocab.txt text (one token a line, in id
   // order); BPE, SentencePiece: empty.

@@ -22,7 +22,12 @@ class MultipleChoiceRules final : public TaskRules {
   std::vector<std::string> own_keys() const override { return {"data.choices", "data.preset"}; }
   void apply_defaults(DataConfig& d, const std::set<std::string>& keys_set) const override {
     if (d.preset == DataPreset::kNone) {
+      // Not MRPC's "#1 String" / "Quality" of sequence classification: the
+      // context has no usual name and must be given; the label column is
+      // HF's "label" (run_swag's label_column_name, SWAG's and COPA's).
+      tasks::fill_default(keys_set, "data.text_a", d.text_a, std::string());
       tasks::fill_default(keys_set, "data.text_b", d.text_b, std::string());
+      tasks::fill_default(keys_set, "data.label", d.label, std::string("label"));
       return;
     }
     const ChoiceColumns preset = preset_columns(d.preset);
@@ -33,7 +38,8 @@ class MultipleChoiceRules final : public TaskRules {
   }
   void validate(const ModelConfig& m, const DataConfig& d) const override {
     tasks::refuse_conll(d);
-    tasks::require_key(!d.text_a.empty(), "data.text_a: not set (the first text column)");
+    tasks::require_key(!d.text_a.empty(), "data.text_a: not set (the context column, the first text of every pair; "
+                                          "or data.preset = \"swag\" / \"copa\")");
     tasks::require_key(!d.choices.empty(),
                        "data.choices: not set (the choice columns, e.g. [\"ending0\", \"ending1\"], or one column "
                        "holding a list; or data.preset = \"swag\" / \"copa\")");
