@@ -11,7 +11,8 @@ import re
 import sys
 
 # Bottom to top.
-LAYERS = ["core", "comm", "data", "metrics", "tasks", "model", "optim", "checkpoint", "parallel", "train", "sweep", "cli"]
+LAYERS = ["core", "comm", "data", "metrics", "report", "tasks", "model", "optim", "checkpoint", "parallel", "config",
+          "train", "predict", "sweep", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(?:shardtrain/)?([a-z_]+)/([^"]+)"')
 

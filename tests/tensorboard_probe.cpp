@@ -1,4 +1,4 @@
-// Drives train/tensorboard.h from commands on stdin, one per line, so that
+// Drives report/tensorboard.h from commands on stdin, one per line, so that
 // tests/check_tensorboard_events.py can write event files and read them back
 // with its own decoder:
 //   open DIR FILE_TIME                  a new TensorBoardWriter; prints "file PATH"
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/train/tensorboard.h"
+#include "shardtrain/report/tensorboard.h"
 
 using namespace shardtrain;
 

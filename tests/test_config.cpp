@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 #include "shardtrain/core/check.h"
 
 using shardtrain::ConfigOverrides;

@@ -1,4 +1,4 @@
-// Training curves (train/curves.h): reading a run folder's progress.csv and
+// Training curves (report/curves.h): reading a run folder's progress.csv and
 // result.jsonl, the errors that name file:line, and the SVG's structure (three
 // panels, axes, legend, one colour per run). tests/check_curves_render.py
 // renders the SVG with rsvg-convert and checks the pixels (CTest curves_render).
@@ -11,7 +11,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
-#include "shardtrain/train/curves.h"
+#include "shardtrain/report/curves.h"
 #include "support/scratch_dir.h"
 
 namespace test_curves_test {

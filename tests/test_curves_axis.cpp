@@ -1,4 +1,4 @@
-// The value axis of a curves panel (train/curves.h, curve_axis) for every
+// The value axis of a curves panel (report/curves.h, curve_axis) for every
 // finite range: the ranges that once hung the tick loop, then random ones over
 // the whole double range; and render_curves_svg ending on them.
 #include <torch/torch.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-#include "shardtrain/train/curves.h"
+#include "shardtrain/report/curves.h"
 
 namespace test_curves_axis_test {
 

@@ -1,5 +1,5 @@
 // DeepSpeed's activation_checkpointing section -> model.gradient_checkpointing
-// (src/cli/deepspeed_activation_checkpointing.cpp), and its knobs named.
+// (src/config/deepspeed_activation_checkpointing.cpp), and its knobs named.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // DeepSpeed's batch-size keys -> train.batch_size and
-// train.gradient_accumulation_steps (src/cli/deepspeed_batch.cpp): numbers,
+// train.gradient_accumulation_steps (src/config/deepspeed_batch.cpp): numbers,
 // derived values, "auto", and train_batch_size = micro x accumulation x world size.
 #include <torch/torch.h>
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// Reading a DeepSpeed JSON as a whole (src/cli/deepspeed_config.cpp): a
+// Reading a DeepSpeed JSON as a whole (src/config/deepspeed_config.cpp): a
 // top-level key (gradient_clipping), every problem named in one message, and
 // a printed run config that loads back, a changed value there named as a
 // contradiction. The sections have their own test_deepspeed_<section>.cpp.

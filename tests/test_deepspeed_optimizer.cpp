@@ -1,5 +1,5 @@
 // DeepSpeed's optimizer section -> AdamW's train.* keys
-// (src/cli/deepspeed_optimizer.cpp): numbers, "auto", DeepSpeed's defaults.
+// (src/config/deepspeed_optimizer.cpp): numbers, "auto", DeepSpeed's defaults.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // DeepSpeed's fp16 and bf16 sections -> train.mixed_precision and
-// train.fp16.* (src/cli/deepspeed_precision.cpp): fp16 refused without a GPU,
+// train.fp16.* (src/config/deepspeed_precision.cpp): fp16 refused without a GPU,
 // DeepSpeed's loss-scaling defaults, "auto", both enabled.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/cli/deepspeed_config.h"
+#include "shardtrain/config/deepspeed_config.h"
 #include "support/deepspeed_fixtures.h"
 
 namespace test_deepspeed_precision_test {

@@ -1,5 +1,5 @@
 // DeepSpeed's scheduler section -> train.lr_scheduler_type and
-// train.lr_scheduler_kwargs (src/cli/deepspeed_scheduler.cpp): each type's
+// train.lr_scheduler_kwargs (src/config/deepspeed_scheduler.cpp): each type's
 // params, "auto" as transformers fills it, DeepSpeed's defaults, and what is refused.
 #include <torch/torch.h>
 #include <doctest/doctest.h>

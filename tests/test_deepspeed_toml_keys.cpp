@@ -1,6 +1,6 @@
 // The DeepSpeed and FSDP names written in TOML ([parallel.zero], [parallel.fsdp];
 // docs/DESIGN.md, "DeepSpeed and FSDP names"), read and checked against
-// parallel.strategy by src/cli/config.cpp.
+// parallel.strategy by src/config/config_parse.cpp.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 

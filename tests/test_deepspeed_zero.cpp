@@ -1,5 +1,5 @@
 // DeepSpeed's zero_optimization section -> parallel.strategy, parallel.zero.*
-// and parallel.offload_optimizer (src/cli/deepspeed_zero.cpp): the stages,
+// and parallel.offload_optimizer (src/config/deepspeed_zero.cpp): the stages,
 // DeepSpeed's defaults and spellings, and the "auto" bucket sizes that need
 // the model's hidden_size.
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/cli/deepspeed_config.h"
+#include "shardtrain/config/deepspeed_config.h"
 #include "support/deepspeed_fixtures.h"
 
 namespace test_deepspeed_zero_test {

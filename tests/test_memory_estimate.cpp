@@ -21,7 +21,7 @@
 
 #include "support/mpi_ranks.h"
 #include "support/scratch_dir.h"
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 #include "shardtrain/cli/estimate_memory.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/cpu_features.h"

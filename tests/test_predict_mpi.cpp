@@ -19,7 +19,7 @@
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/metrics/metrics.h"
 #include "shardtrain/tasks/sequence_classification.h"
-#include "shardtrain/train/predict.h"
+#include "shardtrain/predict/predict.h"
 #include "support/mpi_ranks.h"
 #include "support/scratch_dir.h"
 

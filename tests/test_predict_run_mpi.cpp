@@ -1,5 +1,5 @@
 // `predict` is evaluation: on a training checkpoint, with no data settings
-// given, predict takes the run's (cli/predict_settings.h) and its metrics on
+// given, predict takes the run's (predict/predict_settings.h) and its metrics on
 // the run's eval file are the ones the run reported last, for every task,
 // with a max_length that cuts rows (sequence classification, token
 // classification, multiple choice) or windows (question answering). On the
@@ -30,14 +30,14 @@
 #include "support/mpi_ranks.h"
 #include "support/task_fixtures.h"
 #include "support/train_fixtures.h"
-#include "shardtrain/cli/config.h"
-#include "shardtrain/cli/predict_settings.h"
+#include "shardtrain/config/config.h"
+#include "shardtrain/predict/predict_settings.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/task_model.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/metrics/entity_metrics.h"
 #include "shardtrain/tasks/token_classification.h"
-#include "shardtrain/train/predict.h"
+#include "shardtrain/predict/predict.h"
 #include "shardtrain/train/trainer.h"
 
 using namespace shardtrain;

@@ -30,7 +30,7 @@
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/train/checkpoint_manager.h"
 #include "shardtrain/train/evaluate.h"
-#include "shardtrain/train/predict.h"
+#include "shardtrain/predict/predict.h"
 #include "shardtrain/train/trainer.h"
 
 using namespace shardtrain;

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/train/train_checkpoint.h"
 

@@ -1,4 +1,4 @@
-// Creating the run folder (train/run_folder.h): when a file is in the way the
+// Creating the run folder (report/run_folder.h): when a file is in the way the
 // error names the path that is a file -- run.storage_path itself, or the run
 // folder <storage_path>/<name> -- instead of blaming run.storage_path for both.
 #include <torch/torch.h>
@@ -11,7 +11,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/run_config.h"
-#include "shardtrain/train/run_folder.h"
+#include "shardtrain/report/run_folder.h"
 #include "support/scratch_dir.h"
 
 namespace test_run_folder_paths_test {

@@ -1,4 +1,4 @@
-// TensorBoard event files (train/tensorboard.h) from the C++ side: the CRC-32C
+// TensorBoard event files (report/tensorboard.h) from the C++ side: the CRC-32C
 // check values, HF's tag names, a write / read-back / trim round trip and the
 // errors. The independent decoder (Python protobuf, TensorBoard's field
 // numbers) is tests/check_tensorboard_events.py, CTest tensorboard_events_python.
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "shardtrain/core/check.h"
-#include "shardtrain/train/tensorboard.h"
+#include "shardtrain/report/tensorboard.h"
 #include "support/scratch_dir.h"
 
 namespace test_tensorboard_test {

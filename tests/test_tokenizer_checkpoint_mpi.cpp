@@ -58,7 +58,7 @@ TEST_CASE("checkpoint round trip: BPE and SentencePiece tokenizer_files, and old
     CHECK(loaded.pad_id() == 1);
   }
 
-#if !defined(SHARDTRAIN_SANITIZED)  // no SentencePiece module there (src/data/sentencepiece_module.h)
+#if !defined(SHARDTRAIN_SANITIZED)  // no SentencePiece module there (src/data/tokenizer/sentencepiece_module.h)
   // A SentencePiece model (binary) travels base64 in the same attribute.
   const Tokenizer xlmr = Tokenizer::from_model_dir(kCkptTokSourceDir + "/data/vocab/sib200-xlmr-8k");
   TrainState spm_state;

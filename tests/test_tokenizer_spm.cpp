@@ -202,7 +202,7 @@ std::vector<TokenSpan> spm_offsets_of(const Tokenizer& tokenizer, std::string_vi
 
 #if defined(SHARDTRAIN_SANITIZED)
 // The sanitizer runtimes refuse the module's RTLD_DEEPBIND
-// (src/data/sentencepiece_module.h): there a SentencePiece folder is refused,
+// (src/data/tokenizer/sentencepiece_module.h): there a SentencePiece folder is refused,
 // naming the file and why; the cases below run in the normal build.
 TEST_CASE("Sanitizer build: SentencePiece tokenizers are refused with the reason") {
   CHECK_THROWS_WITH_AS(Tokenizer::from_model_dir(spm_path("data/vocab/deberta-v3")),

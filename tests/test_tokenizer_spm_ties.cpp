@@ -6,7 +6,7 @@
 // characters: it has "0" and "00" but not "000", so "000" is "0" "00" or "00"
 // "0", whose scores are equal in exact arithmetic. SentencePiece's float
 // Viterbi picks one by the rounding of its running score over the text before
-// (src/data/spm_unigram.h), so "... $500,000." encoded whole and its chunk
+// (src/data/tokenizer/spm_unigram.h), so "... $500,000." encoded whole and its chunk
 // "$500,000." encoded alone differ. ties-3500_ids.jsonl holds
 // python3-sentencepiece's ids on the whole texts (XLM-R layout), made by
 // tests/fixtures/make_spm_fixtures.py, for MRPC dev, the edge cases and

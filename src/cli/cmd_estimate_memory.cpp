@@ -16,7 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/enum_names.h"
@@ -140,7 +140,7 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
     base.train.mixed_precision = parse_enum<Precision>(args.mixed_precision, "--mixed-precision");
   if (!args.offload_optimizer.empty())
     base.parallel.offload_optimizer = parse_enum<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
-  // The flags' ranges are their keys' (cli/config.h).
+  // The flags' ranges are their keys' (config/config.h).
   if (args.batch_size) {
     if (*args.batch_size < 1) throw Error("--batch-size = " + std::to_string(*args.batch_size) + ": must be >= 1");
     base.train.batch_size = *args.batch_size;
@@ -228,7 +228,7 @@ void add_estimate_memory_command(CLI::App& root, World& world) {
   auto flags = add_config_flags(*command);
   auto args = std::make_shared<EstimateMemoryArgs>();
   command->add_option("--model", args->model, "a Hugging Face model folder or its config.json (default: the run config's)");
-  // Numbers as text, read by the config's own reading (cli/config.h): CLI11
+  // Numbers as text, read by the config's own reading (config/config.h): CLI11
   // would take "0x10" and leave 0 indistinguishable from "not given".
   auto texts = std::make_shared<std::map<std::string, std::string>>();
   command->add_option("--world-size", (*texts)["--world-size"], "rank counts, e.g. 1,2,4,8 (default 1,2,4,8)");

@@ -1,5 +1,5 @@
 // `shardtrain plot RUN_DIR [RUN_DIR ...] --output FILE.svg|.png`: the training
-// curves of one or more run folders in one chart (train/curves.h), one colour
+// curves of one or more run folders in one chart (report/curves.h), one colour
 // per run. A sweep folder (sweep_state.json) stands for its trials: sweep.metric
 // and the loss per trial, pruned trials dashed. Rank 0 reads and writes alone;
 // every rank reports the same error.
@@ -17,7 +17,7 @@
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/sweep/state.h"
-#include "shardtrain/train/curves.h"
+#include "shardtrain/report/curves.h"
 
 namespace shardtrain {
 namespace {

@@ -15,14 +15,14 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "shardtrain/comm/mpi_helpers.h"
-#include "shardtrain/cli/config.h"
-#include "shardtrain/cli/predict_settings.h"
+#include "shardtrain/config/config.h"
+#include "shardtrain/predict/predict_settings.h"
 #include "shardtrain/comm/world.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/tasks/task_rules.h"
 #include "shardtrain/train/checkpoint_model.h"
-#include "shardtrain/train/predict.h"
+#include "shardtrain/predict/predict.h"
 
 namespace shardtrain {
 namespace {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 
 namespace shardtrain {
 

@@ -68,7 +68,7 @@ void set_device_and_communicator(TrainJob& job) {
 }
 
 // The tokenizer and what a checkpoint saves of it: model.vocab as the config
-// resolved it (cli/config.cpp: model.path's own tokenizer is the folder, read
+// resolved it (config/config_parse.cpp: model.path's own tokenizer is the folder, read
 // as data/tokenizer.h says), a vocab.txt with model.lowercase, or a
 // tokenizer.json. No model.vocab (a config built in code): model.path's folder.
 void load_tokenizer(TrainJob& job) {

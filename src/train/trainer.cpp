@@ -14,14 +14,14 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/signals.h"
 #include "shardtrain/train/checkpoint_manager.h"
-#include "shardtrain/train/curves.h"
+#include "shardtrain/report/curves.h"
 #include "shardtrain/train/early_stopping.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/job.h"
 #include "shardtrain/train/preemption.h"
-#include "shardtrain/train/progress.h"
-#include "shardtrain/train/run_folder.h"
-#include "shardtrain/train/tensorboard.h"
+#include "shardtrain/report/progress.h"
+#include "shardtrain/report/run_folder.h"
+#include "shardtrain/report/tensorboard.h"
 #include "shardtrain/train/train_step.h"
 
 namespace shardtrain {
@@ -38,7 +38,7 @@ struct Position {
   double loss_sum = 0;         // training loss since the last report
   int64_t loss_count = 0;
   double trained_before = 0;   // seconds trained by earlier invocations
-  ProgressWindow log_window;   // the progress log's sums since its last row (train/progress.h)
+  ProgressWindow log_window;   // the progress log's sums since its last row (report/progress.h)
   EarlyStoppingState early;    // train/early_stopping.h
   std::string stop_reason;     // early.stopped: why
 };

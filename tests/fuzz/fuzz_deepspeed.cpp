@@ -1,13 +1,13 @@
 // libFuzzer target: a DeepSpeed JSON config with "auto" values
-// (apply_deepspeed_config, src/cli/deepspeed_*.cpp), resolved into a run config
+// (apply_deepspeed_config, src/config/deepspeed_*.cpp), resolved into a run config
 // and validated as `train` does. The first byte picks the world size (1-8) and
 // whether the build has CUDA; the rest is the JSON. Seeds: corpus/deepspeed.
 #include <cstdint>
 #include <string>
 
 #include "fuzz_support.h"
-#include "shardtrain/cli/config.h"
-#include "shardtrain/cli/deepspeed_config.h"
+#include "shardtrain/config/config.h"
+#include "shardtrain/config/deepspeed_config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 

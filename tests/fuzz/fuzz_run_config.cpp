@@ -1,5 +1,5 @@
 // libFuzzer target: the TOML run config with `--section.key VALUE` overrides
-// (load_run_config, src/cli/config.cpp). Input: the TOML file, then a line
+// (load_run_config, src/config/config_parse.cpp). Input: the TOML file, then a line
 // "=====", then one override per line as "section.key=value". What loads must
 // print (config_to_toml) as TOML that loads back to the same text.
 // Seeds: corpus/run_config (configs/*.toml and broken ones).
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fuzz_support.h"
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 

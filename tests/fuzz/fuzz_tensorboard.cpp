@@ -1,5 +1,5 @@
 // libFuzzer target: the trimming of TensorBoard event files on resume
-// (trim_tensorboard_events, src/train/tensorboard.cpp). The first byte is the
+// (trim_tensorboard_events, src/report/tensorboard.cpp). The first byte is the
 // step to trim to (0-255); the rest is an event file, intact, torn or hostile.
 // After the trim the file must read back with every CRC right and no step above
 // it. Seeds: corpus/tensorboard (files TensorBoardWriter wrote, cut and damaged).
@@ -9,7 +9,7 @@
 #include "fuzz_support.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
-#include "shardtrain/train/tensorboard.h"
+#include "shardtrain/report/tensorboard.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   shardtrain::set_log_rank(1);

@@ -37,7 +37,7 @@ const TokenizerKind kTokenizerKinds[] = {
     {"tokenizer.json", nullptr},
     {"vocab.json", "merges.txt"},
     // A SentencePiece ModelProto: parsed and checked field by field
-    // (src/data/spm_model.cpp), then refused (no module under the sanitizers).
+    // (src/data/tokenizer/spm_model.cpp), then refused (no module under the sanitizers).
     {"spm.model", nullptr},
 };
 

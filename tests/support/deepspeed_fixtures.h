@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/cli/config.h"
+#include "shardtrain/config/config.h"
 #include "mpi_ranks.h"
 
 namespace shardtrain_test::deepspeed_tests {

@@ -25,7 +25,7 @@ struct EstimateMemoryArgs {
   std::string mixed_precision, offload_optimizer, device, device_memory;
   // Unset: the run config's (train.batch_size, data.max_length, model.num_labels),
   // and for the labels then the model's config.json. Set: checked as those keys are
-  // (cli/config.h, parse_integer_setting: 0 is an error, not "the default").
+  // (config/config.h, parse_integer_setting: 0 is an error, not "the default").
   std::optional<int64_t> batch_size, seq_len, num_labels;
   bool gradient_checkpointing = false;
   bool json = false;

@@ -1,7 +1,7 @@
 // Enum names: the config keys whose value is one of a fixed set of names
 // (parallel.strategy = "zero3", run.device = "cuda", ...) are enums in the
 // program, and each enum has one table of the names users write. The config
-// parser turns a name into the enum once (cli/config.h); everything after it
+// parser turns a name into the enum once (config/config.h); everything after it
 // compares enums, never strings. Printing a config writes the same names back.
 //
 //   StrategyKind kind = parse_enum<StrategyKind>("zero3", "parallel.strategy");  // Error naming the key otherwise

@@ -2,7 +2,7 @@
 //
 // One TOML file with the sections below configures a run; every key can also be
 // set on the command line as `--section.key value` (command line wins). The
-// file is parsed and validated once, by cli/config.h; the rest of the program
+// file is parsed and validated once, by config/config.h; the rest of the program
 // only reads these structs. Keys with a fixed set of values are enums
 // (core/enum_names.h), parsed once from their names. visit_config_keys() below is
 // the single list of keys: it drives parsing, `--help`, validation messages and
@@ -48,7 +48,7 @@ struct DataConfig {
   // CoNLL files take columns by index only. Multiple choice: text_a the
   // context, text_b an optional text put before every choice, data.choices,
   // label the right choice (a preset's columns, else text_a required and
-  // label "label", as HF's run_swag; cli/config.cpp).
+  // label "label", as HF's run_swag; src/tasks/multiple_choice/rules.cpp).
   std::string text_a = "#1 String";
   std::string text_b = "#2 String";  // empty = single-sentence task
   std::string label = "Quality";

@@ -10,7 +10,7 @@
 //   choice_columns   the choices, one column each (data.choices); or one
 //                    column holding a list of choices per row
 //   label_column     the right choice's 0-based index ("" = none, for predict)
-// Presets (data.preset) fill these when unset (cli/config.cpp):
+// Presets (data.preset) fill these when unset (tasks/multiple_choice rules):
 //   swag   sent1; sent2; ending0..ending3; label. Pair i = (sent1, sent2 + " " + ending_i).
 //   copa   premise; question; choice1, choice2; label (COPA, XCOPA). The question
 //          ("cause" / "effect") becomes a question after the premise, as jiant

@@ -45,7 +45,7 @@ struct TrainState {
   double loss_sum = 0;
   int64_t loss_count = 0;
   double train_seconds = 0;
-  // The progress log's window (train/progress.h, ProgressWindow): the sums of
+  // The progress log's window (report/progress.h, ProgressWindow): the sums of
   // the steps since the last logged row, so the first row after a resume
   // averages what an uninterrupted run's does. Older checkpoints read as 0
   // (the window restarts at the resume).

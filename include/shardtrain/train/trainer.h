@@ -11,10 +11,10 @@
 //   loop       train/train_step.h: one optimizer step per
 //              gradient_accumulation_steps micro-batches (clipping, AdamW,
 //              dropout reseeded per micro-step from (seed, step, micro-step, rank));
-//              train/progress.h: the progress line and progress.csv
+//              report/progress.h: the progress line and progress.csv
 //   report     after every epoch (and every train.eval_every_steps): sharded
 //              eval gathered exactly (train/evaluate.h), a line in result.jsonl
-//              (train/run_folder.h), TensorBoard scalars and curves.svg, a
+//              (report/run_folder.h), TensorBoard scalars and curves.svg, a
 //              checkpoint when the manager says one is due
 //              (checkpoint.every_epochs / every_steps, keep-best-N); early
 //              stopping on checkpoint.score_attribute (train/early_stopping.h)
@@ -24,7 +24,7 @@
 // gradients are not finite is skipped on every rank and counted, without
 // moving the learning-rate schedule (which follows the applied updates).
 //
-// Run folder <run.storage_path>/<run.name>/: see train/run_folder.h.
+// Run folder <run.storage_path>/<run.name>/: see report/run_folder.h.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <mpi.h>
