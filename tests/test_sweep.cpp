@@ -200,6 +200,7 @@ TEST_CASE("ASHA: a hand-worked sequence, grace_period 1, reduction_factor 3, max
   // B: the 66.7th percentile of {0.5} is 0.5; 0.4 is below.
   d = asha.on_result("B", 1, 0.4);
   CHECK(d.stop);
+  CHECK(d.pruned);
   CHECK(d.reason == "pruned at rung 1: eval_accuracy 0.4 is not in the top 1/3 of 1 earlier result at this rung (cutoff 0.5)");
   // C: of {0.4, 0.5} the cutoff is 0.4 + 0.1 x 2/3 = 0.4667; 0.6 goes on.
   d = asha.on_result("C", 1, 0.6);
@@ -226,6 +227,7 @@ TEST_CASE("ASHA: a hand-worked sequence, grace_period 1, reduction_factor 3, max
   // max_t: the 9th evaluation stops, whatever the value.
   d = asha.on_result("A", 9, 0.99);
   CHECK(d.stop);
+  CHECK_FALSE(d.pruned);  // stopped, not pruned: the trial finished its budget
   CHECK(d.reason == "max_t reached (9 evaluations)");
   // Equal to the cutoff goes on (Ray stops only below it).
   Asha ties({1, 2, 4, true}, "m");
@@ -259,8 +261,8 @@ TEST_CASE("sweep state: written atomically and read back bit for bit") {
   t.status = TrialStatus::kPruned;
   t.stop_reason = "pruned at rung 1: ...";
   state.trials.push_back(t);
-  state.events.push_back({"trial_000", 1, 4, 0.1 + 0.2, true, "pruned at rung 1: ..."});
-  state.events.push_back({"trial_000", 2, 8, NAN, false, "x"});
+  state.events.push_back({"trial_000", 1, 4, 0.1 + 0.2, true, true, "pruned at rung 1: ..."});
+  state.events.push_back({"trial_000", 2, 8, NAN, true, false, "max_t reached (2 evaluations)"});
   write_sweep_state(scratch.dir, state);
   const SweepState back = read_sweep_state(scratch.dir);
   CHECK(back.fingerprint == "fp");
@@ -272,6 +274,22 @@ TEST_CASE("sweep state: written atomically and read back bit for bit") {
   REQUIRE(back.events.size() == 2);
   CHECK(back.events[0].value == 0.1 + 0.2);  // exactly: 0.30000000000000004
   CHECK(std::isnan(back.events[1].value));
+  CHECK(back.events[0].pruned);
+  CHECK_FALSE(back.events[1].pruned);
+  {
+    // A state written before the field: the pruning reason says so.
+    std::ifstream in(scratch.dir + "/sweep_state.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (size_t at = text.find("\"pruned\":"); at != std::string::npos; at = text.find("\"pruned\":")) {
+      const size_t end = text.find(',', at);
+      text.erase(at, end - at + 1);
+    }
+    std::ofstream(scratch.dir + "/sweep_state.json") << text;
+    const SweepState old = read_sweep_state(scratch.dir);
+    CHECK(old.events[0].pruned);
+    CHECK_FALSE(old.events[1].pruned);
+    write_sweep_state(scratch.dir, state);
+  }
   {
     SweepStateLock lock(scratch.dir, 5);
     bool refused = false;

@@ -62,6 +62,7 @@ AshaDecision Asha::on_result(const std::string& trial, int64_t evaluation, doubl
                             shown.c_str());
     } else if (signed_value < cutoff) {
       d.stop = true;
+      d.pruned = true;
       d.reason = str_format("pruned at rung %lld: %s is not in the top 1/%lld of %s (cutoff %s)",
                             static_cast<long long>(rung.milestone), shown.c_str(),
                             static_cast<long long>(config_.reduction_factor), among.c_str(), cutoff_text.c_str());

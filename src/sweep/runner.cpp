@@ -266,6 +266,11 @@ class GroupWorker {
           log_warn("%s: %s at step %lld is %s, the sweep recorded %s before this trial resumed (the recorded "
                    "decision stands)", id.c_str(), plan_.spec.metric.c_str(), static_cast<long long>(step),
                    shortest_text(value).c_str(), shortest_text(e->value).c_str());
+        if (e->pruned && state.trial(id).status != TrialStatus::kPruned) {
+          state.trial(id).status = TrialStatus::kPruned;  // run_trial reads it when train returns
+          state.trial(id).stop_reason = e->reason;
+          write_sweep_state(plan_.dir, state);
+        }
         return (e->stop ? "1" : "0") + e->reason;
       }
       SweepEvent event;
@@ -277,12 +282,13 @@ class GroupWorker {
         Asha asha = replay(plan_.spec, state);
         const AshaDecision d = asha.on_result(id, event.evaluation, value);
         event.stop = d.stop;
+        event.pruned = d.pruned;
         event.reason = d.reason;
       } else {
         event.reason = "scheduler none";
       }
       state.events.push_back(event);
-      if (event.stop && event.reason.rfind("pruned", 0) == 0) {
+      if (event.pruned) {
         TrialRecord& t = state.trial(id);
         t.status = TrialStatus::kPruned;
         t.stop_reason = event.reason;
@@ -355,7 +361,8 @@ class GroupWorker {
         t.status = TrialStatus::kPending;  // stopped for a signal: it resumes
         state.stop_requested = true;
       } else {
-        const bool pruned = result.stopped_early && result.stop_reason.rfind("pruned", 0) == 0;
+        // The evaluation that stopped it recorded whether it was pruned.
+        const bool pruned = result.stopped_early && t.status == TrialStatus::kPruned;
         t.status = pruned ? TrialStatus::kPruned : TrialStatus::kFinished;
         t.stop_reason = result.stop_reason;
         t.best_checkpoint = relative_to_sweep(

@@ -115,7 +115,7 @@ void write_sweep_state(const std::string& sweep_dir, const SweepState& state) {
   Json events = Json::array();
   for (const SweepEvent& e : state.events)
     events.push_back({{"trial", e.trial}, {"evaluation", e.evaluation}, {"step", e.step}, {"value", number(e.value)},
-                      {"stop", e.stop}, {"reason", e.reason}});
+                      {"stop", e.stop}, {"pruned", e.pruned}, {"reason", e.reason}});
   root["events"] = events;
   write_file_atomic(sweep_state_path(sweep_dir), root.dump(1) + "\n");
 }
@@ -159,6 +159,8 @@ SweepState read_sweep_state(const std::string& sweep_dir) {
       e.value = number_from(j.at("value"));
       e.stop = j.at("stop").get<bool>();
       e.reason = j.at("reason").get<std::string>();
+      // States written before the field: ASHA's pruning reasons said so.
+      e.pruned = j.contains("pruned") ? j.at("pruned").get<bool>() : e.stop && e.reason.rfind("pruned", 0) == 0;
       state.events.push_back(std::move(e));
     }
   } catch (const Json::exception& e) {

@@ -34,6 +34,9 @@ struct AshaConfig {
 
 struct AshaDecision {
   bool stop = false;
+  // Stopped because its result fell below the rung's cutoff (not max_t):
+  // the trial is pruned.
+  bool pruned = false;
   int64_t rung = 0;     // the rung's evaluation count this report was recorded at; 0 = none
   std::string reason;   // "rung 3: eval_accuracy 0.61 < cutoff 0.65 (...)", "max_t reached", ...
 };

@@ -37,6 +37,7 @@ struct SweepEvent {
   int64_t step = 0;        // the trial's optimizer step
   double value = 0;        // sweep.metric
   bool stop = false;       // the scheduler's decision
+  bool pruned = false;     // stopped below a rung's cutoff (AshaDecision::pruned)
   std::string reason;
 };
 
