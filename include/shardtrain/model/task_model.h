@@ -1,9 +1,9 @@
 // An encoder with a task head in LibTorch, numerically equal to Hugging
 // Face transformers' eager <Family>For<Task> (SequenceClassification,
-// TokenClassification, MultipleChoice; config.task) for BERT, RoBERTa
-// (XLM-R, CamemBERT), DistilBERT, ELECTRA, ModernBERT and DeBERTa-v2 / v3
-// (docs/DESIGN.md, "Model families" and "Tasks"). The class keeps its first
-// task's name.
+// TokenClassification, MultipleChoice, QuestionAnswering: config.task; the
+// task's logits' shape and loss are its spec's, tasks/task_spec.h) for BERT,
+// RoBERTa (XLM-R, CamemBERT), DistilBERT, ELECTRA, ModernBERT and
+// DeBERTa-v2 / v3 (docs/DESIGN.md, "Model families" and "Tasks").
 //
 //   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
 //   TaskModel model(config);
