@@ -72,7 +72,7 @@ std::map<std::string, double> qa_evaluate(TaskModel& model, const TokenizedDatas
                                           const DataConfig& data, int64_t batch_size, int32_t pad_id, MPI_Comm comm,
                                           std::vector<QaAnswer>* answers) {
   QuestionsTable questions;
-  questions.questions = table;
+  questions.rows = table;
   questions.line_numbers = table.line_numbers;
   questions.has_labels = true;
   const EvalSettings settings{&data, model_labels(model)};

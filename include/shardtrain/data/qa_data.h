@@ -39,6 +39,7 @@ struct QaTable {
   std::vector<QaExample> examples;  // in file order
   std::vector<int64_t> line_numbers;  // per example: its line (SQuAD JSON: 1-based question number)
   bool squad_json = false;            // the file's layout
+  int64_t num_bad_rows = 0;           // always 0: a bad question is an error (no skipping)
   int64_t num_without_answers_field = 0;  // QaReadOptions::answers_if_present: questions with no "answers"
 
   int64_t size() const { return static_cast<int64_t>(examples.size()); }

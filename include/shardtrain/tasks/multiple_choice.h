@@ -38,10 +38,7 @@ std::map<std::string, double> choice_metrics(const std::vector<float>& logits, c
 Baseline chance_baseline(int64_t num_choices);
 
 // A file of rows of choices as read.
-class ChoicesTable : public TaskTable {
- public:
-  MultipleChoiceTable rows;
-};
+using ChoicesTable = TableOf<MultipleChoiceTable>;
 
 // predict's outputs: each row's logit per choice and the chosen one.
 class ChoicePredictions : public TaskPredictions {

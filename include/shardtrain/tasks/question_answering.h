@@ -139,10 +139,7 @@ std::vector<std::string> qa_metric_names(bool version_2);
 Baseline first_sentence_baseline(const QaTable& table, bool version_2);
 
 // A SQuAD file's questions as read.
-class QuestionsTable : public TaskTable {
- public:
-  QaTable questions;
-};
+using QuestionsTable = TableOf<QaTable>;
 
 // predict's outputs: each question's answer.
 class QaPredictions : public TaskPredictions {

@@ -38,10 +38,7 @@ Baseline majority_baseline(const Labels& train, const Labels& eval, int64_t num_
 
 // A file of texts as read (data/reader.h's RawTable); in predict its labels
 // are the model's class ids.
-class TextTable : public TaskTable {
- public:
-  RawTable raw;
-};
+using TextTable = TableOf<RawTable>;
 
 // predict's outputs: every row's logits, and its class (the first argmax) or
 // value (regression).

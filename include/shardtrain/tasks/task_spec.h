@@ -60,6 +60,27 @@ class TaskTable {
   int64_t size() const { return static_cast<int64_t>(line_numbers.size()); }
 };
 
+// A task's table: the rows its data-layer reader gave (RawTable, WordTable,
+// MultipleChoiceTable, QaTable), beside what every table has.
+template <class Rows>
+class TableOf : public TaskTable {
+ public:
+  Rows rows;
+};
+
+// `rows` as a task's table: its path, line numbers and skipped rows, and
+// whether its labels were read.
+template <class Rows>
+std::unique_ptr<TableOf<Rows>> table_of(Rows rows, bool has_labels) {
+  auto table = std::make_unique<TableOf<Rows>>();
+  table->path = rows.path;
+  table->line_numbers = rows.line_numbers;
+  table->num_bad_rows = rows.num_bad_rows;
+  table->has_labels = has_labels;
+  table->rows = std::move(rows);
+  return table;
+}
+
 // The labels of a model: what its head predicts.
 struct TaskLabels {
   std::vector<std::string> names;  // id order (id2label); empty: integer labels as given

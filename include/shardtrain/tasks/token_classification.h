@@ -95,10 +95,7 @@ Baseline outside_baseline(const TokenizedDataset& train, const TokenizedDataset&
                           const std::vector<std::string>& tag_names);
 
 // A file of sentences as read.
-class WordsTable : public TaskTable {
- public:
-  WordTable words;
-};
+using WordsTable = TableOf<WordTable>;
 
 // predict's outputs: each sentence's words and the predicted tag of each.
 class TokenPredictions : public TaskPredictions {

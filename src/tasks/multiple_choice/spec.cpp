@@ -11,6 +11,12 @@
 namespace shardtrain {
 namespace {
 
+// The rows as the task's table, labelled when the reader read labels.
+std::unique_ptr<TableOf<MultipleChoiceTable>> labelled_table(MultipleChoiceTable rows) {
+  const bool labelled = rows.labels.kind != LabelKind::kNone;
+  return table_of(std::move(rows), labelled);
+}
+
 MultipleChoiceOptions read_options(const DataConfig& d) {
   MultipleChoiceOptions options;
   options.format = d.format;
@@ -23,15 +29,6 @@ MultipleChoiceOptions read_options(const DataConfig& d) {
   return options;
 }
 
-std::unique_ptr<ChoicesTable> choices_table(MultipleChoiceTable rows) {
-  auto table = std::make_unique<ChoicesTable>();
-  table->path = rows.path;
-  table->line_numbers = rows.line_numbers;
-  table->num_bad_rows = rows.num_bad_rows;
-  table->has_labels = rows.labels.kind != LabelKind::kNone;
-  table->rows = std::move(rows);
-  return table;
-}
 
 class MultipleChoiceSpec final : public TaskSpec {
  public:
@@ -57,9 +54,9 @@ class MultipleChoiceSpec final : public TaskSpec {
       MultipleChoiceTable eval = read_multiple_choice(d.eval_file, options);
       tasks::warn_skipped_rows(d.eval_file, eval.num_bad_rows);
       if (eval.size() == 0) throw Error(d.eval_file + ": no rows to evaluate");
-      t.eval = choices_table(std::move(eval));
+      t.eval = labelled_table(std::move(eval));
     }
-    t.train = choices_table(std::move(train));
+    t.train = labelled_table(std::move(train));
     t.labels.num_labels = 0;  // the model's own (the head scores each choice with one logit)
     return t;
   }
@@ -80,7 +77,7 @@ class MultipleChoiceSpec final : public TaskSpec {
                   "one column holding a list; or data.preset swag / copa)");
     MultipleChoiceTable rows = read_multiple_choice(path, read);
     if (rows.size() == 0) throw Error(path + ": no rows to predict");
-    return choices_table(std::move(rows));
+    return labelled_table(std::move(rows));
   }
 
   bool file_has_labels(const std::string& path, const DataConfig& d) const override {

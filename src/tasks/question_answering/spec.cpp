@@ -23,14 +23,6 @@ QaPostprocessOptions postprocess_options(const DataConfig& d) {
   return o;
 }
 
-std::unique_ptr<QuestionsTable> questions_table(QaTable questions, bool has_labels) {
-  auto table = std::make_unique<QuestionsTable>();
-  table->path = questions.path;
-  table->line_numbers = questions.line_numbers;
-  table->has_labels = has_labels;
-  table->questions = std::move(questions);
-  return table;
-}
 
 // Why a file read for a checkpoint's scores (LabelUse::kIfPresent) is not
 // scored, or "" when every question has its gold answers.
@@ -79,9 +71,9 @@ class QuestionAnsweringSpec final : public TaskSpec {
     if (!d.eval_file.empty()) {
       QaTable eval = read_qa_table(d.eval_file, options);
       if (eval.size() == 0) throw Error(d.eval_file + ": no questions to evaluate");
-      t.eval = questions_table(std::move(eval), true);
+      t.eval = table_of(std::move(eval), true);
     }
-    t.train = questions_table(std::move(train), true);
+    t.train = table_of(std::move(train), true);
     t.labels.num_labels = 2;
     return t;
   }
@@ -107,7 +99,8 @@ class QuestionAnsweringSpec final : public TaskSpec {
     QaTable questions = read_qa_table(path, read);
     if (questions.size() == 0) throw Error(path + ": no questions to predict");
     const std::string reason = use == LabelUse::kIfPresent ? unscored_reason(questions, d.version_2_with_negative) : "";
-    auto table = questions_table(std::move(questions), use == LabelUse::kRequired || (use == LabelUse::kIfPresent && reason.empty()));
+    const bool scored = use == LabelUse::kRequired || (use == LabelUse::kIfPresent && reason.empty());
+    auto table = table_of(std::move(questions), scored);
     if (!reason.empty()) log_info("predict: answers not scored: %s", reason.c_str());
     return table;
   }
@@ -127,7 +120,7 @@ class QuestionAnsweringSpec final : public TaskSpec {
     options.with_offsets = s.for_eval;
     options.with_labels = table.has_labels;  // the answers' spans: the loss, and eval_loss
     TokenizedDataset features =
-        build_qa_features(dynamic_cast<const QuestionsTable&>(table).questions, tokenizer, options, comm);
+        build_qa_features(dynamic_cast<const QuestionsTable&>(table).rows, tokenizer, options, comm);
     log_info("%s: %lld questions -> %lld features (windows of %d tokens, stride %d)", table.path.c_str(),
              static_cast<long long>(table.size()), static_cast<long long>(features.size()), options.max_length,
              options.doc_stride);
@@ -142,13 +135,13 @@ class QuestionAnsweringSpec final : public TaskSpec {
   }
   std::map<std::string, double> metrics(const std::vector<float>& records, const TokenizedDataset& features,
                                         const TaskTable& table, const EvalSettings& s) const override {
-    const QaTable& questions = dynamic_cast<const QuestionsTable&>(table).questions;
+    const QaTable& questions = dynamic_cast<const QuestionsTable&>(table).rows;
     const std::vector<QaAnswer> answers = postprocess_qa(questions, features, records, postprocess_options(*s.data));
     return scores(questions, features, answers, records, s);
   }
   std::optional<Baseline> baseline(const TaskTable&, const TokenizedDataset&, const TaskTable& eval,
                                    const TokenizedDataset&, const EvalSettings& s) const override {
-    return first_sentence_baseline(dynamic_cast<const QuestionsTable&>(eval).questions,
+    return first_sentence_baseline(dynamic_cast<const QuestionsTable&>(eval).rows,
                                    s.data->version_2_with_negative);
   }
 
@@ -157,7 +150,7 @@ class QuestionAnsweringSpec final : public TaskSpec {
                                                const std::vector<float>& records,
                                                const EvalSettings& s) const override {
     auto out = std::make_unique<QaPredictions>();
-    out->table = dynamic_cast<const QuestionsTable&>(table).questions;
+    out->table = dynamic_cast<const QuestionsTable&>(table).rows;
     out->version_2 = s.data->version_2_with_negative;
     out->num_features = features.size();
     out->answers = postprocess_qa(out->table, features, records, postprocess_options(*s.data));

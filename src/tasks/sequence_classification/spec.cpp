@@ -14,6 +14,12 @@
 namespace shardtrain {
 namespace {
 
+// The rows as the task's table, labelled when the reader read labels.
+std::unique_ptr<TableOf<RawTable>> labelled_table(RawTable rows) {
+  const bool labelled = rows.labels.kind != LabelKind::kNone;
+  return table_of(std::move(rows), labelled);
+}
+
 ReaderOptions reader_options(const DataConfig& d, LabelMode mode) {
   ReaderOptions r;
   r.format = d.format;
@@ -25,15 +31,6 @@ ReaderOptions reader_options(const DataConfig& d, LabelMode mode) {
   return r;
 }
 
-std::unique_ptr<TextTable> text_table(RawTable raw) {
-  auto table = std::make_unique<TextTable>();
-  table->path = raw.path;
-  table->line_numbers = raw.line_numbers;
-  table->num_bad_rows = raw.num_bad_rows;
-  table->has_labels = raw.labels.kind != LabelKind::kNone;
-  table->raw = std::move(raw);
-  return table;
-}
 
 // The file's labels as the model's class ids. Integer labels are ids already;
 // string labels only mean something through the model's id2label, never
@@ -117,9 +114,9 @@ class SequenceClassificationSpec final : public TaskSpec {
       RawTable eval = read_table(d.eval_file, r);
       if (eval.size() == 0) throw Error(d.eval_file + ": no rows to evaluate");
       tasks::warn_skipped_rows(d.eval_file, eval.num_bad_rows);
-      t.eval = text_table(std::move(eval));
+      t.eval = labelled_table(std::move(eval));
     }
-    t.train = text_table(std::move(train));
+    t.train = labelled_table(std::move(train));
     return t;
   }
 
@@ -132,7 +129,7 @@ class SequenceClassificationSpec final : public TaskSpec {
     RawTable raw = read_table(path, reader);
     if (raw.size() == 0) throw Error(path + ": no rows to predict");
     to_model_ids(raw, model);
-    return text_table(std::move(raw));
+    return labelled_table(std::move(raw));
   }
 
   bool file_has_labels(const std::string& path, const DataConfig& d) const override {
@@ -141,7 +138,7 @@ class SequenceClassificationSpec final : public TaskSpec {
 
   TokenizedDataset build(const TaskTable& table, const Tokenizer& tokenizer, const BuildSettings& s,
                          MPI_Comm comm) const override {
-    const RawTable& raw = dynamic_cast<const TextTable&>(table).raw;
+    const RawTable& raw = dynamic_cast<const TextTable&>(table).rows;
     return build_dataset(raw, make_encoder(tokenizer, static_cast<int>(s.data->max_length)), comm, BuildOptions{});
   }
 

@@ -15,15 +15,12 @@
 namespace shardtrain {
 namespace {
 
-std::unique_ptr<WordsTable> words_table(WordTable words) {
-  auto table = std::make_unique<WordsTable>();
-  table->path = words.path;
-  table->line_numbers = words.line_numbers;
-  table->num_bad_rows = words.num_bad_rows;
-  table->has_labels = words.has_tags;
-  table->words = std::move(words);
-  return table;
+// The rows as the task's table, labelled when the reader read labels.
+std::unique_ptr<TableOf<WordTable>> labelled_table(WordTable rows) {
+  const bool labelled = rows.has_tags;
+  return table_of(std::move(rows), labelled);
 }
+
 
 WordTableOptions read_options(const DataConfig& d) {
   WordTableOptions options;
@@ -91,9 +88,9 @@ class TokenClassificationSpec final : public TaskSpec {
       WordTable eval = read_word_table(d.eval_file, options);
       tasks::warn_skipped_rows(d.eval_file, eval.num_bad_rows);
       if (eval.size() == 0) throw Error(d.eval_file + ": no sentences to evaluate");
-      t.eval = words_table(std::move(eval));
+      t.eval = labelled_table(std::move(eval));
     }
-    t.train = words_table(std::move(train));
+    t.train = labelled_table(std::move(train));
     return t;
   }
 
@@ -107,7 +104,7 @@ class TokenClassificationSpec final : public TaskSpec {
     read.tag_names = model.names;  // a tag the model does not know is a bad row, named by line
     WordTable table = read_word_table(path, read);
     if (table.size() == 0) throw Error(path + ": no sentences to predict");
-    return words_table(std::move(table));
+    return labelled_table(std::move(table));
   }
 
   bool file_has_labels(const std::string& path, const DataConfig& d) const override {
@@ -123,7 +120,7 @@ class TokenClassificationSpec final : public TaskSpec {
     options.label_all_tokens = s.data->label_all_tokens;
     options.with_words = s.for_eval;
     TokenAlignment stats;
-    TokenizedDataset data = build_token_dataset(words.words, tokenizer, options, comm, &stats);
+    TokenizedDataset data = build_token_dataset(words.rows, tokenizer, options, comm, &stats);
     if (stats.truncated_words > 0)
       log_warn("%s: %lld sentences longer than %s = %d tokens lost %lld words (their tags are not predicted nor "
                "scored)",
@@ -150,7 +147,7 @@ class TokenClassificationSpec final : public TaskSpec {
   std::unique_ptr<TaskPredictions> predictions(const TaskTable& table, const TokenizedDataset& data,
                                                const std::vector<float>& records,
                                                const EvalSettings& s) const override {
-    const WordTable& words = dynamic_cast<const WordsTable&>(table).words;
+    const WordTable& words = dynamic_cast<const WordsTable&>(table).rows;
     auto out = std::make_unique<TokenPredictions>();
     out->words = words.words;
     out->tag_names = s.labels.names;
