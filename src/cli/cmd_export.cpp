@@ -116,8 +116,7 @@ std::vector<std::string> write_tokenizer_files(const fs::path& folder, const std
     if (files.count("vocab.json") != 0) tokenizer_class = "RobertaTokenizer";
   }
   // RoBERTa's positions start after padding_idx: 514 positions hold 512 tokens.
-  const int64_t offset = exported.config.family == ModelFamily::kRoberta ? exported.config.pad_token_id + 1 : 0;
-  if (!config.contains("model_max_length")) config["model_max_length"] = exported.config.max_position_embeddings - offset;
+  if (!config.contains("model_max_length")) config["model_max_length"] = exported.config.max_sequence_length();
   if (!config.contains("tokenizer_class")) config["tokenizer_class"] = tokenizer_class;
   write_file_atomic((folder / "tokenizer_config.json").string(), config.dump(2) + "\n");
   written.push_back("tokenizer_config.json");

@@ -1,6 +1,8 @@
 #include "model/config_json.h"
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/text.h"
@@ -10,6 +12,20 @@ namespace shardtrain::detail {
 using json = nlohmann::json;
 
 namespace {
+
+const std::vector<std::string>& supported_activations() {
+  static const std::vector<std::string> names = {
+      "gelu",   "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_accurate", "gelu_fast", "quick_gelu",
+      "gelu_10", "relu",       "relu2",    "relu6",             "leaky_relu",    "silu",      "swish",
+      "mish",   "tanh",        "sigmoid",  "linear",            "laplace"};
+  return names;
+}
+
+std::string strip_spaces(const std::string& text) {
+  const size_t begin = text.find_first_not_of(" \t\n\r");
+  if (begin == std::string::npos) return "";
+  return text.substr(begin, text.find_last_not_of(" \t\n\r") - begin + 1);
+}
 
 // A value echoed in an error: config files come from users, a value may be
 // megabytes long.
@@ -96,6 +112,31 @@ void check_label2id(const json& j, const std::vector<std::string>& id2label, con
   }
   if (v.size() != id2label.size())
     disagree("id2label has " + std::to_string(id2label.size()) + " labels, label2id " + std::to_string(v.size()));
+}
+
+void check_positive(const std::string& source, const char* key, int64_t value) {
+  if (value <= 0) config_key_error(source, key, "must be positive, got " + std::to_string(value));
+}
+
+void check_probability(const std::string& source, const char* key, double p) {
+  if (!(p >= 0.0 && p < 1.0)) config_key_error(source, key, "must be in [0, 1), got " + shortest_text(p));
+}
+
+void check_activation(const std::string& source, const char* key, const std::string& name) {
+  const auto& acts = supported_activations();
+  if (std::find(acts.begin(), acts.end(), name) != acts.end()) return;
+  std::string list;
+  for (const auto& a : acts) list += (list.empty() ? "" : ", ") + a;
+  config_key_error(source, key, "\"" + clip_for_message(name, 60) + "\" is not supported (supported: " + list + ")");
+}
+
+std::vector<std::string> split_bar_list(const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  std::vector<std::string> parts;
+  std::stringstream in(lower);
+  for (std::string part; std::getline(in, part, '|');) parts.push_back(strip_spaces(part));
+  return parts;
 }
 
 }  // namespace shardtrain::detail

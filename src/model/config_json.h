@@ -1,5 +1,6 @@
-// Typed reads of HF config.json keys for model_config.cpp: every accessor
-// names the key and the file in its error. Private to the model layer.
+// Typed reads of HF config.json keys for encoder_config.cpp and the family
+// files (src/model/families/): every accessor names the key and the file in
+// its error. Private to the model layer.
 #pragma once
 
 #include <cstdint>
@@ -25,5 +26,14 @@ std::vector<std::string> read_id2label(const nlohmann::json& j, const std::strin
 // `id2label` (every name to its id, each label once), as the labels of a
 // fine-tuned model must be; transformers keeps both without comparing them.
 void check_label2id(const nlohmann::json& j, const std::vector<std::string>& id2label, const std::string& source);
+
+// Checks of one value, as EncoderConfig::validate words them.
+void check_positive(const std::string& source, const char* key, int64_t value);          // > 0
+void check_probability(const std::string& source, const char* key, double p);             // in [0, 1)
+void check_activation(const std::string& source, const char* key, const std::string& name);  // an ACT2FN name
+
+// transformers' [x.strip() for x in text.lower().split("|")] (DeBERTa's
+// pos_att_type and norm_rel_ebd).
+std::vector<std::string> split_bar_list(const std::string& text);
 
 }  // namespace shardtrain::detail

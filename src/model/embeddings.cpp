@@ -5,6 +5,7 @@
 
 #include "model/encoder.h"
 #include "shardtrain/model/dropout.h"
+#include "shardtrain/model/family_spec.h"
 
 namespace shardtrain::detail {
 namespace {
@@ -48,23 +49,19 @@ struct WordLookup : public torch::autograd::Function<WordLookup> {
 
 at::Tensor embed(const EncoderConfig& c, const UnitWeights& w, const at::Tensor& input_ids,
                  const at::Tensor& token_type_ids, const at::Tensor& positions, bool training) {
+  const EmbeddingRecipe recipe = family_spec(c.family).embeddings(c);
   at::Tensor x = WordLookup::apply(w[Slot::kWordEmbeddings], input_ids, c.pad_token_id);  // [..., E]
-  double p = c.hidden_dropout_prob;
-  if (c.family == ModelFamily::kModernBert) {
-    p = c.embedding_dropout;
-  } else if (c.family == ModelFamily::kDebertaV2) {
-    // DebertaV2Embeddings: words + positions (position_biased_input) + token
-    // types (type_vocab_size > 0). HF then multiplies padding rows by 0: only
-    // padding tokens change, which no real token attends to, so it is left out.
-    if (c.position_biased_input) x = x + at::embedding(w[Slot::kPositionEmbeddings], positions);
-    if (c.has_token_types()) x = x + at::embedding(w[Slot::kTokenTypeEmbeddings], token_type_ids);
-  } else {
-    // HF's order: words + token types, then + positions (BERT, RoBERTa,
-    // ELECTRA); DistilBERT: words + positions.
-    if (c.has_token_types()) x = x + at::embedding(w[Slot::kTokenTypeEmbeddings], token_type_ids);
-    const int64_t padding = c.family == ModelFamily::kRoberta ? c.pad_token_id : -1;
+  const double p = recipe.dropout;
+  auto add_positions = [&] {
+    if (!recipe.absolute_positions) return;
+    const int64_t padding = recipe.positions_after_padding ? c.pad_token_id : -1;
     x = x + at::embedding(w[Slot::kPositionEmbeddings], positions, padding);
-  }
+  };
+  // HF's order: words + token types, then + positions (BERT, RoBERTa,
+  // ELECTRA); DeBERTa: words + positions + token types.
+  if (recipe.positions_before_types) add_positions();
+  if (c.has_token_types()) x = x + at::embedding(w[Slot::kTokenTypeEmbeddings], token_type_ids);
+  if (!recipe.positions_before_types) add_positions();
   x = shardtrain::dropout(layer_norm(x, w[Slot::kEmbeddingNormWeight], w[Slot::kEmbeddingNormBias], c.layer_norm_eps), p,
               training);
   // ELECTRA: embedding_size -> hidden_size, part of this unit.

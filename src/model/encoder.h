@@ -1,8 +1,9 @@
 // Private to src/model: the pieces every family's classifier is made of
 // (docs/DESIGN.md, "Model families"): the embeddings, the one encoder layer,
 // the head; each a function over a unit's weights (the parameter tensors by
-// slot, model/parameter_plan.h), so that a family is a parameter plan and a
-// few switches, not a copy of the code.
+// slot, model/parameter_plan.h) that runs the family's recipe
+// (model/family_spec.h), so that a family is a parameter plan and recipes, not
+// a copy of the code.
 //
 // Shapes: B batch, L sequence length, T packed tokens, Lmax the longest
 // sequence of a packed batch, D hidden, E embedding width, H heads, Dh = D / H,
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/family_spec.h"
 #include "shardtrain/model/parameter_plan.h"
 
 namespace shardtrain::detail {
@@ -75,40 +77,8 @@ struct BandedMask {
 bool banded_pays(const PackedLayout& layout, int64_t half_window);
 BandedMask banded_attention_mask(const PackedLayout& layout, int64_t half_window, at::ScalarType dtype);
 
-// How one encoder layer computes, from the family's config.
-struct LayerSpec {
-  int64_t num_heads = 12;
-  std::string activation = "gelu";
-  double norm_eps = 1e-12;
-  bool pre_norm = false;       // ModernBERT: x + f(norm(x)); else norm(x + f(x))
-  bool gated_mlp = false;      // ModernBERT: Wi -> [input, gate], act(input) * gate
-  double attention_probs_dropout = 0.0;
-  double attention_out_dropout = 0.0;  // after the attention output projection (0 for DistilBERT)
-  double mlp_inner_dropout = 0.0;      // ModernBERT: before Wo
-  double mlp_out_dropout = 0.0;        // after the MLP's output projection
-  double rope_theta = 0.0;             // > 0: rotary positions (ModernBERT)
-  int64_t half_window = -1;            // >= 0: keys within this distance only (ModernBERT local layers)
-  // Attention scores (B x H x L x Lk elements) above which the CPU kernel
-  // computes in blocks of query rows and keeps no score matrix for backward:
-  // memory O(L) instead of O(L^2), one matmul more in backward
-  // (TaskModel::set_attention_block_threshold). 2^24: 64 MiB of
-  // fp32 scores, which a 12-head layer reaches at one sequence of 1183 tokens.
-  // Measured (benchmarks/README.md, sliding window): blocks cost nothing at
-  // 128 and 512 tokens and were 3x faster than whole matrices at 2048, whose
-  // scores no longer stay in cache.
-  int64_t attention_block_threshold = kAttentionBlockScores;
-
-  // DeBERTa-v2's disentangled attention (model/disentangled_attention.h).
-  bool disentangled = false;
-  bool content_to_position = false, position_to_content = false;  // pos_att_type's "c2p", "p2c"
-  bool share_att_key = false;       // position terms through the layer's own query / key projections
-  double attention_scale = 0.0;     // sqrt(Dh x (1 + number of terms)), for disentangled layers
-  double position_dropout = 0.0;    // pos_dropout on the relative embeddings
-  // CPU: the fused kernel (true) or the ATen ops other devices run (tests compare them).
-  bool cpu_attention_kernel = true;
-
-  static LayerSpec of(const EncoderConfig& config, int64_t layer);
-};
+// How one encoder layer computes: the family's recipe (model/family_spec.h).
+using shardtrain::LayerSpec;
 
 // DeBERTa-v2's relative positions of a batch's L (padded) or Lmax (packed)
 // positions: query i and key j of one sequence are d(i, j) = clamp(bucket(i -

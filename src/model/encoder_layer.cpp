@@ -142,49 +142,6 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
       .to(x.scalar_type());
 }
 
-LayerSpec LayerSpec::of(const EncoderConfig& c, int64_t layer) {
-  LayerSpec s;
-  s.num_heads = c.num_attention_heads;
-  s.activation = c.hidden_act;
-  s.norm_eps = c.layer_norm_eps;
-  s.attention_probs_dropout = c.attention_probs_dropout_prob;
-  switch (c.family) {
-    case ModelFamily::kDistilBert:
-      // No dropout after out_lin; LayerNorm eps fixed at 1e-12 in modeling_distilbert.py.
-      s.mlp_out_dropout = c.hidden_dropout_prob;
-      s.norm_eps = 1e-12;
-      break;
-    case ModelFamily::kModernBert: {
-      s.pre_norm = true;
-      s.gated_mlp = true;
-      s.attention_out_dropout = c.attention_probs_dropout_prob;  // out_drop = Dropout(attention_dropout)
-      s.mlp_inner_dropout = c.hidden_dropout_prob;               // mlp_dropout
-      const bool global = c.is_global_layer(layer);
-      s.rope_theta = global ? c.global_rope_theta : c.local_rope_theta;
-      s.half_window = global ? -1 : c.local_attention / 2;
-      break;
-    }
-    case ModelFamily::kDebertaV2: {
-      s.attention_out_dropout = c.hidden_dropout_prob;
-      s.mlp_out_dropout = c.hidden_dropout_prob;
-      s.disentangled = true;
-      // HF counts the terms named in pos_att_type, with or without relative_attention.
-      const int terms = (c.has_position_term("c2p") ? 1 : 0) + (c.has_position_term("p2c") ? 1 : 0);
-      s.attention_scale = std::sqrt(static_cast<double>(c.head_dim() * (1 + terms)));
-      s.content_to_position = c.relative_attention && c.has_position_term("c2p");
-      s.position_to_content = c.relative_attention && c.has_position_term("p2c");
-      s.share_att_key = c.share_att_key;
-      s.position_dropout = c.hidden_dropout_prob;
-      break;
-    }
-    default:
-      s.attention_out_dropout = c.hidden_dropout_prob;
-      s.mlp_out_dropout = c.hidden_dropout_prob;
-      break;
-  }
-  return s;
-}
-
 Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, double theta) {
   // inv_freq = theta^(-2i/Dh); angles in float64 and rounded once, so that long
   // positions (8192) keep fp32 accuracy (HF computes them in fp32).

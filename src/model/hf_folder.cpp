@@ -10,6 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/json_read.h"
+#include "shardtrain/model/family_spec.h"
 #include "shardtrain/model/task_model.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/core/text.h"
@@ -31,18 +32,6 @@ std::string python_list(const std::vector<std::string>& names) {
   return out + "]";
 }
 
-// The top-level module names of each family's bare base model (BertModel,
-// RobertaModel, ...): a checkpoint of the bare model lacks the prefix.
-std::vector<std::string> base_parts(const EncoderConfig& config) {
-  switch (config.family) {
-    case ModelFamily::kDistilBert: return {"embeddings.", "transformer."};
-    case ModelFamily::kElectra: return {"embeddings.", "embeddings_project.", "encoder."};
-    case ModelFamily::kModernBert: return {"embeddings.", "layers.", "final_norm."};
-    case ModelFamily::kDebertaV2: return {"embeddings.", "encoder."};  // its pooler belongs to the classifier
-    default: return {"embeddings.", "encoder.", "pooler."};
-  }
-}
-
 // The name the model uses for a checkpoint tensor, as transformers' loader
 // rewrites it; "" for tensors HF drops silently (buffers).
 std::string model_key(const std::string& name, const EncoderConfig& config) {
@@ -54,7 +43,7 @@ std::string model_key(const std::string& name, const EncoderConfig& config) {
   if (ends_with(key, ".gamma")) key = key.substr(0, key.size() - 5) + "weight";
   if (ends_with(key, ".beta")) key = key.substr(0, key.size() - 4) + "bias";
   // A bare base-model checkpoint lacks the base_model_prefix ("bert.", "model.", ...).
-  for (const std::string& part : base_parts(config))
+  for (const std::string& part : family_spec(config.family).base_modules)
     if (starts_with(key, part)) key = base + key;
   return key;
 }
@@ -210,12 +199,17 @@ HfLoadReport load_hf_weights(TaskModel& model, const NamedTensors& checkpoint, u
       used.insert(name);
     }
   }
-  // DebertaV2PreTrainedModel._keys_to_ignore_on_load_unexpected: position
-  // embeddings of a checkpoint whose model has none (position_biased_input false).
-  const bool ignore_positions = model.config().family == ModelFamily::kDebertaV2;
+  // Tensors transformers ignores when the model lacks them
+  // (_keys_to_ignore_on_load_unexpected, FamilySpec::ignored_checkpoint_keys).
+  const std::vector<std::string>& ignored = family_spec(model.config().family).ignored_checkpoint_keys;
+  auto is_ignored = [&](const std::string& key) {
+    for (const std::string& part : ignored)
+      if (key.find(part) != std::string::npos) return true;
+    return false;
+  };
   for (const auto& [name, tensor] : checkpoint) {
     const std::string key = model_key(name, model.config());
-    if (ignore_positions && key.find("position_embeddings") != std::string::npos) continue;
+    if (is_ignored(key)) continue;
     if (!key.empty() && !used.count(key)) report.unexpected_keys.push_back(name);
   }
   if (!report.missing_keys.empty()) model.init_weights(init_seed, report.missing_keys);

@@ -27,6 +27,8 @@ struct TaskModel::Impl {
   std::unordered_map<std::string, size_t> index;
   std::vector<detail::UnitWeights> units;
   std::vector<detail::LayerSpec> layer_specs;
+  // RoBERTa's positions count from pad_token_id + 1 (EmbeddingRecipe).
+  bool positions_after_padding = false;
   UnitHooks* hooks = nullptr;
   bool training = true;
   bool gradient_checkpointing = false;
@@ -98,17 +100,14 @@ struct TaskModel::Impl {
     before(head_unit());
     if (task_rules(config.task).head_on_tokens())  // [B, L, C] or [T, C]
       return after(head_unit(), detail::token_head(config, w, hidden, training));
-    at::Tensor pooled;
-    if (config.family == ModelFamily::kModernBert) {
-      // final_norm is token-wise: for "cls" pooling normalise only the first
-      // tokens (the same values); "mean" averages the normalised states.
-      auto final_norm = [&](const at::Tensor& x) {
-        return detail::layer_norm(x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], config.layer_norm_eps);
-      };
-      pooled = config.classifier_pooling == "mean" ? pool_mean(final_norm(hidden)) : final_norm(pool_first(hidden));
-    } else {
-      pooled = pool_first(hidden);
-    }
+    const PooledHeadRecipe recipe = family_spec(config.family).pooled_head(config);
+    // final_norm is token-wise: for first-token pooling normalise only the
+    // first tokens (the same values); the mean averages the normalised states.
+    auto final_norm = [&](const at::Tensor& x) {
+      if (!recipe.final_norm) return x;
+      return detail::layer_norm(x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], config.layer_norm_eps);
+    };
+    const at::Tensor pooled = recipe.mean_pooling ? pool_mean(final_norm(hidden)) : final_norm(pool_first(hidden));
     return after(head_unit(), detail::classifier_head(config, w, pooled, training));
   }
 
@@ -220,6 +219,7 @@ TaskModel::TaskModel(const EncoderConfig& config) : impl_(std::make_unique<Impl>
     m.units[static_cast<size_t>(spec.unit)][spec.slot] = t;
   }
   for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) m.layer_specs.push_back(detail::LayerSpec::of(m.config, i));
+  m.positions_after_padding = family_spec(m.config.family).embeddings(m.config).positions_after_padding;
 }
 
 TaskModel::~TaskModel() = default;
@@ -237,7 +237,7 @@ at::Tensor TaskModel::forward(const at::Tensor& input_ids, const at::Tensor& tok
   if (attention_mask.defined())
     TORCH_CHECK(attention_mask.sizes() == input_ids.sizes(), "attention_mask must match input_ids ",
                 input_ids.sizes());
-  const at::Tensor positions = m.config.family == ModelFamily::kRoberta
+  const at::Tensor positions = m.positions_after_padding
                                    ? detail::roberta_positions(input_ids, m.config.pad_token_id, nullptr)
                                    : at::arange(L, input_ids.options().dtype(at::kLong)).expand({B, L});
 
@@ -292,7 +292,7 @@ at::Tensor TaskModel::forward_packed(const at::Tensor& input_ids, const at::Tens
   const at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
   // Positions within each sequence: a token's padded row modulo Lmax.
   const at::Tensor in_sequence = layout.positions();
-  const at::Tensor positions = m.config.family == ModelFamily::kRoberta
+  const at::Tensor positions = m.positions_after_padding
                                    ? detail::roberta_positions(input_ids, m.config.pad_token_id, &layout)
                                : position_ids.defined() ? position_ids
                                                         : in_sequence;

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/model/family_spec.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/parallel/shard_policy.h"
@@ -21,25 +23,9 @@ namespace {
 
 // ---- activations ----
 
-// The dropout probabilities each encoder layer applies, per family (the same
-// rule the model's layer spec follows, docs/DESIGN.md "Model families").
-struct LayerDropouts {
-  double probs = 0, attention_out = 0, mlp_inner = 0, mlp_out = 0;
-};
-
-LayerDropouts layer_dropouts(const EncoderConfig& c) {
-  LayerDropouts d;
-  d.probs = c.attention_probs_dropout_prob;
-  switch (c.family) {
-    case ModelFamily::kDistilBert: d.mlp_out = c.hidden_dropout_prob; break;  // no dropout after out_lin
-    case ModelFamily::kModernBert:
-      d.attention_out = c.attention_probs_dropout_prob;
-      d.mlp_inner = c.hidden_dropout_prob;
-      break;
-    default: d.attention_out = d.mlp_out = c.hidden_dropout_prob; break;
-  }
-  return d;
-}
+// The family's recipes (model/family_spec.h) say what each part computes:
+// the layer's dropouts and norms, the embeddings' dropout and projection, the
+// heads; the model runs the same recipes.
 
 // ModernBERT's local attention at full-length rows of L tokens: in blocks
 // over the packed batch (`banded`), or over the whole L x L scores with a
@@ -60,8 +46,7 @@ LocalAttention local_attention(const EncoderConfig& c, double B, int64_t L, bool
   LocalAttention a;
   a.B = B;
   a.L = static_cast<double>(L);
-  for (int64_t i = 0; c.family == ModelFamily::kModernBert && i < c.num_hidden_layers; ++i)
-    a.any = a.any || !c.is_global_layer(i);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) a.any = a.any || !c.is_global_layer(i);
   const int64_t half_window = c.local_attention / 2;
   a.banded = a.any && unpadded && banded_attention_pays(L, half_window);
   if (a.banded) {
@@ -115,7 +100,7 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
                               const LocalAttention& local) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
                H = static_cast<double>(c.num_attention_heads), T = B * L;
-  const LayerDropouts p = layer_dropouts(c);
+  const LayerSpec spec = LayerSpec::of(c, layer);
   const double TD = T * D;
   const bool local_layer = local.any && !c.is_global_layer(layer);
   const double qkv = local_layer && local.banded
@@ -123,21 +108,21 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
                          : 3 * TD * e;
   const double scores = local_layer ? local.scores(H) : B * H * L * L;
   const bool blocked = cpu && scores > static_cast<double>(kAttentionBlockScores);
-  const double probs = blocked ? 0.0 : scores * (4.0 + (p.probs > 0 ? e : 0.0));
-  const double attention_core = qkv + probs + TD * e + (p.attention_out > 0 ? TD * e : 0.0);
-  if (c.family == ModelFamily::kModernBert) {
+  const double probs = blocked ? 0.0 : scores * (4.0 + (spec.attention_probs_dropout > 0 ? e : 0.0));
+  const double attention_core = qkv + probs + TD * e + (spec.attention_out_dropout > 0 ? TD * e : 0.0);
+  if (spec.pre_norm) {
     // Layer 0 has no attn_norm: Wqkv keeps the layer's input itself.
     const double norms = (layer == 0 ? TD * e : TD * 4 + TD * e) + TD * 4 + TD * e;
-    const double mlp = 4 * T * I * e + (p.mlp_inner > 0 ? T * I * e : 0.0);
+    const double mlp = 4 * T * I * e + (spec.mlp_inner_dropout > 0 ? T * I * e : 0.0);
     return norms + attention_core + mlp;
   }
   const double qkv_weight = (3 * D * D + 3 * D) * e;
   double position_terms = 0;
   if (c.has_relative_unit()) {
     const double R = relative_rows(c, L);
-    position_terms = 2 * R * D * e + (c.hidden_dropout_prob > 0 ? 2 * R * D * e : 0.0);
+    position_terms = 2 * R * D * e + (spec.position_dropout > 0 ? 2 * R * D * e : 0.0);
   }
-  return position_terms + TD * e + attention_core + (TD * 4 + TD * e) + 2 * T * I * e + (p.mlp_out > 0 ? TD * e : 0.0) + TD * 4 +
+  return position_terms + TD * e + attention_core + (TD * 4 + TD * e) + 2 * T * I * e + (spec.mlp_out_dropout > 0 ? TD * e : 0.0) + TD * 4 +
          qkv_weight;
 }
 
@@ -154,9 +139,9 @@ double relative_shared_bytes(const EncoderConfig& c, double L, double e) {
 // projection input (E wide); the output is layer 0's input.
 double embedding_activation_bytes(const EncoderConfig& c, double B, double L, double e) {
   const double T = B * L, E = static_cast<double>(c.embedding_width());
-  const double p = c.family == ModelFamily::kModernBert ? c.embedding_dropout : c.hidden_dropout_prob;
-  double bytes = T * E * 4 + (p > 0 ? T * E * e : 0.0);
-  if (c.family == ModelFamily::kElectra && c.embedding_size != c.hidden_size) bytes += T * E * e;
+  const EmbeddingRecipe recipe = family_spec(c.family).embeddings(c);
+  double bytes = T * E * 4 + (recipe.dropout > 0 ? T * E * e : 0.0);
+  if (recipe.projection) bytes += T * E * e;
   return bytes;
 }
 
@@ -178,7 +163,7 @@ double embedding_activation_bytes(const EncoderConfig& c, double B, double L, do
 // the logits with what the loss keeps of them.
 double head_activation_bytes(const EncoderConfig& c, double B, double L, double e, bool unpadded) {
   const double TD = B * L * static_cast<double>(c.hidden_size), BD = B * static_cast<double>(c.hidden_size);
-  const bool modernbert = c.family == ModelFamily::kModernBert;
+  const FamilySpec& family = family_spec(c.family);
   if (task_rules(c.task).head_on_tokens()) {
     // Measured (tests/test_memory_estimate.cpp): about 16 bytes per logit and
     // 40 per token (logits, their fp32 log-softmax and loss terms, the
@@ -186,17 +171,18 @@ double head_activation_bytes(const EncoderConfig& c, double B, double L, double 
     // logits and its index.
     const double C = static_cast<double>(c.head_outputs()), T = B * L;
     const double outputs = T * (C * 16 + 40) + (unpadded ? T * (C * 4 + 24) : 0.0);
-    // The head's dropout, by the head's own rule (model/heads.cpp, token_head).
-    const double p = c.token_head_dropout();
-    double bytes = TD * e + (p > 0 ? TD : 0.0) + outputs;
-    if (modernbert) bytes += TD * 4 + 2 * TD * e + TD * 4;
+    // The head's dropout and prediction head, by the head's own recipe.
+    const TokenHeadRecipe head = family.token_head(c);
+    double bytes = TD * e + (head.dropout > 0 ? TD : 0.0) + outputs;
+    if (head.prediction_head) bytes += TD * 4 + 2 * TD * e + TD * 4;
     return bytes;
   }
+  const PooledHeadRecipe head = family.pooled_head(c);
   double last_output = 0.0;
-  if (modernbert && c.classifier_pooling == "mean")
+  if (head.mean_pooling)
     last_output = TD * 4 + (unpadded ? TD * e : 0.0);
   else if (!unpadded)
-    last_output = modernbert && e != 4 ? 0.0 : TD * e;
+    last_output = head.final_norm && e != 4 ? 0.0 : TD * e;
   return last_output + 6 * BD * e + B * static_cast<double>(c.num_labels) * 8;
 }
 
@@ -206,10 +192,14 @@ double head_activation_bytes(const EncoderConfig& c, double B, double L, double 
 // rotations themselves in fp32 (x * cos saves cos); in 16-bit each layer keeps
 // its own cast pair instead.
 double rotary_table_bytes(const EncoderConfig& c, double T, double e, bool checkpointing, bool unpadded) {
-  if (c.family != ModelFamily::kModernBert || !unpadded) return 0.0;
-  bool global = false, local = false;
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) (c.is_global_layer(i) ? global : local) = true;
-  const double thetas = global && local && c.global_rope_theta != c.local_rope_theta ? 2.0 : 1.0;
+  if (!unpadded) return 0.0;
+  std::set<double> distinct;  // one table pair per rope theta
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const double theta = LayerSpec::of(c, i).rope_theta;
+    if (theta > 0) distinct.insert(theta);
+  }
+  if (distinct.empty()) return 0.0;
+  const double thetas = static_cast<double>(distinct.size());
   const double pair = 2 * T * static_cast<double>(c.head_dim());
   if (checkpointing || e == 4) return thetas * pair * 4;
   return static_cast<double>(c.num_hidden_layers) * pair * e;

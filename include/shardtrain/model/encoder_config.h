@@ -1,6 +1,7 @@
-// The configuration of an encoder sequence classifier, as Hugging Face's
-// config.json describes it, for every model family shardtrain trains
-// (docs/DESIGN.md, "Model families"):
+// The configuration of an encoder model, as Hugging Face's config.json
+// describes it, for every model family shardtrain trains (docs/DESIGN.md,
+// "Model families"; each family's file in src/model/families/ and its
+// FamilySpec, model/family_spec.h):
 //
 //   model_type                          family       HF class
 //   bert                                kBert        BertForSequenceClassification
@@ -15,7 +16,8 @@
 //   std::string json = config.to_json();   // what from_pretrained reads back
 //
 // config.task picks the head (sequence classification, token classification,
-// multiple choice) and the class name written to architectures.
+// multiple choice, question answering) and the class name written to
+// architectures.
 //
 // One struct holds every family's fields, under BERT's names; each family's
 // config.json keys are read into them (DistilBERT's dim / n_layers / n_heads /
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "shardtrain/core/enum_names.h"  // Task
+#include "shardtrain/model/family_list.h"
 
 namespace shardtrain {
 
@@ -50,7 +53,12 @@ inline constexpr bool banded_attention_pays(int64_t max_seqlen, int64_t half_win
   return half_window >= 0 && max_seqlen > banded_attention_block(half_window) + 2 * half_window;
 }
 
-enum class ModelFamily { kBert, kRoberta, kDistilBert, kElectra, kModernBert, kDebertaV2 };
+// One enumerator per row of model/family_list.h, in its order.
+enum class ModelFamily {
+#define SHARDTRAIN_FAMILY_ENUMERATOR(id, function) id,
+  SHARDTRAIN_FAMILIES(SHARDTRAIN_FAMILY_ENUMERATOR)
+#undef SHARDTRAIN_FAMILY_ENUMERATOR
+};
 
 // "bert", "roberta", "distilbert", "electra", "modernbert", "deberta-v2".
 const char* family_name(ModelFamily family);
@@ -166,14 +174,12 @@ struct EncoderConfig {
   // Error when n is outside [1, kMaxNumLabels].
   void set_num_labels(int64_t n);
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  int64_t embedding_width() const { return family == ModelFamily::kElectra ? embedding_size : hidden_size; }
+  // The embeddings' width: embedding_size for a family whose embeddings are
+  // projected to hidden_size (ELECTRA), else hidden_size.
+  int64_t embedding_width() const;
   double effective_classifier_dropout() const {
     return classifier_dropout >= 0 ? classifier_dropout : hidden_dropout_prob;
   }
-  // The dropout in front of the classifier of a head on every token (token
-  // classification, question answering), by family and task; the memory
-  // estimate counts its mask from the same rule.
-  double token_head_dropout() const;
   // HF's class name for the family and task: "BertForSequenceClassification",
   // "XLMRobertaForTokenClassification", "ModernBertForMultipleChoice", ...
   std::string architecture() const;
@@ -188,14 +194,13 @@ struct EncoderConfig {
   // The longest sequence the model takes: max_position_embeddings, less
   // RoBERTa's pad_token_id + 1 (its positions start after the padding index:
   // 512 for roberta-base's 514).
-  int64_t max_sequence_length() const {
-    return family == ModelFamily::kRoberta ? max_position_embeddings - pad_token_id - 1 : max_position_embeddings;
-  }
+  int64_t max_sequence_length() const;
 
   // DeBERTa: whether attention has the relative position terms; then the
   // relative embeddings and their LayerNorm are a forward unit of their own
   // (docs/DESIGN.md, "DeBERTa-v2"), between the embeddings and layer 0.
-  bool has_relative_unit() const { return family == ModelFamily::kDebertaV2 && relative_attention; }
+  // (Only DeBERTa's config.json sets relative_attention.)
+  bool has_relative_unit() const { return relative_attention; }
   // DeBERTa: max_relative_positions, or max_position_embeddings when < 1.
   int64_t relative_positions_limit() const {
     return max_relative_positions > 0 ? max_relative_positions : max_position_embeddings;
@@ -214,7 +219,8 @@ struct EncoderConfig {
   int64_t layer_unit(int64_t layer) const { return layer + (has_relative_unit() ? 2 : 1); }
   int64_t head_unit() const { return layer_unit(num_hidden_layers); }
   int64_t num_units() const { return head_unit() + 1; }
-  // ModernBERT: whether encoder layer i attends globally (else in the window).
+  // Whether encoder layer i attends globally (else in the window: ModernBERT's
+  // local layers).
   bool is_global_layer(int64_t i) const;
   // The trainable parameters of the classifier for this config (108,311,810
   // for bert-base-cased with 2 labels; 124,647,170 for roberta-base).
