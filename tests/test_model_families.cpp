@@ -14,6 +14,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/model/task_model.h"
+#include "shardtrain/model/family_spec.h"
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/model/safetensors.h"
@@ -275,4 +276,50 @@ TEST_CASE("families: configs refuse what a family cannot be, naming the key") {
             .max_sequence_length() == 512);
   CHECK(EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/vocab/roberta-base/config.json")
             .num_parameters() == 124647170);
+}
+
+TEST_CASE("families: the spec table (model/family_spec.h) is whole and agrees with the plans") {
+  for (const FamilySpec* spec : all_families()) {
+    CAPTURE(spec->name);
+    REQUIRE(&family_spec(spec->family) == spec);
+    CHECK(family_name(spec->family) == std::string(spec->name));
+    REQUIRE_FALSE(spec->model_types.empty());
+    for (const ModelType& type : spec->model_types) {
+      CAPTURE(type.name);
+      CHECK(family_of_model_type(type.name) == spec);  // no model_type read by two families
+      // A config.json of that model_type reads back as the family, and its
+      // class is the type's own prefix.
+      const EncoderConfig config =
+          EncoderConfig::from_json(std::string(R"({"model_type": ")") + type.name + R"("})");
+      CHECK(config.family == spec->family);
+      CHECK(config.architecture() == std::string(type.class_prefix) + "ForSequenceClassification");
+      // PEFT's default LoRA targets name Linear layers of every encoder layer
+      // (the last dotted part of a weight's module), as PEFT matches them.
+      const std::vector<ParameterSpec> plan = parameter_plan(config);
+      for (const std::string& target : type.lora_target_modules) {
+        CAPTURE(target);
+        int64_t matches = 0;
+        for (const ParameterSpec& p : plan)
+          if (p.shape.size() == 2 && p.name.size() > target.size() + 7 &&
+              p.name.compare(p.name.size() - target.size() - 7, std::string::npos, target + ".weight") == 0 &&
+              p.name[p.name.size() - target.size() - 8] == '.')
+            ++matches;
+        CHECK(matches == config.num_hidden_layers);
+      }
+    }
+    // The bare model's modules are where the plan's encoder tensors live.
+    const EncoderConfig config =
+        EncoderConfig::from_json(std::string(R"({"model_type": ")") + spec->model_types.front().name + R"("})");
+    for (const ParameterSpec& p : parameter_plan(config)) {
+      if (p.unit == config.head_unit() && p.name.rfind(spec->base_prefix, 0) != 0) continue;  // the task head
+      const std::string rest = p.name.substr(std::string(spec->base_prefix).size());
+      bool found = false;
+      for (const std::string& module : spec->base_modules) found = found || rest.rfind(module, 0) == 0;
+      CHECK_MESSAGE(found, p.name);
+    }
+  }
+  // Keys are named as the family's config.json spells them.
+  CHECK(std::string(family_spec(ModelFamily::kDistilBert).key("hidden_size")) == "dim");
+  CHECK(std::string(family_spec(ModelFamily::kBert).key("hidden_size")) == "hidden_size");
+  CHECK(family_of_model_type("gpt2") == nullptr);
 }
