@@ -1,3 +1,6 @@
+// Labelled text tables (data/reader.h's read_table): the text_a / text_b /
+// label columns of a tsv, csv or jsonl file, the bad-row policy, and the label
+// rules (integer ids or names, regression values, a fixed mapping).
 #include "shardtrain/data/reader.h"
 
 #include <algorithm>
@@ -5,13 +8,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "data/records.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/limits.h"
@@ -19,31 +22,7 @@
 
 namespace shardtrain {
 
-FileFormat parse_file_format(const std::string& name) {
-  if (name.empty() || name == "auto") return FileFormat::kAuto;
-  if (name == "tsv") return FileFormat::kTsv;
-  if (name == "csv") return FileFormat::kCsv;
-  if (name == "jsonl" || name == "json") return FileFormat::kJsonl;
-  if (name == "conll") return FileFormat::kConll;
-  throw Error("data.format: unknown format '" + name + "' (expected tsv, csv or jsonl)");
-}
-
-FileFormat format_from_extension(const std::string& path) {
-  auto dot = path.find_last_of('.');
-  std::string ext = dot == std::string::npos ? "" : path.substr(dot + 1);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (ext == "tsv") return FileFormat::kTsv;
-  if (ext == "csv") return FileFormat::kCsv;
-  if (ext == "jsonl" || ext == "json") return FileFormat::kJsonl;
-  if (ext == "conll") return FileFormat::kConll;
-  throw Error(path + ": cannot tell the format from the extension; set data.format to tsv, csv or jsonl");
-}
-
-BadRowPolicy parse_bad_row_policy(const std::string& name) {
-  if (name == "error") return BadRowPolicy::kError;
-  if (name == "skip") return BadRowPolicy::kSkip;
-  throw Error("data.on_bad_row: unknown policy '" + name + "' (expected error or skip)");
-}
+using namespace reader_detail;
 
 int64_t Labels::num_classes() const {
   switch (kind) {
@@ -56,161 +35,7 @@ int64_t Labels::num_classes() const {
   return 0;
 }
 
-bool is_valid_utf8(const char* data, size_t size) {
-  const auto* s = reinterpret_cast<const unsigned char*>(data);
-  size_t i = 0;
-  while (i < size) {
-    unsigned char c = s[i];
-    if (c < 0x80) { ++i; continue; }
-    int extra;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; }
-    else return false;  // continuation byte first, C0/C1 overlong leads, F5+
-    if (i + extra >= size) return false;
-    for (int k = 1; k <= extra; ++k) {
-      unsigned char cc = s[i + k];
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong 3/4-byte forms, UTF-16 surrogates, beyond U+10FFFF.
-    if (extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return false;
-    if (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
-
 namespace {
-
-// A bad row: the message without the "file:line: " prefix.
-struct BadRow {
-  std::string what;
-};
-
-// One physical record of a delimited file, split into fields.
-struct Record {
-  int64_t line = 0;
-  std::vector<std::string> fields;
-  std::optional<std::string> error;  // malformed quoting
-};
-
-std::string strip_cr(std::string s) {
-  if (!s.empty() && s.back() == '\r') s.pop_back();
-  return s;
-}
-
-// Calls visit(line, row) for each line of `text`: 1-based line numbers, the
-// trailing CR of CRLF files removed.
-template <class Visit>
-void for_each_line(const std::string& text, Visit&& visit) {
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++line;
-    visit(line, strip_cr(text.substr(pos, end - pos)));
-    pos = end + 1;
-  }
-}
-
-// GLUE TSV: one record per line, fields split on tabs, quotes are ordinary text.
-std::vector<Record> split_tsv(const std::string& text) {
-  std::vector<Record> records;
-  for_each_line(text, [&](int64_t line, const std::string& row) {
-    if (row.empty()) return;
-    Record record;
-    record.line = line;
-    size_t start = 0;
-    while (true) {
-      size_t tab = row.find('\t', start);
-      if (tab == std::string::npos) {
-        record.fields.push_back(row.substr(start));
-        break;
-      }
-      record.fields.push_back(row.substr(start, tab - start));
-      start = tab + 1;
-    }
-    records.push_back(std::move(record));
-  });
-  return records;
-}
-
-// RFC 4180 CSV. A quote inside an unquoted field is kept as text (as Python's
-// csv module does); text after a closing quote, or a quote never closed, makes
-// the record malformed, and parsing resumes at the next line.
-std::vector<Record> split_csv(const std::string& text) {
-  std::vector<Record> records;
-  size_t pos = 0;
-  const size_t n = text.size();
-  int64_t line = 1;
-  while (pos < n) {
-    Record record;
-    record.line = line;
-    bool end_of_record = false;
-    while (!end_of_record) {
-      std::string field;
-      if (pos < n && text[pos] == '"') {
-        ++pos;
-        bool closed = false;
-        while (pos < n) {
-          char c = text[pos];
-          if (c == '"') {
-            if (pos + 1 < n && text[pos + 1] == '"') {
-              field.push_back('"');
-              pos += 2;
-              continue;
-            }
-            ++pos;
-            closed = true;
-            break;
-          }
-          if (c == '\n') ++line;
-          field.push_back(c);
-          ++pos;
-        }
-        if (!closed) {
-          record.error = "quoted field is never closed (unmatched \")";
-          pos = n;
-          break;
-        }
-        if (pos < n && text[pos] == '\r' && (pos + 1 == n || text[pos + 1] == '\n')) ++pos;
-        if (pos < n && text[pos] != ',' && text[pos] != '\n') {
-          record.error = "unexpected text after a closing quote (a quote inside a quoted field must be doubled)";
-          size_t nl = text.find('\n', pos);
-          pos = nl == std::string::npos ? n : nl + 1;
-          ++line;
-          break;
-        }
-      } else {
-        size_t end = text.find_first_of(",\n", pos);
-        if (end == std::string::npos) end = n;
-        field = text.substr(pos, end - pos);
-        if (end == n || text[end] == '\n') field = strip_cr(std::move(field));
-        pos = end;
-      }
-      record.fields.push_back(std::move(field));
-      if (pos >= n) {
-        end_of_record = true;
-      } else if (text[pos] == ',') {
-        ++pos;
-      } else {  // '\n'
-        ++pos;
-        ++line;
-        end_of_record = true;
-      }
-    }
-    bool blank = !record.error && record.fields.size() == 1 && record.fields[0].empty();
-    if (!blank) records.push_back(std::move(record));
-  }
-  return records;
-}
-
-bool is_all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-}
 
 std::optional<int64_t> parse_int(const std::string& s) {
   if (s.empty() || s.size() > 19) return std::nullopt;
@@ -430,22 +255,6 @@ class TableBuilder {
   std::vector<float> values_;
 };
 
-// Resolves a column option against the header: exact name first, then index.
-int resolve_column(const std::vector<std::string>& header, const std::string& spec, const char* key,
-                   const std::string& path) {
-  for (size_t i = 0; i < header.size(); ++i)
-    if (header[i] == spec) return static_cast<int>(i);
-  if (is_all_digits(spec)) {
-    long index = std::strtol(spec.c_str(), nullptr, 10);
-    if (index < static_cast<long>(header.size())) return static_cast<int>(index);
-    throw Error(str_format("%s: %s = %ld is out of range (the header has %zu columns)", path.c_str(), key,
-                           index, header.size()));
-  }
-  std::string names;
-  for (const auto& h : header) names += (names.empty() ? "'" : ", '") + h + "'";
-  throw Error(path + ": " + key + " = '" + shorten(spec, 100) + "' is not a column; the header has " + shorten(names, 400));
-}
-
 void read_delimited(const std::vector<Record>& records, const std::string& path, const ReaderOptions& options,
                     TableBuilder& builder) {
   if (records.empty()) throw Error(path + ": empty file (expected a header row)");
@@ -571,160 +380,6 @@ RawTable read_table(const std::string& path, const ReaderOptions& options) {
   buffer << in.rdbuf();
   if (in.bad()) throw Error(path + ": read error");
   return read_table_from_string(buffer.str(), path, options);
-}
-
-namespace {
-
-// A cell of tsv / csv: a JSON array of strings or numbers is a list, anything
-// else its text.
-FieldValue cell_value(const std::string& cell) {
-  FieldValue value;
-  value.text = cell;
-  if (cell.empty() || cell.front() != '[') return value;
-  try {
-    const nlohmann::json parsed = nlohmann::json::parse(cell);
-    if (!parsed.is_array()) return value;
-    FieldValue list;
-    list.is_list = true;
-    for (const auto& item : parsed) {
-      if (item.is_string()) list.list.push_back(item.get<std::string>());
-      else if (item.is_number_integer()) list.list.push_back(std::to_string(item.get<int64_t>()));
-      else return value;
-    }
-    return list;
-  } catch (const nlohmann::json::exception&) {
-    return value;
-  }
-}
-
-// A JSON value as a field; nullopt (with `problem` set) when it is neither a
-// text, a number, nor an array of them.
-std::optional<FieldValue> json_value(const nlohmann::json& item, const std::string& key, std::string* problem) {
-  FieldValue value;
-  if (item.is_string()) {
-    value.text = item.get<std::string>();
-  } else if (item.is_number_integer()) {
-    value.text = std::to_string(item.get<int64_t>());
-  } else if (item.is_number()) {
-    value.text = item.dump();
-  } else if (item.is_boolean()) {
-    value.text = item.get<bool>() ? "true" : "false";
-  } else if (item.is_array()) {
-    value.is_list = true;
-    for (const auto& element : item) {
-      if (element.is_string()) value.list.push_back(element.get<std::string>());
-      else if (element.is_number_integer()) value.list.push_back(std::to_string(element.get<int64_t>()));
-      else {
-        *problem = "field '" + key + "' holds an item that is neither a string nor an integer";
-        return std::nullopt;
-      }
-    }
-  } else {
-    *problem = "field '" + key + "' is not a string, a number or a list";
-    return std::nullopt;
-  }
-  return value;
-}
-
-}  // namespace
-
-FieldRows read_fields(const std::string& content, const std::string& path, FileFormat format,
-                      const std::vector<FieldSpec>& fields, BadRowPolicy on_bad_row) {
-  FieldRows out;
-  out.path = path;
-  auto bad_row = [&](int64_t line, const std::string& what) {
-    if (on_bad_row == BadRowPolicy::kError)
-      throw Error(str_format("%s:%lld: %s", path.c_str(), static_cast<long long>(line), shorten(what, 400).c_str()));
-    ++out.num_bad_rows;
-  };
-  std::string text = content;
-  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
-  if (format == FileFormat::kAuto) format = format_from_extension(path);
-  if (format == FileFormat::kTsv || format == FileFormat::kCsv) {
-    const std::vector<Record> records = format == FileFormat::kTsv ? split_tsv(text) : split_csv(text);
-    if (records.empty()) throw Error(path + ": empty file (expected a header row)");
-    const Record& header = records[0];
-    if (header.error)
-      throw Error(str_format("%s:%lld: header: %s", path.c_str(), (long long)header.line, header.error->c_str()));
-    std::vector<int> columns;
-    for (const FieldSpec& f : fields) columns.push_back(resolve_column(header.fields, f.column, f.key.c_str(), path));
-    for (size_t r = 1; r < records.size(); ++r) {
-      const Record& rec = records[r];
-      if (rec.error) { bad_row(rec.line, *rec.error); continue; }
-      if (rec.fields.size() != header.fields.size()) {
-        bad_row(rec.line, str_format("expected %zu columns, found %zu", header.fields.size(), rec.fields.size()));
-        continue;
-      }
-      bool utf8_ok = true;
-      for (const auto& cell : rec.fields) utf8_ok = utf8_ok && is_valid_utf8(cell.data(), cell.size());
-      if (!utf8_ok) { bad_row(rec.line, "invalid UTF-8"); continue; }
-      std::vector<FieldValue> row;
-      for (int column : columns) row.push_back(cell_value(rec.fields[static_cast<size_t>(column)]));
-      out.line_numbers.push_back(rec.line);
-      out.rows.push_back(std::move(row));
-    }
-    return out;
-  }
-  if (format != FileFormat::kJsonl)
-    throw Error(path + ": this reader takes tsv, csv or jsonl (data.format = \"" + enum_name(format) + "\")");
-  for_each_line(text, [&](int64_t line, const std::string& row_text) {
-    if (std::all_of(row_text.begin(), row_text.end(), [](unsigned char c) { return std::isspace(c); })) return;
-    if (!is_valid_utf8(row_text.data(), row_text.size())) { bad_row(line, "invalid UTF-8"); return; }
-    nlohmann::json object;
-    try {
-      object = nlohmann::json::parse(row_text);
-    } catch (const nlohmann::json::exception& e) {
-      bad_row(line, std::string("malformed JSON: ") + e.what());
-      return;
-    }
-    if (!object.is_object()) { bad_row(line, "malformed JSON: expected an object per line"); return; }
-    std::vector<FieldValue> row;
-    for (const FieldSpec& f : fields) {
-      auto it = object.find(f.column);
-      if (it == object.end() || it->is_null()) {
-        bad_row(line, "missing field '" + f.column + "' (" + f.key + ")");
-        return;
-      }
-      std::string problem;
-      std::optional<FieldValue> value = json_value(*it, f.column, &problem);
-      if (!value) { bad_row(line, problem); return; }
-      row.push_back(std::move(*value));
-    }
-    out.line_numbers.push_back(line);
-    out.rows.push_back(std::move(row));
-  });
-  return out;
-}
-
-bool file_has_column(const std::string& path, FileFormat format, const std::string& column) {
-  if (format == FileFormat::kAuto) format = format_from_extension(path);
-  const std::string text = read_data_file(path);
-  if (format == FileFormat::kTsv || format == FileFormat::kCsv) {
-    const std::vector<Record> records = format == FileFormat::kTsv ? split_tsv(text) : split_csv(text);
-    if (records.empty() || records[0].error) return false;
-    const std::vector<std::string>& header = records[0].fields;
-    if (std::find(header.begin(), header.end(), column) != header.end()) return true;
-    return is_all_digits(column) && std::strtol(column.c_str(), nullptr, 10) < static_cast<long>(header.size());
-  }
-  bool found = false, seen = false;
-  for_each_line(text, [&](int64_t, const std::string& row) {
-    if (seen || std::all_of(row.begin(), row.end(), [](unsigned char c) { return std::isspace(c); })) return;
-    seen = true;
-    const nlohmann::json object = nlohmann::json::parse(row, nullptr, /*allow_exceptions=*/false);
-    found = object.is_object() && object.contains(column) && !object[column].is_null();
-  });
-  return found;
-}
-
-std::string read_data_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open data file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  std::string text = buffer.str();
-  if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
-  return text;
 }
 
 }  // namespace shardtrain
