@@ -106,6 +106,13 @@ struct CheckpointReader::Impl {
   std::string attribute_bytes(const std::string& key, detail::AttributeKind kind) const {
     return detail::read_attribute_bytes(file.get(), path, key, kind);
   }
+  // One dataset of read(): reads this rank's slices (`my_slices`, indices into
+  // `slices`) and, on rank 0, whatever no rank asked for, so that the whole
+  // dataset is hashed; adds this rank's share of the dataset's checksum and
+  // non-finite count to *checksum and *non_finite.
+  void read_dataset(hid_t dataset, const std::string& full, const detail::TensorPlan& plan, int rank,
+                    const std::vector<size_t>& my_slices, std::vector<TensorSlice>& slices, hid_t dxpl,
+                    uint64_t* checksum, int64_t* non_finite) const;
 };
 
 CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : impl_(std::make_unique<Impl>()) {
@@ -184,6 +191,69 @@ at::ScalarType CheckpointReader::dtype(const std::string& group, const std::stri
   return detail::dtype_table()[impl_->dataset_dtype(dataset.get(), detail::join_group(group, name))].scalar_type;
 }
 
+void CheckpointReader::Impl::read_dataset(hid_t dataset, const std::string& full, const detail::TensorPlan& plan,
+                                          int rank, const std::vector<size_t>& my_slices,
+                                          std::vector<TensorSlice>& slices, hid_t dxpl, uint64_t* checksum,
+                                          int64_t* non_finite) const {
+  const auto& table = detail::dtype_table();
+  const int64_t numel = detail::numel_of(plan.shape);
+  if (numel == 0) return;
+  // What this rank reads: its slices, and on rank 0 whatever no rank asked
+  // for, so that the whole dataset is hashed. slice == -1 marks such a gap.
+  struct Piece {
+    int64_t begin, count;
+    long slice;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i : my_slices)
+    if (slices[i].data.numel() > 0) pieces.push_back({slices[i].begin, slices[i].data.numel(), static_cast<long>(i)});
+  if (rank == 0)
+    for (const auto& [begin, count] : detail::uncovered(plan.records, numel)) pieces.push_back({begin, count, -1});
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t total = 0;
+  for (const Piece& p : pieces) {
+    ranges.emplace_back(p.begin, p.count);
+    total += p.count;
+  }
+  // Read straight into the caller's tensor when it is the one CPU contiguous
+  // piece; otherwise through a staging buffer.
+  at::Tensor buffer;
+  if (pieces.size() == 1 && pieces[0].slice >= 0) {
+    const at::Tensor& data = slices[static_cast<size_t>(pieces[0].slice)].data;
+    if (data.device().is_cpu() && data.is_contiguous()) buffer = data;
+  }
+  const bool direct = buffer.defined();
+  if (!direct && total > 0) buffer = at::empty({total}, at::TensorOptions().dtype(table[plan.dtype].scalar_type));
+  {
+    PhaseGuard guard(comm, phase(full));
+    std::string problem =
+        detail::transfer(/*writing=*/false, dataset, plan.shape, plan.dtype, ranges,
+                         buffer.defined() ? buffer.data_ptr() : nullptr, dxpl, path);
+    throw_if_any_failed(problem.empty() ? problem : "cannot read checkpoint " + path + " (" + full + "): " + problem,
+                        comm, phase(full + ": agreeing on the read"));
+  }
+  const auto* bytes = buffer.defined() ? static_cast<const unsigned char*>(buffer.data_ptr()) : nullptr;
+  const int64_t element_size = static_cast<int64_t>(at::elementSize(table[plan.dtype].scalar_type));
+  int64_t offset = 0;
+  for (const Piece& p : pieces) {
+    // Elements a lower rank also read are hashed there, not here.
+    const auto claims = p.slice < 0 ? std::vector<std::pair<int64_t, int64_t>>{{p.begin, p.count}}
+                                    : detail::first_claims(plan.records, rank, p.begin, p.count);
+    for (const auto& [begin, count] : claims) {
+      const detail::RangeDigest d =
+          detail::digest(bytes + (offset + begin - p.begin) * element_size, plan.dtype, begin, count);
+      *checksum += d.checksum;
+      *non_finite += d.non_finite;
+    }
+    if (!direct && p.slice >= 0) {
+      at::Tensor& data = slices[static_cast<size_t>(p.slice)].data;
+      data.copy_(buffer.narrow(0, offset, p.count).view(data.sizes()));
+    }
+    offset += p.count;
+  }
+}
+
 void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& slices) {
   Impl& r = *impl_;
   detail::check_group_name(group);
@@ -226,64 +296,8 @@ void CheckpointReader::read(const std::string& group, std::vector<TensorSlice>& 
   size_t index = 0;
   for (const auto& [name, plan] : plans) {
     const size_t k = index++;
-    detail::Dataset& dataset = datasets[k];
-    const int64_t numel = detail::numel_of(plan.shape);
-    if (numel == 0) continue;
-    const std::string full = detail::join_group(group, name);
-    // What this rank reads: its slices, and on rank 0 whatever no rank asked
-    // for, so that the whole dataset is hashed. slice == -1 marks such a gap.
-    struct Piece {
-      int64_t begin, count;
-      long slice;
-    };
-    std::vector<Piece> pieces;
-    for (size_t i : my_slices_by_name[name])
-      if (slices[i].data.numel() > 0) pieces.push_back({slices[i].begin, slices[i].data.numel(), static_cast<long>(i)});
-    if (rank == 0)
-      for (const auto& [begin, count] : detail::uncovered(plan.records, numel)) pieces.push_back({begin, count, -1});
-    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    int64_t total = 0;
-    for (const Piece& p : pieces) {
-      ranges.emplace_back(p.begin, p.count);
-      total += p.count;
-    }
-    // Read straight into the caller's tensor when it is the one CPU contiguous
-    // piece; otherwise through a staging buffer.
-    at::Tensor buffer;
-    if (pieces.size() == 1 && pieces[0].slice >= 0) {
-      const at::Tensor& data = slices[static_cast<size_t>(pieces[0].slice)].data;
-      if (data.device().is_cpu() && data.is_contiguous()) buffer = data;
-    }
-    const bool direct = buffer.defined();
-    if (!direct && total > 0) buffer = at::empty({total}, at::TensorOptions().dtype(table[plan.dtype].scalar_type));
-    {
-      PhaseGuard guard(r.comm, r.phase(full));
-      std::string problem =
-          detail::transfer(/*writing=*/false, dataset.get(), plan.shape, plan.dtype, ranges,
-                           buffer.defined() ? buffer.data_ptr() : nullptr, dxpl.get(), r.path);
-      throw_if_any_failed(problem.empty() ? problem : "cannot read checkpoint " + r.path + " (" + full + "): " + problem,
-                          r.comm, r.phase(full + ": agreeing on the read"));
-    }
-    const auto* bytes = buffer.defined() ? static_cast<const unsigned char*>(buffer.data_ptr()) : nullptr;
-    const int64_t element_size = static_cast<int64_t>(at::elementSize(table[plan.dtype].scalar_type));
-    int64_t offset = 0;
-    for (const Piece& p : pieces) {
-      // Elements a lower rank also read are hashed there, not here.
-      const auto claims = p.slice < 0 ? std::vector<std::pair<int64_t, int64_t>>{{p.begin, p.count}}
-                                      : detail::first_claims(plan.records, rank, p.begin, p.count);
-      for (const auto& [begin, count] : claims) {
-        const detail::RangeDigest d =
-            detail::digest(bytes + (offset + begin - p.begin) * element_size, plan.dtype, begin, count);
-        checksums[k] += d.checksum;
-        non_finite[k] += d.non_finite;
-      }
-      if (!direct && p.slice >= 0) {
-        at::Tensor& data = slices[static_cast<size_t>(p.slice)].data;
-        data.copy_(buffer.narrow(0, offset, p.count).view(data.sizes()));
-      }
-      offset += p.count;
-    }
+    r.read_dataset(datasets[k].get(), detail::join_group(group, name), plan, rank, my_slices_by_name[name], slices,
+                   dxpl.get(), &checksums[k], &non_finite[k]);
   }
 
   all_reduce_in_place(checksums.data(), static_cast<int>(checksums.size()), MPI_UINT64_T, MPI_SUM, r.comm,

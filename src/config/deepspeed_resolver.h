@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -145,6 +146,17 @@ class Resolver {
         problem(name + "." + item.key(), &item.value(), "not implemented (shardtrain reads type and params)");
     return params ? params : &kEmpty;
   }
+
+  // resolve_scheduler's steps (deepspeed_scheduler.cpp); `letter` is the
+  // type's (W WarmupLR, D WarmupDecayLR, C WarmupCosineLR).
+  void resolve_scheduler_numbers(const json* params, char letter);
+  void resolve_scheduler_steps(const json* params, const std::string& type_name, char letter);
+  // resolve_zero's steps (deepspeed_zero.cpp).
+  void read_zero_keys(const json& zero, int64_t stage, ZeroConfig& z, OffloadDevice& offload,
+                      std::set<std::string>& given);
+  void read_zero_offload(const std::string& name, const std::string& key, const json& v, OffloadDevice& offload);
+  void apply_zero(const json* zero, int64_t stage, const ZeroConfig& z, OffloadDevice offload,
+                  const std::set<std::string>& given);
 
   // zero_optimization's "auto" bucket sizes (deepspeed_zero.cpp): H * H,
   // int(0.9 * H * H) and 10 * H of the model's hidden size H, read once.

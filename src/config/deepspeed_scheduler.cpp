@@ -13,6 +13,29 @@
 
 namespace shardtrain::deepspeed {
 
+namespace {
+
+// The params of each type: W WarmupLR, D WarmupDecayLR, C WarmupCosineLR.
+struct SchedulerParam {
+  const char* name;
+  const char* types;
+};
+const SchedulerParam kSchedulerParams[] = {
+    {"warmup_min_lr", "WD"},  {"warmup_max_lr", "WD"},   {"warmup_num_steps", "WDC"},
+    {"warmup_type", "WDC"},   {"total_num_steps", "DC"}, {"warmup_min_ratio", "C"},
+    {"cos_min_ratio", "C"},   {"last_batch_iteration", "WDC"}};
+
+// Whether the type `letter` has the param `name`.
+bool scheduler_reads(const char* name, char letter) {
+  for (const SchedulerParam& p : kSchedulerParams)
+    if (std::string(name) == p.name) return std::strchr(p.types, letter) != nullptr;
+  return false;
+}
+
+std::string scheduler_key(const char* name) { return std::string("scheduler.params.") + name; }
+
+}  // namespace
+
 void Resolver::resolve_scheduler(const json* scheduler) {
   if (!scheduler) {
     line("scheduler", nullptr, "train.lr_scheduler_type = " + text(c_.train.lr_scheduler_type) +
@@ -22,10 +45,6 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   if (!object("scheduler", *scheduler)) return;
   const json* type = find(*scheduler, "type");
   const std::string type_name = type && type->is_string() ? type->get<std::string>() : "";
-  struct Param { const char* name; const char* types; };  // W: WarmupLR, D: WarmupDecayLR, C: WarmupCosineLR
-  static const Param kParams[] = {{"warmup_min_lr", "WD"},  {"warmup_max_lr", "WD"},   {"warmup_num_steps", "WDC"},
-                                  {"warmup_type", "WDC"},   {"total_num_steps", "DC"}, {"warmup_min_ratio", "C"},
-                                  {"cos_min_ratio", "C"},   {"last_batch_iteration", "WDC"}};
   char letter = 0;
   LrSchedulerType kind = LrSchedulerType::kLinear;
   if (type_name == "WarmupLR") letter = 'W', kind = LrSchedulerType::kWarmupLR;
@@ -43,25 +62,26 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   const json* params = params_of("scheduler", *scheduler);
   if (!params) return;
   std::string names;
-  for (const Param& p : kParams)
+  for (const SchedulerParam& p : kSchedulerParams)
     if (std::strchr(p.types, letter)) names += std::string(names.empty() ? "" : ", ") + p.name;
   for (const auto& item : params->items()) {
-    const Param* known = nullptr;
-    for (const Param& p : kParams)
+    const SchedulerParam* known = nullptr;
+    for (const SchedulerParam& p : kSchedulerParams)
       if (item.key() == p.name && std::strchr(p.types, letter)) known = &p;
     if (!known)
       problem("scheduler.params." + item.key(), &item.value(),
               "not a " + type_name + " parameter (it has " + names + ")");
   }
+  resolve_scheduler_numbers(params, letter);
+  resolve_scheduler_steps(params, type_name, letter);
+}
 
+// warmup_min_lr, warmup_max_lr (train.lr), warmup_min_ratio and cos_min_ratio.
+void Resolver::resolve_scheduler_numbers(const json* params, char letter) {
   LrSchedulerKwargs& k = c_.train.lr_scheduler_kwargs;
   const std::string kw = "train.lr_scheduler_kwargs.";
-  auto key_of = [](const char* name) { return std::string("scheduler.params.") + name; };
-  auto reads = [&](const char* name) {
-    for (const Param& p : kParams)
-      if (std::string(name) == p.name) return std::strchr(p.types, letter) != nullptr;
-    return false;
-  };
+  auto key_of = scheduler_key;
+  auto reads = [&](const char* name) { return scheduler_reads(name, letter); };
   // A number param: absent -> DeepSpeed's default; "auto" only where transformers fills it.
   auto number_param = [&](const char* name, double& field, const std::string& run_key, double absent,
                           std::optional<double> auto_value, const std::string& auto_note) {
@@ -91,7 +111,14 @@ void Resolver::resolve_scheduler(const json* scheduler) {
   number_param("warmup_max_lr", c_.train.lr, "train.lr", 0.001, c_.train.lr, "(train.lr, as transformers fills it)");
   number_param("warmup_min_ratio", k.warmup_min_ratio, kw + "warmup_min_ratio", 0.0, std::nullopt, "");
   number_param("cos_min_ratio", k.cos_min_ratio, kw + "cos_min_ratio", 0.0001, std::nullopt, "");
+}
 
+// warmup_num_steps, warmup_type, total_num_steps and last_batch_iteration.
+void Resolver::resolve_scheduler_steps(const json* params, const std::string& type_name, char letter) {
+  LrSchedulerKwargs& k = c_.train.lr_scheduler_kwargs;
+  const std::string kw = "train.lr_scheduler_kwargs.";
+  auto key_of = scheduler_key;
+  auto reads = [&](const char* name) { return scheduler_reads(name, letter); };
   if (const json* v = find(*params, "warmup_num_steps"); v && is_auto(*v)) {
     line(key_of("warmup_num_steps"), v,
          (c_.train.warmup_steps > 0 || c_.train.warmup_ratio == 0

@@ -52,6 +52,14 @@ void Resolver::resolve_zero(const json* zero) {
   OffloadDevice offload = OffloadDevice::kNone;
   std::set<std::string> given;
 
+  if (zero) read_zero_keys(*zero, stage, z, offload, given);
+  apply_zero(zero, stage, z, offload, given);
+}
+
+// The keys of zero_optimization but its stage, into `z` (which holds
+// DeepSpeed's defaults), `offload` and `given` (the parallel.zero fields set).
+void Resolver::read_zero_keys(const json& zero, int64_t stage, ZeroConfig& z, OffloadDevice& offload,
+                              std::set<std::string>& given) {
   auto not_used = [&](const std::string& key, const json& v, const char* below) {
     line(key, &v, std::string("not used ") + below + " (DeepSpeed ignores it there too)");
   };
@@ -88,76 +96,86 @@ void Resolver::resolve_zero(const json* zero) {
     line(key, &v, std::string("parallel.zero.") + field_name + " = " + text(*b));
   };
 
-  if (zero) {
-    for (const auto& item : zero->items()) {
-      const std::string& name = item.key();
-      const std::string key = "zero_optimization." + name;
-      const json& v = item.value();
-      if (name == "stage") continue;
-      if (name == "offload_optimizer" || name == "offload_param") {
-        if (!object(key, v)) continue;
-        for (const auto& sub : v.items()) {
-          const std::string sub_key = key + "." + sub.key();
-          const json& sv = sub.value();
-          if (sub.key() == "device") {
-            const std::string device = sv.is_string() ? sv.get<std::string>() : "";
-            if (device == "none" || (device == "cpu" && name == "offload_optimizer")) {
-              if (name == "offload_optimizer") offload = parse_enum<OffloadDevice>(device, sub_key);
-              else line(sub_key, &sv, "accepted (parameters stay in device memory)");
-            } else if (name == "offload_param" && device == "cpu") {
-              problem(sub_key, &sv, "parameter offload is not implemented (optimizer offload is: "
-                                    "offload_optimizer.device = \"cpu\"); use \"none\"");
-            } else {
-              problem(sub_key, &sv, "allowed values are \"none\" and \"cpu\"" +
-                                        std::string(name == "offload_param" ? " (offload_param: only \"none\")" : "") +
-                                        "; NVMe offload is not implemented");
-            }
-          } else if (sub.key() == "pin_memory") {
-            if (boolean(sub_key, sv))
-              line(sub_key, &sv, "accepted (host buffers are pinned when a GPU is used, whatever the value)");
-          } else {
-            problem(sub_key, &sv, "not implemented (shardtrain reads device and pin_memory)");
-          }
-        }
-      } else if (name == "overlap_comm") {
-        flag_key(key, v, z.overlap_comm, "overlap_comm", false);
-      } else if (name == "contiguous_gradients") {
-        flag_key(key, v, z.contiguous_gradients, "contiguous_gradients", false);
-      } else if (name == "round_robin_gradients") {
-        flag_key(key, v, z.round_robin_gradients, "round_robin_gradients", false);
-      } else if (name == "reduce_bucket_size") {
-        size_key(key, v, z.reduce_bucket_size, "reduce_bucket_size", &Resolver::auto_reduce_bucket, false);
-      } else if (name == "allgather_bucket_size") {
-        size_key(key, v, z.allgather_bucket_size, "allgather_bucket_size", nullptr, false);
-      } else if (name == "stage3_prefetch_bucket_size" || name == "prefetch_bucket_size") {
-        size_key(key, v, z.stage3_prefetch_bucket_size, "stage3_prefetch_bucket_size", &Resolver::auto_prefetch_bucket,
-                 true);
-      } else if (name == "stage3_param_persistence_threshold" || name == "param_persistence_threshold") {
-        size_key(key, v, z.stage3_param_persistence_threshold, "stage3_param_persistence_threshold",
-                 &Resolver::auto_persistence_threshold, true);
-      } else if (name == "gather_16bit_weights_on_model_save" || name == "stage3_gather_16bit_weights_on_model_save" ||
-                 name == "stage3_gather_fp16_weights_on_model_save") {
-        if (is_auto(v)) {
-          // Accelerate fills "auto" with false (its zero3_save_16bit_model default).
-          line(key, &v, "false (as Accelerate fills it)");
-          continue;
-        }
-        flag_key(key, v, z.gather_16bit_weights_on_model_save, "gather_16bit_weights_on_model_save", true);
-      } else if (name == "allgather_partitions" || name == "reduce_scatter") {
-        // DeepSpeed's defaults, and the only way the sharded strategies work.
-        if (auto b = boolean(key, v)) {
-          if (*b) line(key, &v, "accepted (what the sharded strategies do)");
-          else problem(key, &v, "only true is implemented (reduce-scatter / all-gather of the shards)");
-        }
-      } else {
-        problem(key, &v, "not implemented by shardtrain (it reads stage, offload_optimizer, offload_param, "
-                         "overlap_comm, contiguous_gradients, round_robin_gradients, reduce_bucket_size, "
-                         "allgather_bucket_size, stage3_prefetch_bucket_size, stage3_param_persistence_threshold, "
-                         "gather_16bit_weights_on_model_save, allgather_partitions, reduce_scatter)");
+  for (const auto& item : zero.items()) {
+    const std::string& name = item.key();
+    const std::string key = "zero_optimization." + name;
+    const json& v = item.value();
+    if (name == "stage") continue;
+    if (name == "offload_optimizer" || name == "offload_param") {
+      read_zero_offload(name, key, v, offload);
+    } else if (name == "overlap_comm") {
+      flag_key(key, v, z.overlap_comm, "overlap_comm", false);
+    } else if (name == "contiguous_gradients") {
+      flag_key(key, v, z.contiguous_gradients, "contiguous_gradients", false);
+    } else if (name == "round_robin_gradients") {
+      flag_key(key, v, z.round_robin_gradients, "round_robin_gradients", false);
+    } else if (name == "reduce_bucket_size") {
+      size_key(key, v, z.reduce_bucket_size, "reduce_bucket_size", &Resolver::auto_reduce_bucket, false);
+    } else if (name == "allgather_bucket_size") {
+      size_key(key, v, z.allgather_bucket_size, "allgather_bucket_size", nullptr, false);
+    } else if (name == "stage3_prefetch_bucket_size" || name == "prefetch_bucket_size") {
+      size_key(key, v, z.stage3_prefetch_bucket_size, "stage3_prefetch_bucket_size", &Resolver::auto_prefetch_bucket,
+               true);
+    } else if (name == "stage3_param_persistence_threshold" || name == "param_persistence_threshold") {
+      size_key(key, v, z.stage3_param_persistence_threshold, "stage3_param_persistence_threshold",
+               &Resolver::auto_persistence_threshold, true);
+    } else if (name == "gather_16bit_weights_on_model_save" || name == "stage3_gather_16bit_weights_on_model_save" ||
+               name == "stage3_gather_fp16_weights_on_model_save") {
+      if (is_auto(v)) {
+        // Accelerate fills "auto" with false (its zero3_save_16bit_model default).
+        line(key, &v, "false (as Accelerate fills it)");
+        continue;
       }
+      flag_key(key, v, z.gather_16bit_weights_on_model_save, "gather_16bit_weights_on_model_save", true);
+    } else if (name == "allgather_partitions" || name == "reduce_scatter") {
+      // DeepSpeed's defaults, and the only way the sharded strategies work.
+      if (auto b = boolean(key, v)) {
+        if (*b) line(key, &v, "accepted (what the sharded strategies do)");
+        else problem(key, &v, "only true is implemented (reduce-scatter / all-gather of the shards)");
+      }
+    } else {
+      problem(key, &v, "not implemented by shardtrain (it reads stage, offload_optimizer, offload_param, "
+                       "overlap_comm, contiguous_gradients, round_robin_gradients, reduce_bucket_size, "
+                       "allgather_bucket_size, stage3_prefetch_bucket_size, stage3_param_persistence_threshold, "
+                       "gather_16bit_weights_on_model_save, allgather_partitions, reduce_scatter)");
     }
   }
+}
 
+// zero_optimization.offload_optimizer / offload_param (`name`): the device
+// into `offload`, pin_memory accepted.
+void Resolver::read_zero_offload(const std::string& name, const std::string& key, const json& v,
+                                 OffloadDevice& offload) {
+  if (!object(key, v)) return;
+  for (const auto& sub : v.items()) {
+    const std::string sub_key = key + "." + sub.key();
+    const json& sv = sub.value();
+    if (sub.key() == "device") {
+      const std::string device = sv.is_string() ? sv.get<std::string>() : "";
+      if (device == "none" || (device == "cpu" && name == "offload_optimizer")) {
+        if (name == "offload_optimizer") offload = parse_enum<OffloadDevice>(device, sub_key);
+        else line(sub_key, &sv, "accepted (parameters stay in device memory)");
+      } else if (name == "offload_param" && device == "cpu") {
+        problem(sub_key, &sv, "parameter offload is not implemented (optimizer offload is: "
+                              "offload_optimizer.device = \"cpu\"); use \"none\"");
+      } else {
+        problem(sub_key, &sv, "allowed values are \"none\" and \"cpu\"" +
+                                  std::string(name == "offload_param" ? " (offload_param: only \"none\")" : "") +
+                                  "; NVMe offload is not implemented");
+      }
+    } else if (sub.key() == "pin_memory") {
+      if (boolean(sub_key, sv))
+        line(sub_key, &sv, "accepted (host buffers are pinned when a GPU is used, whatever the value)");
+    } else {
+      problem(sub_key, &sv, "not implemented (shardtrain reads device and pin_memory)");
+    }
+  }
+}
+
+// The stage's offload and parallel.zero fields into the run config, with
+// DeepSpeed's defaults for those the JSON left out.
+void Resolver::apply_zero(const json* zero, int64_t stage, const ZeroConfig& z, OffloadDevice offload,
+                          const std::set<std::string>& given) {
   const json* device = nullptr;
   if (zero)
     if (const json* o = find(*zero, "offload_optimizer"); o && o->is_object()) device = find(*o, "device");

@@ -34,6 +34,48 @@ int64_t usual_num_choices(const FieldRows& rows, size_t first_choice, size_t num
   return best;
 }
 
+// A row's label: a choice index (0, 1, ...) below `num_choices`; nullopt, with
+// `problem` set, when it is not.
+std::optional<int64_t> choice_label(const FieldValue& value, int64_t num_choices, std::string* problem) {
+  const std::string& t = value.text;
+  const bool integer = !value.is_list && !t.empty() && t.size() < 10 &&
+                       std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); });
+  if (!integer) {
+    *problem = "data.label: '" + shorten(value.is_list ? std::string("a list") : t, 40) +
+               "' is not a choice index (0, 1, ...)";
+    return std::nullopt;
+  }
+  const int64_t label = std::stoll(t);
+  if (label >= num_choices) {
+    *problem = str_format("data.label = %lld, but the row has %lld choices (indices from 0)",
+                          static_cast<long long>(label), static_cast<long long>(num_choices));
+    return std::nullopt;
+  }
+  return label;
+}
+
+// A row's texts: `first`, the context (COPA: with its question appended), and
+// `second`, one per choice (SWAG: after the prefix). False, with `problem` set,
+// when COPA's question is neither "cause" nor "effect".
+bool choice_texts(const MultipleChoiceOptions& options, const std::string& prefix,
+                  const std::vector<std::string>& choices, std::string* first, std::vector<std::string>* second,
+                  std::string* problem) {
+  if (options.preset == DataPreset::kCopa) {
+    const std::optional<std::string> question = copa_question(prefix);
+    if (!question) {
+      *problem = "data.text_b (COPA's question): '" + shorten(prefix, 40) + "' is neither \"cause\" nor \"effect\"";
+      return false;
+    }
+    *first += " " + *question;
+    *second = choices;
+  } else {
+    // run_swag: f"{header} {ending}", a space even when the header is empty.
+    for (const std::string& choice : choices)
+      second->push_back(options.prefix_column.empty() ? choice : prefix + " " + choice);
+  }
+  return true;
+}
+
 }  // namespace
 
 ChoiceColumns preset_columns(DataPreset preset) {
@@ -109,37 +151,20 @@ MultipleChoiceTable read_multiple_choice_from_string(const std::string& content,
       continue;
     }
     int64_t label = -1;
+    std::string problem;
     if (labelled) {
-      const FieldValue& value = row.back();
-      const std::string& t = value.text;
-      const bool integer = !value.is_list && !t.empty() && t.size() < 10 &&
-                           std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); });
-      if (!integer) {
-        bad_row(line, "data.label: '" + shorten(value.is_list ? std::string("a list") : t, 40) +
-                          "' is not a choice index (0, 1, ...)");
+      const std::optional<int64_t> index = choice_label(row.back(), table.num_choices, &problem);
+      if (!index) {
+        bad_row(line, problem);
         continue;
       }
-      label = std::stoll(t);
-      if (label >= table.num_choices) {
-        bad_row(line, str_format("data.label = %lld, but the row has %lld choices (indices from 0)",
-                                 static_cast<long long>(label), static_cast<long long>(table.num_choices)));
-        continue;
-      }
+      label = *index;
     }
     std::string first = *context;
     std::vector<std::string> second;
-    if (options.preset == DataPreset::kCopa) {
-      const std::optional<std::string> question = copa_question(prefix);
-      if (!question) {
-        bad_row(line, "data.text_b (COPA's question): '" + shorten(prefix, 40) + "' is neither \"cause\" nor \"effect\"");
-        continue;
-      }
-      first += " " + *question;
-      second = choices;
-    } else {
-      // run_swag: f"{header} {ending}", a space even when the header is empty.
-      for (const std::string& choice : choices)
-        second.push_back(options.prefix_column.empty() ? choice : prefix + " " + choice);
+    if (!choice_texts(options, prefix, choices, &first, &second, &problem)) {
+      bad_row(line, problem);
+      continue;
     }
     bool utf8 = is_valid_utf8(first.data(), first.size());
     for (const std::string& s : second) utf8 = utf8 && is_valid_utf8(s.data(), s.size());

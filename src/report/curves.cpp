@@ -1,146 +1,24 @@
+// Training curves as an SVG chart (report/curves.h): the axes, the three
+// panels and their legends; reading the run folder is in curves_read.cpp,
+// the PNG in curves_png.cpp.
 #include "shardtrain/report/curves.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
-#include <cstdlib>
-#include <limits>
+#include <cstdio>
 #include <filesystem>
-#include <memory>
+#include <limits>
 #include <sstream>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 
-#ifdef SHARDTRAIN_HAVE_RSVG
-#include <cairo.h>
-#include <librsvg/rsvg.h>
-#endif
-
 namespace shardtrain {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
-
-// ---- reading ------------------------------------------------------------------
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(line);
-    start = end + 1;
-  }
-  return lines;
-}
-
-std::vector<std::string> split_commas(const std::string& line) {
-  std::vector<std::string> fields;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = line.find(',', start);
-    fields.push_back(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return fields;
-}
-
-bool parse_number(const std::string& text, double* out) {
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
-  errno = 0;
-  char* end = nullptr;
-  *out = std::strtod(text.c_str(), &end);
-  return *end == '\0' && errno != ERANGE;
-}
-
-CurveSeries* series_named(std::vector<CurveSeries>& list, const std::string& name) {
-  for (auto& s : list)
-    if (s.name == name) return &s;
-  list.push_back({name, {}});
-  return &list.back();
-}
-
-void read_progress(const std::string& path, RunCurves& run) {
-  const std::vector<std::string> lines = split_lines(read_file(path, "curves"));
-  if (lines.empty())
-    throw Error(path + ":1: empty file; expected the header line step,epoch,loss,lr,grad_norm,samples_per_s,"
-                       "tokens_per_s,elapsed_s,loss_scale,skipped_steps");
-  const std::vector<std::string> header = split_commas(lines[0]);
-  auto column = [&](const char* name) -> int {
-    const auto it = std::find(header.begin(), header.end(), name);
-    return it == header.end() ? -1 : static_cast<int>(it - header.begin());
-  };
-  const int step_column = column("step"), loss_column = column("loss"), lr_column = column("lr");
-  if (step_column < 0)
-    throw Error(path + ":1: the header '" + lines[0] + "' has no 'step' column (shardtrain's is step,epoch,loss,lr,"
-                       "grad_norm,samples_per_s,tokens_per_s,elapsed_s,loss_scale,skipped_steps)");
-  CurveSeries train_loss{"train_loss", {}}, lr{"lr", {}};
-  for (size_t i = 1; i < lines.size(); ++i) {
-    const std::string where = path + ":" + std::to_string(i + 1);
-    if (lines[i].empty()) throw Error(where + ": empty line");
-    const std::vector<std::string> fields = split_commas(lines[i]);
-    if (fields.size() != header.size())
-      throw Error(str_format("%s: expected %zu comma-separated values (%s), got %zu", where.c_str(), header.size(),
-                             lines[0].c_str(), fields.size()));
-    for (size_t f = 0; f < fields.size(); ++f) {
-      double value = 0;
-      if (!parse_number(fields[f], &value))
-        throw Error(where + ": " + header[f] + " = '" + fields[f] + "' is not a number");
-    }
-    double step = 0;
-    parse_number(fields[step_column], &step);
-    if (!(step >= 0) || !std::isfinite(step) || step != std::floor(step))
-      throw Error(where + ": step = '" + fields[step_column] + "' is not a step number (an integer >= 0)");
-    double value = 0;
-    if (loss_column >= 0 && parse_number(fields[loss_column], &value)) train_loss.points.push_back({step, value});
-    if (lr_column >= 0 && parse_number(fields[lr_column], &value)) lr.points.push_back({step, value});
-  }
-  if (!train_loss.points.empty()) run.loss.push_back(std::move(train_loss));
-  if (!lr.points.empty()) run.lr.push_back(std::move(lr));
-}
-
-void read_results(const std::string& path, RunCurves& run, bool want_train_loss) {
-  const std::vector<std::string> lines = split_lines(read_file(path, "curves"));
-  std::vector<CurveSeries> loss;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string where = path + ":" + std::to_string(i + 1);
-    if (lines[i].empty()) throw Error(where + ": empty line");
-    Json line;
-    try {
-      line = Json::parse(lines[i]);
-    } catch (const Json::exception& e) {
-      throw Error(where + ": not JSON (" + e.what() + ")");
-    }
-    if (!line.is_object()) throw Error(where + ": expected a JSON object {\"step\": ..., metrics}");
-    const auto step = line.find("step");
-    if (step == line.end() || !step->is_number_integer() || step->get<int64_t>() < 0)
-      throw Error(where + ": no \"step\" (an integer >= 0)");
-    const double x = static_cast<double>(step->get<int64_t>());
-    for (const auto& item : line.items()) {
-      const std::string& key = item.key();
-      if (!item.value().is_number()) continue;  // "checkpoint", or null for a metric that was NaN
-      const double y = item.value().get<double>();
-      if (key == "eval_loss" || (key == "train_loss" && want_train_loss))
-        series_named(loss, key)->points.push_back({x, y});
-      else if (key.rfind("eval_", 0) == 0 && key != "eval_seconds")
-        series_named(run.metrics, key)->points.push_back({x, y});
-    }
-  }
-  // train loss first, then eval loss, whatever order the JSON keys came in.
-  std::sort(loss.begin(), loss.end(), [](const CurveSeries& a, const CurveSeries& b) { return a.name > b.name; });
-  for (auto& s : loss) run.loss.push_back(std::move(s));
-}
 
 // ---- drawing ------------------------------------------------------------------
 
@@ -269,16 +147,36 @@ struct Panel {
   std::vector<CurveSeries> RunCurves::*member;
 };
 
-void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<RunCurves>& runs, double top,
-                const Axis& x) {
-  const double plot_left = kLeft, plot_right = kWidth - kRight;
-  const double plot_top = top + kPanelTop, plot_bottom = top + kPanelHeight - kPanelBottom;
-  svg << str_format("<text x=\"%.1f\" y=\"%.1f\" class=\"panel-title\">%s</text>\n", plot_left, top + 20,
-                    escape(panel.title).c_str());
+// Where a panel is drawn: its plot area, and the axes that place values in it.
+struct PanelArea {
+  double left, right, top, bottom;
+  const Axis& x;
+  Axis y;
+  double px(double v) const { return left + axis_fraction(x, v) * (right - left); }
+  double py(double v) const { return bottom - axis_fraction(y, v) * (bottom - top); }
+};
 
-  // Series names in first-seen order over all runs: one dash pattern each.
+// How the curves are told apart: by colour, and by dash pattern.
+struct PanelStyle {
+  const std::vector<RunCurves>& runs;
+  bool one_run, dashed_runs;
+  const char* color_of(size_t run, size_t series) const { return kColors[(one_run ? series : run) % kNumColors]; }
+  const char* run_dash(size_t run) const { return runs[run].dashed ? kDashes[1] : ""; }
+  const char* dash_of(size_t series) const { return one_run || dashed_runs ? "" : kDashes[series % kNumDashes]; }
+};
+
+// Series names in first-seen order over all runs (one dash pattern each), and
+// the range of their finite values (lo > hi when there is none).
+struct PanelSeries {
   std::vector<std::string> names;
   double lo = INFINITY, hi = -INFINITY;
+};
+
+PanelSeries panel_series(const Panel& panel, const std::vector<RunCurves>& runs) {
+  PanelSeries series;
+  std::vector<std::string>& names = series.names;
+  double& lo = series.lo;
+  double& hi = series.hi;
   for (const RunCurves& run : runs)
     for (const CurveSeries& s : run.*panel.member) {
       if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
@@ -288,26 +186,30 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
           hi = std::max(hi, p.value);
         }
     }
-  const bool has_data = lo <= hi;
-  const Axis y = curve_axis(has_data ? lo : 0, has_data ? hi : 1, panel.member == &RunCurves::lr);
-  auto px = [&](double v) { return plot_left + axis_fraction(x, v) * (plot_right - plot_left); };
-  auto py = [&](double v) { return plot_bottom - axis_fraction(y, v) * (plot_bottom - plot_top); };
+  return series;
+}
 
-  // Grid, ticks and tick labels.
+// Grid, ticks and tick labels, the frame and the axis labels; the panel's note
+// when it has no data.
+void draw_axes(std::ostringstream& svg, const Panel& panel, const PanelArea& area, bool has_data) {
+  const double plot_left = area.left, plot_right = area.right, plot_top = area.top, plot_bottom = area.bottom;
+  const Axis& x = area.x;
+  const Axis& y = area.y;
   svg << "<g class=\"grid\">\n";
   for (double t : x.ticks)
-    svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", px(t), plot_top, px(t), plot_bottom);
+    svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", area.px(t), plot_top, area.px(t),
+                      plot_bottom);
   if (has_data)
     for (double t : y.ticks)
-      svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", plot_left, py(t), plot_right,
-                        py(t));
+      svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n", plot_left, area.py(t), plot_right,
+                        area.py(t));
   svg << "</g>\n<g class=\"tick-labels\">\n";
   for (double t : x.ticks)
-    svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n", px(t), plot_bottom + 16,
+    svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n", area.px(t), plot_bottom + 16,
                       tick_text(t, x.step).c_str());
   if (has_data)
     for (double t : y.ticks)
-      svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n", plot_left - 6, py(t) + 4,
+      svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s</text>\n", plot_left - 6, area.py(t) + 4,
                         tick_text(t, y.step).c_str());
   svg << "</g>\n";
   svg << str_format("<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" class=\"frame\"/>\n", plot_left,
@@ -318,23 +220,20 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
                     "transform=\"rotate(-90 %.2f %.2f)\">%s</text>\n",
                     plot_left - 64, (plot_top + plot_bottom) / 2, plot_left - 64, (plot_top + plot_bottom) / 2,
                     escape(panel.y_label).c_str());
-  if (!has_data) {
+  if (!has_data)
     svg << str_format("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" class=\"note\">%s</text>\n",
                       (plot_left + plot_right) / 2, (plot_top + plot_bottom) / 2, escape(panel.empty_note).c_str());
-    return;
-  }
+}
 
-  // The curves: a polyline per finite stretch, and dots where points are sparse (reports).
-  const bool one_run = runs.size() == 1;
-  auto color_of = [&](size_t run, size_t series) { return kColors[(one_run ? series : run) % kNumColors]; };
-  const bool dashed_runs = std::any_of(runs.begin(), runs.end(), [](const RunCurves& run) { return run.dashed; });
-  auto run_dash = [&](size_t run) { return runs[run].dashed ? kDashes[1] : ""; };
-  auto dash_of = [&](size_t series) { return one_run || dashed_runs ? "" : kDashes[series % kNumDashes]; };
+// The curves: a polyline per finite stretch, and dots where points are sparse (reports).
+void draw_curves(std::ostringstream& svg, const Panel& panel, const PanelArea& area, const PanelStyle& style,
+                 const std::vector<std::string>& names) {
+  const std::vector<RunCurves>& runs = style.runs;
   for (size_t r = 0; r < runs.size(); ++r)
     for (const CurveSeries& s : runs[r].*panel.member) {
       const size_t k = std::find(names.begin(), names.end(), s.name) - names.begin();
-      const char* dash = dashed_runs ? run_dash(r) : dash_of(k);
-      svg << str_format("<g stroke=\"%s\" fill=\"%s\"%s%s>\n", color_of(r, k), color_of(r, k),
+      const char* dash = style.dashed_runs ? style.run_dash(r) : style.dash_of(k);
+      svg << str_format("<g stroke=\"%s\" fill=\"%s\"%s%s>\n", style.color_of(r, k), style.color_of(r, k),
                         *dash ? " stroke-dasharray=\"" : "", *dash ? (std::string(dash) + "\"").c_str() : "");
       std::string points;
       auto flush_line = [&] {
@@ -347,19 +246,24 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
           flush_line();
           continue;
         }
-        points += str_format("%s%.2f,%.2f", points.empty() ? "" : " ", px(p.step), py(p.value));
+        points += str_format("%s%.2f,%.2f", points.empty() ? "" : " ", area.px(p.step), area.py(p.value));
       }
       flush_line();
       if (s.points.size() <= kMaxMarkedPoints)
         for (const CurvePoint& p : s.points)
           if (std::isfinite(p.value))
-            svg << str_format("<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" stroke=\"none\"/>\n", px(p.step), py(p.value));
+            svg << str_format("<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" stroke=\"none\"/>\n", area.px(p.step),
+                              area.py(p.value));
       svg << "</g>\n";
     }
+}
 
-  // Legend, right of the plot: series (one run), or runs then series (several).
-  double ly = plot_top + 12;
-  const double lx = plot_right + 16;
+// Legend, right of the plot: series (one run), or runs then series (several).
+void draw_legend(std::ostringstream& svg, const PanelArea& area, const PanelStyle& style,
+                 const std::vector<std::string>& names) {
+  const std::vector<RunCurves>& runs = style.runs;
+  double ly = area.top + 12;
+  const double lx = area.right + 16;
   auto entry = [&](const std::string& text, const char* color, const char* dash) {
     svg << str_format("<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
                       "stroke-width=\"2.5\"%s%s/>\n",
@@ -369,35 +273,33 @@ void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<R
                       legend_text(text).c_str());
     ly += 17;
   };
-  if (one_run) {
-    for (size_t k = 0; k < names.size(); ++k) entry(label_of(names[k]), color_of(0, k), "");
+  if (style.one_run) {
+    for (size_t k = 0; k < names.size(); ++k) entry(label_of(names[k]), style.color_of(0, k), "");
   } else {
-    for (size_t r = 0; r < runs.size(); ++r) entry(runs[r].name, color_of(r, 0), run_dash(r));
+    for (size_t r = 0; r < runs.size(); ++r) entry(runs[r].name, style.color_of(r, 0), style.run_dash(r));
     ly += 6;
-    for (size_t k = 0; k < names.size(); ++k) entry(label_of(names[k]), "#444444", dash_of(k));
+    for (size_t k = 0; k < names.size(); ++k) entry(label_of(names[k]), "#444444", style.dash_of(k));
   }
 }
 
-#ifdef SHARDTRAIN_HAVE_RSVG
-struct GObjectUnref {
-  void operator()(gpointer p) const { g_object_unref(p); }
-};
-struct CairoDestroy {
-  void operator()(cairo_t* cr) const { cairo_destroy(cr); }
-};
-struct SurfaceDestroy {
-  void operator()(cairo_surface_t* s) const { cairo_surface_destroy(s); }
-};
-std::string take_message(GError* error) {
-  const std::string message = error && error->message ? error->message : "unknown error";
-  if (error) g_error_free(error);
-  return message;
+void draw_panel(std::ostringstream& svg, const Panel& panel, const std::vector<RunCurves>& runs, double top,
+                const Axis& x) {
+  const double plot_left = kLeft, plot_right = kWidth - kRight;
+  const double plot_top = top + kPanelTop, plot_bottom = top + kPanelHeight - kPanelBottom;
+  svg << str_format("<text x=\"%.1f\" y=\"%.1f\" class=\"panel-title\">%s</text>\n", plot_left, top + 20,
+                    escape(panel.title).c_str());
+  const PanelSeries series = panel_series(panel, runs);
+  const bool has_data = series.lo <= series.hi;
+  const PanelArea area{plot_left, plot_right, plot_top, plot_bottom, x,
+                       curve_axis(has_data ? series.lo : 0, has_data ? series.hi : 1, panel.member == &RunCurves::lr)};
+  draw_axes(svg, panel, area, has_data);
+  if (!has_data) return;
+  const bool one_run = runs.size() == 1;
+  const bool dashed_runs = std::any_of(runs.begin(), runs.end(), [](const RunCurves& run) { return run.dashed; });
+  const PanelStyle style{runs, one_run, dashed_runs};
+  draw_curves(svg, panel, area, style, series.names);
+  draw_legend(svg, area, style, series.names);
 }
-cairo_status_t append_png(void* closure, const unsigned char* data, unsigned int length) {
-  static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
-  return CAIRO_STATUS_SUCCESS;
-}
-#endif
 
 }  // namespace
 
@@ -431,27 +333,6 @@ CurveAxis curve_axis(double lo, double hi, bool from_zero) {
     if (a.ticks.empty() || t > a.ticks.back()) a.ticks.push_back(t);
   }
   return a;
-}
-
-RunCurves read_run_curves(const std::string& run_dir, const std::string& name) {
-  std::error_code error;
-  if (!fs::is_directory(run_dir, error)) throw Error(run_dir + ": no such run folder");
-  const std::string progress = (fs::path(run_dir) / "progress.csv").string();
-  const std::string results = (fs::path(run_dir) / "result.jsonl").string();
-  const bool has_progress = fs::exists(progress, error), has_results = fs::exists(results, error);
-  if (!has_progress && !has_results)
-    throw Error(run_dir + ": neither progress.csv nor result.jsonl is there; is it a shardtrain run folder "
-                          "(<run.storage_path>/<run.name>)?");
-  RunCurves run;
-  run.name = name;
-  if (run.name.empty()) {
-    fs::path path = fs::path(run_dir).lexically_normal();
-    if (path.filename().empty()) path = path.parent_path();
-    run.name = path.filename().string();
-  }
-  if (has_progress) read_progress(progress, run);
-  if (has_results) read_results(results, run, /*want_train_loss=*/run.loss.empty());
-  return run;
 }
 
 std::string render_curves_svg(const std::vector<RunCurves>& runs, const std::string& title) {
@@ -500,43 +381,6 @@ std::string render_curves_svg(const std::vector<RunCurves>& runs, const std::str
 void write_run_curves_svg(const std::string& run_dir) {
   const std::string svg = render_curves_svg({read_run_curves(run_dir)});
   write_file_atomic((fs::path(run_dir) / "curves.svg").string(), svg);
-}
-
-bool curves_png_supported() {
-#ifdef SHARDTRAIN_HAVE_RSVG
-  return true;
-#else
-  return false;
-#endif
-}
-
-void write_curves_png(const std::string& svg, const std::string& path) {
-#ifdef SHARDTRAIN_HAVE_RSVG
-  GError* error = nullptr;
-  std::unique_ptr<RsvgHandle, GObjectUnref> handle(
-      rsvg_handle_new_from_data(reinterpret_cast<const guint8*>(svg.data()), svg.size(), &error));
-  if (!handle) throw Error("cannot render the chart (librsvg): " + take_message(error));
-  gdouble width = 0, height = 0;
-  if (!rsvg_handle_get_intrinsic_size_in_pixels(handle.get(), &width, &height)) width = 960, height = 860;
-  std::unique_ptr<cairo_surface_t, SurfaceDestroy> surface(
-      cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(std::ceil(width)),
-                                 static_cast<int>(std::ceil(height))));
-  std::unique_ptr<cairo_t, CairoDestroy> cr(cairo_create(surface.get()));
-  cairo_set_source_rgb(cr.get(), 1, 1, 1);
-  cairo_paint(cr.get());
-  const RsvgRectangle viewport = {0, 0, width, height};
-  if (!rsvg_handle_render_document(handle.get(), cr.get(), &viewport, &error))
-    throw Error("cannot render the chart (librsvg): " + take_message(error));
-  std::string png;
-  const cairo_status_t status = cairo_surface_write_to_png_stream(surface.get(), append_png, &png);
-  if (status != CAIRO_STATUS_SUCCESS)
-    throw Error(std::string("cannot encode the PNG (cairo): ") + cairo_status_to_string(status));
-  write_file_atomic(path, png);
-#else
-  (void)svg;
-  throw Error("--output " + path + ": this shardtrain was built without librsvg, which renders PNG; install "
-              "librsvg2-dev (Debian) and rebuild, or write .svg and convert it (rsvg-convert from librsvg2-bin)");
-#endif
 }
 
 }  // namespace shardtrain

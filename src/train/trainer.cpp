@@ -1,8 +1,8 @@
+// train(): the job built, resumed from a checkpoint or started, and the loop
+// over epochs and steps, reporting through train/reporter.h.
 #include "shardtrain/train/trainer.h"
 
 #include <ATen/ATen.h>
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,6 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/signals.h"
 #include "shardtrain/train/checkpoint_manager.h"
-#include "shardtrain/report/curves.h"
 #include "shardtrain/train/early_stopping.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/job.h"
@@ -23,25 +22,13 @@
 #include "shardtrain/report/run_folder.h"
 #include "shardtrain/report/tensorboard.h"
 #include "shardtrain/train/train_step.h"
+#include "train/position.h"
+#include "train/reporter.h"
 
 namespace shardtrain {
 namespace {
 
-using Json = nlohmann::json;
-
-// Where training stands: what a checkpoint records besides the tensors.
-struct Position {
-  int64_t step = 0;            // optimizer steps taken (applied or skipped)
-  int64_t skipped = 0;         // of those, skipped for non-finite gradients (fp16)
-  int64_t epoch = 0;           // epochs done (the sampler's epoch)
-  int64_t resume_batches = -1; // >= 0: the first epoch continues after this many global batches
-  double loss_sum = 0;         // training loss since the last report
-  int64_t loss_count = 0;
-  double trained_before = 0;   // seconds trained by earlier invocations
-  ProgressWindow log_window;   // the progress log's sums since its last row (report/progress.h)
-  EarlyStoppingState early;    // train/early_stopping.h
-  std::string stop_reason;     // early.stopped: why
-};
+using namespace train_detail;
 
 Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::string& path) {
   Position at;
@@ -161,203 +148,6 @@ StepRecord run_step(TrainJob& job, Position& at, const std::vector<Batch>& micro
                            static_cast<long long>(record.step)));
   return record;
 }
-
-// A report: eval metrics, a checkpoint when asked, a line in result.jsonl,
-// TensorBoard scalars, curves.svg and a line in the log.
-class Reporter {
- public:
-  Reporter(TrainJob& job, CheckpointManager& checkpoints, RunFolder& folder, ProgressMeter& meter,
-           TensorBoardWriter* tensorboard, const TrainOptions& options, TrainResult& result)
-      : job_(job), checkpoints_(checkpoints), folder_(folder), meter_(meter), tensorboard_(tensorboard),
-        options_(options), result_(result), early_(job.config->train, job.config->checkpoint) {}
-
-  // `last`: the end of training, where early stopping stops nothing.
-  void report(Position& at, bool with_checkpoint, bool with_eval, int64_t epochs_done, bool last = false) {
-    // Throughout: `at` and the metrics are the same on every rank.
-    meter_.end_line();
-    TrainReport report;
-    report.epoch = epochs_done;
-    report.step = at.step;
-    if (at.loss_count > 0) report.metrics["train_loss"] = at.loss_sum / static_cast<double>(at.loss_count);
-    at.loss_sum = 0;
-    at.loss_count = 0;
-    if (job_.loss_scaler) {
-      report.metrics["loss_scale"] = job_.loss_scaler->scale();
-      report.metrics["skipped_steps"] = static_cast<double>(at.skipped);
-    }
-    if (with_eval && job_.eval_data) {
-      const double start = MPI_Wtime();
-      PhaseGuard phase(job_.comm, str_format("evaluation at step %lld", static_cast<long long>(at.step)),
-                       PhaseGuard::kNoDeadline);
-      const TrainConfig& t = job_.config->train;
-      const EvalSettings settings{&job_.config->data, job_.labels};
-      const std::map<std::string, double> metrics =
-          evaluate_task(*job_.model, *job_.eval_data, *job_.eval_table, settings, t.eval_batch_size,
-                        job_.tokenizer->pad_id(), job_.device, job_.comm);
-      for (const auto& kv : metrics) report.metrics[kv.first] = kv.second;
-      report.metrics["eval_seconds"] = MPI_Wtime() - start;
-      if (early_.enabled()) update_early_stopping(at, report, last);
-      if (options_.on_evaluation && !at.early.stopped) {
-        const std::string reason = options_.on_evaluation(report.metrics, at.step);
-        if (!reason.empty() && !last) {
-          at.early.stopped = true;
-          at.stop_reason = report.stop_reason = reason;
-        }
-      }
-    }
-    with_checkpoint = with_checkpoint || at.early.stopped;  // a stopped run stays stopped when re-run
-    Json metrics = Json::object();
-    for (const auto& kv : report.metrics) metrics[kv.first] = kv.second;
-    if (with_checkpoint) {
-      const double start = MPI_Wtime();
-      report.checkpoint = checkpoints_.save(job_.flat_layout, job_.strategy->checkpoint_parts(), state_at(at, metrics));
-      report.metrics["checkpoint_seconds"] = saved(at, start);
-    }
-    report.metrics["time_total_s"] = meter_.elapsed_total();
-    on_rank0(job_.comm, str_format("writing the report at step %lld", static_cast<long long>(at.step)),
-             [&] { write(report); });
-    result_.reports.push_back(report);
-  }
-
-  // At a step boundary, on every rank: stop for a SIGTERM that any rank got,
-  // with one emergency checkpoint of this step if it fits in the grace period
-  // (train/preemption.h). Not a report: result.jsonl and TensorBoard get
-  // nothing, and the checkpoint keeps the loss since the last report.
-  bool stop_for_preemption(const Position& at) {
-    if (preemption_grace_s() <= 0) return false;  // no handler: SIGTERM kills as by default
-    const PreemptionDecision d = agree_on_preemption(job_.comm, at.step, longest_checkpoint_s_, at.step > saved_step_);
-    if (!d.stop) return false;
-    meter_.end_line();
-    log_info("SIGTERM %.1f s ago: stopping at step %lld of %lld%s", d.seconds_since_signal,
-             static_cast<long long>(at.step), static_cast<long long>(job_.plan.total_steps),
-             d.write_checkpoint ? " with an emergency checkpoint" : ("; no emergency checkpoint: " + d.reason).c_str());
-    if (d.write_checkpoint) {
-      const double start = MPI_Wtime();
-      TrainState state = state_at(at, Json::object());
-      state.loss_sum = at.loss_sum;
-      state.loss_count = at.loss_count;
-      const std::string path = checkpoints_.save(job_.flat_layout, job_.strategy->checkpoint_parts(), state);
-      log_info("emergency checkpoint of step %lld in %.2f s -> %s", static_cast<long long>(at.step),
-               saved(at, start), path.c_str());
-    }
-    result_.preempted = true;
-    return true;
-  }
-
-  // Records a checkpoint of this step just written; returns its seconds.
-  double saved(const Position& at, double start) {
-    const double seconds = MPI_Wtime() - start;
-    saved_step_ = at.step;
-    longest_checkpoint_s_ = std::max(longest_checkpoint_s_, seconds);
-    return seconds;
-  }
-  void resumed_at(int64_t step) { saved_step_ = step; }
-
- private:
-  // The metrics are the same on every rank (gathered logits); rank 0's
-  // decision is broadcast all the same, so that the ranks cannot part ways.
-  void update_early_stopping(Position& at, TrainReport& report, bool last) {
-    early_.load(at.early);
-    const int stop = early_.update(report.metrics, at.step) ? 1 : 0;
-    at.early = early_.state();
-    at.early.stopped = false;
-    if (!broadcast_value<int>(stop, job_.comm, "early stopping: the decision") || last) return;
-    at.early.stopped = true;
-    at.stop_reason = "early stopping: " + early_.reason();
-    report.stop_reason = at.stop_reason;
-  }
-
-  TrainState state_at(const Position& at, const Json& metrics) const {
-    const TrainConfig& t = job_.config->train;
-    TrainState state;
-    state.step = at.step;
-    const SamplerState position = job_.sampler->state();
-    state.epoch = job_.epoch_done() ? position.epoch + 1 : position.epoch;
-    state.batches_consumed = job_.epoch_done() ? 0 : position.batches_consumed;
-    state.seed = t.seed;
-    state.num_training_steps = job_.plan.total_steps;
-    state.warmup_steps = job_.plan.warmup_steps;
-    state.base_lr = t.lr;
-    state.world_size = job_.plan.world_size;
-    state.global_batch_size = job_.plan.examples_per_step();
-    state.strategy = job_.strategy->name();
-    state.config_toml = options_.config_toml;
-    state.model_config_json = job_.saved_config.to_json();
-    state.vocab_text = job_.vocab_text;
-    state.tokenizer_files = job_.tokenizer_files;
-    state.lowercase = job_.tokenizer->options().lowercase ? 1 : 0;
-    state.metrics_json = metrics.dump();
-    state.train_seconds = meter_.elapsed_total();
-    const ProgressWindow window = meter_.window();
-    state.log_window_loss_sum = window.loss_sum;
-    state.log_window_grad_norm_sum = window.grad_norm_sum;
-    state.log_window_steps = window.steps;
-    state.skipped_steps = at.skipped;
-    if (job_.loss_scaler) {
-      const LossScalerState& s = job_.loss_scaler->state();
-      state.loss_scale = s.scale;
-      state.loss_scale_good_steps = s.good_steps;
-      state.loss_scale_hysteresis_left = s.hysteresis_left;
-    }
-    if (at.early.best) state.early_stopping_best = *at.early.best;
-    state.early_stopping_best_step = at.early.best_step;
-    state.early_stopping_bad_evals = at.early.bad_evals;
-    state.early_stopped = at.early.stopped ? 1 : 0;
-    state.stop_reason = at.stop_reason;
-    return state;  // loss_sum / loss_count: reported just now, so 0
-  }
-
-  // Rank 0: result.jsonl, TensorBoard, curves.svg and the log line.
-  void write(const TrainReport& report) {
-    Json line = Json::object();
-    line["epoch"] = report.epoch;
-    line["step"] = report.step;
-    line["training_iteration"] = folder_.num_reports() + 1;
-    for (const auto& kv : report.metrics) line[kv.first] = kv.second;
-    line["checkpoint"] = report.checkpoint.empty() ? Json(nullptr) : Json(report.checkpoint);
-    if (!report.stop_reason.empty()) line["stop_reason"] = report.stop_reason;
-    folder_.append_result(line.dump());
-    if (tensorboard_) {
-      for (const auto& kv : report.metrics)
-        if (kv.first != "eval_seconds" && kv.first != "checkpoint_seconds" && kv.first != "time_total_s" &&
-            kv.first != "loss_scale" && kv.first != "skipped_steps")
-          tensorboard_->add_scalar(tensorboard_tag(kv.first), kv.second, report.step);
-      tensorboard_->flush();
-    }
-    try {
-      write_run_curves_svg(folder_.dir());
-    } catch (const Error& e) {
-      log_warn("curves.svg not written: %s", e.what());  // a hand-edited progress.csv must not stop training
-    }
-    std::string summary;
-    for (const char* key : {"train_loss", "eval_loss", "eval_accuracy", "eval_f1", "eval_mcc", "eval_macro_f1",
-                            "eval_mse", "eval_pearson"}) {
-      auto it = report.metrics.find(key);
-      if (it != report.metrics.end()) summary += str_format(" %s %.4f", key, it->second);
-    }
-    for (const char* key : {"eval_seconds", "checkpoint_seconds"}) {
-      auto it = report.metrics.find(key);
-      if (it != report.metrics.end()) summary += str_format(" | %s %.2f", key, it->second);
-    }
-    log_info("report %lld: epoch %lld step %lld%s%s", static_cast<long long>(folder_.num_reports()),
-             static_cast<long long>(report.epoch), static_cast<long long>(report.step), summary.c_str(),
-             report.checkpoint.empty() ? "" : (" -> " + report.checkpoint).c_str());
-    if (!report.stop_reason.empty())
-      log_info("stopping at step %lld of %lld: %s", static_cast<long long>(report.step),
-               static_cast<long long>(job_.plan.total_steps), report.stop_reason.c_str());
-  }
-
-  TrainJob& job_;
-  CheckpointManager& checkpoints_;
-  RunFolder& folder_;
-  ProgressMeter& meter_;
-  TensorBoardWriter* tensorboard_;
-  const TrainOptions& options_;
-  TrainResult& result_;
-  EarlyStopping early_;
-  int64_t saved_step_ = 0;            // the step of the newest checkpoint (resumed from or written)
-  double longest_checkpoint_s_ = 0;   // this rank's longest checkpoint write in this job
-};
 
 void log_plan(const TrainJob& job, const RunFolder& folder) {
   const TrainPlan& p = job.plan;

@@ -1,5 +1,6 @@
 // libFuzzer target: a run folder's progress.csv and result.jsonl as `shardtrain
-// plot` reads them (read_run_curves, render_curves_svg; src/report/curves.cpp).
+// plot` reads them (read_run_curves, render_curves_svg; src/report/curves_read.cpp,
+// curves.cpp).
 // Input: progress.csv, "\n=====\n", result.jsonl (an empty section: no such
 // file). The SVG must be a complete document with no NaN or infinite
 // coordinate (a non-finite loss breaks its line, by design; it is never drawn).

@@ -1,5 +1,5 @@
 // libFuzzer target: the TSV / CSV / JSONL readers with label handling
-// (read_table_from_string, src/data/reader.cpp). The first byte picks the
+// (read_table_from_string, src/data/label_table.cpp). The first byte picks the
 // format, label mode, bad-row policy, class count and whether there is a text_b
 // column; the rest is the file (columns sentence1, sentence2, label). What is
 // read must be consistent: one line number and label per row, class ids below

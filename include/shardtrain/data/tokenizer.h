@@ -270,10 +270,10 @@ class Tokenizer {
   // token string -> id, or -1 when the token is not in the vocabulary.
   int32_t token_to_id(std::string_view token) const;
 
-  struct Vocab;  // WordPiece, defined in tokenizer.cpp
+  struct Vocab;  // WordPiece, defined in wordpiece_vocab.h
   struct Bpe;    // byte-level BPE, defined in bpe_tokenizer.cpp
   struct Spm;    // SentencePiece, defined in spm_tokenizer.h
-  struct Loader;  // tokenizer_files.cpp: folders, tokenizer.json, saved files
+  struct Loader;  // tokenizer_loader.h: folders, tokenizer.json, saved files
   struct Template;  // the post-processor (src/data/tokenizer/tokenizer_template.h)
   struct Core;      // what every engine holds (src/data/tokenizer/tokenizer_template.h)
 

@@ -186,6 +186,110 @@ bool spm_read_folder(const std::string& prefix, tokjson::FileMap& files, std::st
   return false;
 }
 
+namespace {
+
+// DebertaV2Converter's layout of `spec` into `engine`, its special tokens
+// appended to `added`; returns the tokenizer class.
+std::string spm_deberta_layout(Tokenizer::Spm* engine, const spm::ModelSpec& spec, const tokjson::Configs& configs,
+                               const std::string& name, std::vector<AddedToken>& added) {
+  std::string tokenizer_class;
+  const auto count = static_cast<int32_t>(spec.pieces.size());
+  auto piece_id = [&](const std::string& text) {
+    for (int32_t i = 0; i < count; ++i)
+      if (spec.pieces[static_cast<std::size_t>(i)].text == text) return i;
+    return -1;
+  };
+  // DebertaV2Converter: the pieces as they are, [MASK] after them when the
+  // model lacks it; Lowercase, Strip, Precompiled; [CLS] A [SEP] B:1 [SEP]:1.
+  tokenizer_class = "DebertaV2Tokenizer";
+  engine->layout = "deberta-v2";
+  engine->spm_to_id.resize(static_cast<std::size_t>(count));
+  for (int32_t i = 0; i < count; ++i) {
+    engine->spm_to_id[static_cast<std::size_t>(i)] = i;
+    engine->tokens.push_back(spec.pieces[static_cast<std::size_t>(i)].text);
+  }
+  auto special = [&](const char* key, const char* fallback, bool required) {
+    std::string token = configs.special_token(key);
+    if (token.empty()) token = fallback;
+    int32_t id = piece_id(token);
+    if (id < 0 && !required) {
+      id = static_cast<int32_t>(engine->tokens.size());
+      engine->tokens.push_back(token);
+    }
+    if (id < 0)
+      throw Error("'" + name + "' has no piece '" + token + "' (" + key +
+                  "); a DeBERTa-v2 SentencePiece model has [CLS], [SEP], [PAD] and [UNK]");
+    added.push_back(spm_special(token, id));
+    return id;
+  };
+  engine->cls_id = special("cls_token", "[CLS]", true);
+  engine->sep_id = special("sep_token", "[SEP]", true);
+  engine->pad_id = special("pad_token", "[PAD]", true);
+  engine->unk_id = special("unk_token", "[UNK]", true);
+  engine->mask_id = special("mask_token", "[MASK]", false);
+  if (engine->unk_id != spec.unk_id)
+    throw Error("'" + name + "': trainer_spec.unk_id " + std::to_string(spec.unk_id) + " is not the unk_token '" +
+                engine->tokens[static_cast<std::size_t>(engine->unk_id)] + "'");
+  engine->lowercase = configs.has_config && tokjson::get_bool(configs.config, "do_lower_case", false, configs.config_name);
+  engine->split_by_punct =
+      configs.has_config && tokjson::get_bool(configs.config, "split_by_punct", false, configs.config_name);
+  engine->strip_left = true;
+  engine->post.single = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id}, 0}};
+  engine->post.pair = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id}, 0}, {1, {}, 1},
+                       {-1, {engine->sep_id}, 1}};
+  return tokenizer_class;
+}
+
+// XLMRobertaConverter's or CamembertConverter's layout of `spec` into
+// `engine`, its special tokens appended to `added`; returns the tokenizer class.
+std::string spm_fairseq_layout(Tokenizer::Spm* engine, const spm::ModelSpec& spec, SpmLayout layout,
+                               const std::string& name, std::vector<AddedToken>& added) {
+  std::string tokenizer_class;
+  const auto count = static_cast<int32_t>(spec.pieces.size());
+  // XLMRobertaConverter / CamembertConverter: fairseq's ids. XLM-R: <s>
+  // <pad> </s> <unk>, then pieces 3.. (each one id up), <mask> last.
+  // CamemBERT: <s>NOTUSED <pad> </s>NOTUSED <unk> <unk>NOTUSED, then pieces
+  // 1.. (four ids up, so <s> and </s> are 5 and 6), <mask> last.
+  const bool xlmr = layout == SpmLayout::kXlmRoberta;
+  tokenizer_class = xlmr ? "XLMRobertaTokenizer" : "CamembertTokenizer";
+  engine->layout = xlmr ? "xlm-roberta" : "camembert";
+  const char* what = xlmr ? "XLM-R" : "CamemBERT";
+  if (spec.unk_id != 0 || count < 3 || spec.pieces[1].text != "<s>" || spec.pieces[2].text != "</s>")
+    throw Error("'" + name + "': pieces 0, 1, 2 must be <unk>, <s>, </s> for the " + std::string(what) +
+                " layout (trainer_spec.unk_id 0, bos_id 1, eos_id 2, as spm_train writes them)");
+  const int32_t offset = xlmr ? 1 : 4;
+  engine->tokens = xlmr ? std::vector<std::string>{"<s>", "<pad>", "</s>", "<unk>"}
+                        : std::vector<std::string>{"<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED"};
+  const int32_t first_piece = xlmr ? 3 : 1;
+  for (int32_t i = first_piece; i < count; ++i) engine->tokens.push_back(spec.pieces[static_cast<std::size_t>(i)].text);
+  engine->spm_to_id.resize(static_cast<std::size_t>(count));
+  for (int32_t i = 0; i < count; ++i) engine->spm_to_id[static_cast<std::size_t>(i)] = i + offset;
+  engine->spm_to_id[0] = 3;  // SentencePiece's unknown is fairseq's <unk>
+  if (xlmr) {
+    engine->spm_to_id[1] = 0;
+    engine->spm_to_id[2] = 2;
+  }
+  engine->tokens.push_back("<mask>");
+  engine->cls_id = xlmr ? 0 : 1 + offset;
+  engine->sep_id = xlmr ? 2 : 2 + offset;
+  engine->pad_id = 1;
+  engine->unk_id = 3;
+  engine->mask_id = static_cast<int32_t>(engine->tokens.size()) - 1;
+  for (int32_t id = 0; id < (xlmr ? 4 : 5); ++id) added.push_back(spm_special(engine->tokens[static_cast<std::size_t>(id)], id));
+  if (!xlmr) {
+    added.push_back(spm_special("<s>", engine->cls_id));
+    added.push_back(spm_special("</s>", engine->sep_id));
+  }
+  added.push_back(spm_special("<mask>", engine->mask_id, true));  // <mask> takes the space before it
+  engine->strip_left = false;  // the converter strips right only
+  engine->post.single = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id}, 0}};
+  engine->post.pair = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id, engine->sep_id}, 0},
+                       {1, {}, 0}, {-1, {engine->sep_id}, 0}};
+  return tokenizer_class;
+}
+
+}  // namespace
+
 std::shared_ptr<Tokenizer::Spm> spm_from_model_file(const tokjson::FileMap& files, const tokjson::Where& where,
                                                     const std::string& model_file, const std::string& model_type,
                                                     std::string* tokenizer_class) {
@@ -198,93 +302,9 @@ std::shared_ptr<Tokenizer::Spm> spm_from_model_file(const tokjson::FileMap& file
   engine->source = name;
   engine->load(bytes, name);
   spm_set_chunks(*engine, spec);
-  const auto count = static_cast<int32_t>(spec.pieces.size());
   std::vector<AddedToken> added;
-  auto piece_id = [&](const std::string& text) {
-    for (int32_t i = 0; i < count; ++i)
-      if (spec.pieces[static_cast<std::size_t>(i)].text == text) return i;
-    return -1;
-  };
-  if (layout == SpmLayout::kDeberta) {
-    // DebertaV2Converter: the pieces as they are, [MASK] after them when the
-    // model lacks it; Lowercase, Strip, Precompiled; [CLS] A [SEP] B:1 [SEP]:1.
-    *tokenizer_class = "DebertaV2Tokenizer";
-    engine->layout = "deberta-v2";
-    engine->spm_to_id.resize(static_cast<std::size_t>(count));
-    for (int32_t i = 0; i < count; ++i) {
-      engine->spm_to_id[static_cast<std::size_t>(i)] = i;
-      engine->tokens.push_back(spec.pieces[static_cast<std::size_t>(i)].text);
-    }
-    auto special = [&](const char* key, const char* fallback, bool required) {
-      std::string token = configs.special_token(key);
-      if (token.empty()) token = fallback;
-      int32_t id = piece_id(token);
-      if (id < 0 && !required) {
-        id = static_cast<int32_t>(engine->tokens.size());
-        engine->tokens.push_back(token);
-      }
-      if (id < 0)
-        throw Error("'" + name + "' has no piece '" + token + "' (" + key +
-                    "); a DeBERTa-v2 SentencePiece model has [CLS], [SEP], [PAD] and [UNK]");
-      added.push_back(spm_special(token, id));
-      return id;
-    };
-    engine->cls_id = special("cls_token", "[CLS]", true);
-    engine->sep_id = special("sep_token", "[SEP]", true);
-    engine->pad_id = special("pad_token", "[PAD]", true);
-    engine->unk_id = special("unk_token", "[UNK]", true);
-    engine->mask_id = special("mask_token", "[MASK]", false);
-    if (engine->unk_id != spec.unk_id)
-      throw Error("'" + name + "': trainer_spec.unk_id " + std::to_string(spec.unk_id) + " is not the unk_token '" +
-                  engine->tokens[static_cast<std::size_t>(engine->unk_id)] + "'");
-    engine->lowercase = configs.has_config && tokjson::get_bool(configs.config, "do_lower_case", false, configs.config_name);
-    engine->split_by_punct =
-        configs.has_config && tokjson::get_bool(configs.config, "split_by_punct", false, configs.config_name);
-    engine->strip_left = true;
-    engine->post.single = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id}, 0}};
-    engine->post.pair = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id}, 0}, {1, {}, 1},
-                         {-1, {engine->sep_id}, 1}};
-  } else {
-    // XLMRobertaConverter / CamembertConverter: fairseq's ids. XLM-R: <s>
-    // <pad> </s> <unk>, then pieces 3.. (each one id up), <mask> last.
-    // CamemBERT: <s>NOTUSED <pad> </s>NOTUSED <unk> <unk>NOTUSED, then pieces
-    // 1.. (four ids up, so <s> and </s> are 5 and 6), <mask> last.
-    const bool xlmr = layout == SpmLayout::kXlmRoberta;
-    *tokenizer_class = xlmr ? "XLMRobertaTokenizer" : "CamembertTokenizer";
-    engine->layout = xlmr ? "xlm-roberta" : "camembert";
-    const char* what = xlmr ? "XLM-R" : "CamemBERT";
-    if (spec.unk_id != 0 || count < 3 || spec.pieces[1].text != "<s>" || spec.pieces[2].text != "</s>")
-      throw Error("'" + name + "': pieces 0, 1, 2 must be <unk>, <s>, </s> for the " + std::string(what) +
-                  " layout (trainer_spec.unk_id 0, bos_id 1, eos_id 2, as spm_train writes them)");
-    const int32_t offset = xlmr ? 1 : 4;
-    engine->tokens = xlmr ? std::vector<std::string>{"<s>", "<pad>", "</s>", "<unk>"}
-                          : std::vector<std::string>{"<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED"};
-    const int32_t first_piece = xlmr ? 3 : 1;
-    for (int32_t i = first_piece; i < count; ++i) engine->tokens.push_back(spec.pieces[static_cast<std::size_t>(i)].text);
-    engine->spm_to_id.resize(static_cast<std::size_t>(count));
-    for (int32_t i = 0; i < count; ++i) engine->spm_to_id[static_cast<std::size_t>(i)] = i + offset;
-    engine->spm_to_id[0] = 3;  // SentencePiece's unknown is fairseq's <unk>
-    if (xlmr) {
-      engine->spm_to_id[1] = 0;
-      engine->spm_to_id[2] = 2;
-    }
-    engine->tokens.push_back("<mask>");
-    engine->cls_id = xlmr ? 0 : 1 + offset;
-    engine->sep_id = xlmr ? 2 : 2 + offset;
-    engine->pad_id = 1;
-    engine->unk_id = 3;
-    engine->mask_id = static_cast<int32_t>(engine->tokens.size()) - 1;
-    for (int32_t id = 0; id < (xlmr ? 4 : 5); ++id) added.push_back(spm_special(engine->tokens[static_cast<std::size_t>(id)], id));
-    if (!xlmr) {
-      added.push_back(spm_special("<s>", engine->cls_id));
-      added.push_back(spm_special("</s>", engine->sep_id));
-    }
-    added.push_back(spm_special("<mask>", engine->mask_id, true));  // <mask> takes the space before it
-    engine->strip_left = false;  // the converter strips right only
-    engine->post.single = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id}, 0}};
-    engine->post.pair = {{-1, {engine->cls_id}, 0}, {0, {}, 0}, {-1, {engine->sep_id, engine->sep_id}, 0},
-                         {1, {}, 0}, {-1, {engine->sep_id}, 0}};
-  }
+  *tokenizer_class = layout == SpmLayout::kDeberta ? spm_deberta_layout(engine.get(), spec, configs, name, added)
+                                                   : spm_fairseq_layout(engine.get(), spec, layout, name, added);
   engine->added.build(added);
   spm_check_added(*engine, files, configs, where);
   spm_index_tokens(*engine, spec);

@@ -3,7 +3,7 @@
 // to bottom in the order HF applies it, and each step is checked against HF's
 // ids for every MRPC dev pair (tests/test_tokenizer.cpp); the Unicode tables
 // are in unicode_text.cpp, reading folders and files in tokenizer_files.cpp,
-// byte-level BPE in bpe_tokenizer.cpp.
+// byte-level BPE in bpe_tokenizer.cpp, the vocabulary in wordpiece_vocab.cpp.
 #include "shardtrain/data/tokenizer.h"
 
 #include <algorithm>
@@ -28,101 +28,6 @@ namespace {
 
 // HF WordpieceTokenizer.max_input_chars_per_word.
 constexpr std::size_t kMaxCharsPerWord = 100;
-
-}  // namespace
-
-// Named, not anonymous: Tokenizer::Vocab (a member of an exported class) holds
-// StringIdMaps, and GCC warns (-Wsubobject-linkage) when such a member's type
-// has internal linkage in a file that is not the main one, as in a unity batch.
-namespace wordpiece_detail {
-
-inline uint64_t hash_bytes(const char* data, std::size_t length) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ (length * 0xFF51AFD7ED558CCDull);
-  while (length >= 8) {
-    uint64_t chunk;
-    std::memcpy(&chunk, data, 8);
-    h = (h ^ chunk) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-    data += 8;
-    length -= 8;
-  }
-  uint64_t tail = 0;
-  for (std::size_t k = 0; k < length; ++k) tail |= static_cast<uint64_t>(static_cast<unsigned char>(data[k])) << (8 * k);
-  h = (h ^ tail) * 0x94D049BB133111EBull;
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 32;
-  return h;
-}
-
-// Open-addressing map from byte string to id. The keys live in one arena, so a
-// lookup with a string_view allocates nothing.
-class StringIdMap {
- public:
-  void build(const std::vector<std::pair<std::string_view, int32_t>>& entries) {
-    std::size_t capacity = 16;
-    while (capacity < entries.size() * 2) capacity *= 2;
-    slots_.assign(capacity, Slot{});
-    mask_ = capacity - 1;
-    arena_.clear();
-    std::size_t arena_bytes = 0;
-    for (const auto& entry : entries) arena_bytes += entry.first.size();
-    arena_.reserve(arena_bytes);
-    for (const auto& [key, id] : entries) {
-      const uint64_t h = hash_bytes(key.data(), key.size());
-      std::size_t index = h & mask_;
-      while (true) {
-        Slot& slot = slots_[index];
-        if (slot.id < 0) {
-          slot = Slot{static_cast<uint32_t>(h), static_cast<uint32_t>(key.size()),
-                      static_cast<uint32_t>(arena_.size()), id};
-          arena_.append(key);
-          break;
-        }
-        if (matches(slot, static_cast<uint32_t>(h), key.data(), key.size())) {
-          slot.id = id;  // a repeated token: the later line wins, as in HF
-          break;
-        }
-        index = (index + 1) & mask_;
-      }
-      max_key_bytes_ = std::max(max_key_bytes_, key.size());
-    }
-  }
-
-  int32_t find(const char* data, std::size_t length) const {
-    const uint64_t h = hash_bytes(data, length);
-    std::size_t index = h & mask_;
-    while (true) {
-      const Slot& slot = slots_[index];
-      if (slot.id < 0) return -1;
-      if (matches(slot, static_cast<uint32_t>(h), data, length)) return slot.id;
-      index = (index + 1) & mask_;
-    }
-  }
-
-  std::size_t max_key_bytes() const { return max_key_bytes_; }
-
- private:
-  struct Slot {
-    uint32_t hash = 0;
-    uint32_t length = 0;
-    uint32_t offset = 0;
-    int32_t id = -1;  // -1 = empty
-  };
-  bool matches(const Slot& slot, uint32_t h, const char* data, std::size_t length) const {
-    return slot.hash == h && slot.length == length &&
-           std::memcmp(arena_.data() + slot.offset, data, length) == 0;
-  }
-
-  std::vector<Slot> slots_;
-  std::size_t mask_ = 0;
-  std::string arena_;
-  std::size_t max_key_bytes_ = 0;
-};
-
-}  // namespace wordpiece_detail
-
-namespace {
 
 // What an ASCII byte does in the normalizer + pre-tokenizer.
 enum class AsciiClass : uint8_t { kDrop, kSpace, kPunctuation, kWord };
@@ -162,107 +67,6 @@ Scratch& scratch() {
 }
 
 }  // namespace
-
-struct Tokenizer::Vocab : Tokenizer::Core {
-  wordpiece_detail::StringIdMap whole;         // every token
-  wordpiece_detail::StringIdMap continuation;  // "##piece" tokens, keyed by "piece"
-  // Tokens cut out of the raw text before normalisation, longest first.
-  std::vector<std::pair<std::string, int32_t>> specials;
-  std::array<bool, 256> special_first_byte{};
-  // Id of each single ASCII character as a whole word (unk when absent).
-  std::array<int32_t, 128> ascii_char_id{};
-};
-
-// `path` names the vocabulary in messages and vocab_path() (a file, or where
-// in-memory text came from).
-std::shared_ptr<Tokenizer::Vocab> wordpiece_parse_vocab(const std::string& text, const std::string& path,
-                                                        const WordPieceSpecialNames& names) {
-  auto vocab = std::make_shared<Tokenizer::Vocab>();
-  vocab->source = path;
-  std::size_t position = 0;
-  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) position = 3;
-  while (position < text.size()) {
-    std::size_t end = text.find('\n', position);
-    const std::size_t next = end == std::string::npos ? text.size() : end + 1;
-    if (end == std::string::npos) end = text.size();
-    // HF tokenizers trims trailing whitespace of each line (this also drops CR).
-    std::size_t last = end;
-    while (last > position && (text[last - 1] == '\r' || text[last - 1] == ' ' || text[last - 1] == '\t')) --last;
-    vocab->tokens.emplace_back(text, position, last - position);
-    position = next;
-  }
-  if (vocab->tokens.empty()) throw Error("vocabulary file '" + path + "' is empty");
-  if (vocab->tokens.size() > static_cast<std::size_t>(INT32_MAX)) {
-    throw Error("vocabulary file '" + path + "' has more tokens than int32 ids can address");
-  }
-
-  std::vector<std::pair<std::string_view, int32_t>> whole, continuation;
-  whole.reserve(vocab->tokens.size());
-  for (std::size_t id = 0; id < vocab->tokens.size(); ++id) {
-    const std::string_view token = vocab->tokens[id];
-    whole.emplace_back(token, static_cast<int32_t>(id));
-    if (token.size() > 2 && token.compare(0, 2, "##") == 0) {
-      continuation.emplace_back(token.substr(2), static_cast<int32_t>(id));
-    }
-  }
-  vocab->whole.build(whole);
-  vocab->continuation.build(continuation);
-
-  auto require = [&](const std::string& name, const char* role) {
-    const int32_t id = vocab->whole.find(name.data(), name.size());
-    if (id < 0) {
-      throw Error("vocabulary file '" + path + "' has no " + role + " token '" + name +
-                  "' (BERT vocabularies need [UNK], [CLS], [SEP] and [PAD])");
-    }
-    return id;
-  };
-  vocab->unk_id = require(names.unk, "unknown");
-  vocab->cls_id = require(names.cls, "classifier");
-  vocab->sep_id = require(names.sep, "separator");
-  vocab->pad_id = require(names.pad, "padding");
-  vocab->mask_id = names.mask.empty() ? -1 : vocab->whole.find(names.mask.data(), names.mask.size());
-
-  for (const std::string* name : {&names.unk, &names.cls, &names.sep, &names.pad, &names.mask}) {
-    const int32_t id = name->empty() ? -1 : vocab->whole.find(name->data(), name->size());
-    if (id < 0) continue;
-    vocab->specials.emplace_back(*name, id);
-    vocab->special_first_byte[static_cast<unsigned char>((*name)[0])] = true;
-  }
-  // Longest first, so the first match at a position is the leftmost-longest one.
-  std::stable_sort(vocab->specials.begin(), vocab->specials.end(),
-                   [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
-
-  for (int c = 0; c < 128; ++c) {
-    const char character = static_cast<char>(c);
-    const int32_t id = vocab->whole.find(&character, 1);
-    vocab->ascii_char_id[c] = id >= 0 ? id : vocab->unk_id;
-  }
-  vocab->post.single = {{-1, {vocab->cls_id}, 0}, {0, {}, 0}, {-1, {vocab->sep_id}, 0}};
-  vocab->post.pair = {{-1, {vocab->cls_id}, 0}, {0, {}, 0}, {-1, {vocab->sep_id}, 0}, {1, {}, 1}, {-1, {vocab->sep_id}, 1}};
-  return vocab;
-}
-
-int32_t wordpiece_token_id(const Tokenizer::Vocab& vocab, std::string_view token) {
-  return vocab.whole.find(token.data(), token.size());
-}
-
-bool wordpiece_vocabulary_is_cased(const Tokenizer::Vocab& vocab) {
-  for (const std::string& token : vocab.tokens) {
-    bool special = false;
-    for (const auto& entry : vocab.specials) special = special || entry.first == token;
-    if (special) continue;
-    const auto* bytes = reinterpret_cast<const unsigned char*>(token.data());
-    std::size_t position = 0;
-    while (position < token.size()) {
-      std::size_t length;
-      const int32_t cp = unicode::decode_utf8(bytes + position, token.size() - position, &length);
-      if (cp >= 0 && unicode::changes_when_lowercased(cp)) return true;
-      position += length;
-    }
-  }
-  return false;
-}
-
 namespace {
 
 // Splits normalised text into words and each word into WordPiece ids. With

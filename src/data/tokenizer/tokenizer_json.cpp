@@ -136,6 +136,60 @@ std::vector<AddedToken> read_added_tokens(const json& root, const std::string& n
   return tokens;
 }
 
+namespace {
+
+// One template ("single" or "pair", `key`) of a TemplateProcessing
+// post-processor; `specials` is its special_tokens.
+std::vector<TemplatePiece> read_template(const json& processor, const json& specials, const char* key,
+                                         const std::string& name) {
+  std::vector<TemplatePiece> pieces;
+  const json& list = field(processor, key, name, "TemplateProcessing");
+  if (!list.is_array()) throw Error("'" + name + "': post_processor." + key + " must be a list");
+  for (const json& item : list) {
+    TemplatePiece piece;
+    const bool is_special = item.contains("SpecialToken");
+    const json& body = is_special ? item["SpecialToken"] : item.contains("Sequence") ? item["Sequence"] : json();
+    if (!body.is_object() || !body.contains("id") || !body["id"].is_string())
+      throw Error("'" + name + "': post_processor." + key + " items must be {\"SpecialToken\": {\"id\": ...}} "
+                  "or {\"Sequence\": {\"id\": \"A\" or \"B\"}}");
+    const std::string id = body["id"].get<std::string>();
+    // Token types 0 and 1: what a sentence pair needs, and all that the
+    // encoders' type embeddings hold (type_vocab_size <= 2).
+    const json type_id = body.value("type_id", json(0));
+    if (!type_id.is_number_integer() || type_id.get<int64_t>() < 0 || type_id.get<int64_t>() > 1)
+      throw Error("'" + name + "': post_processor." + key + " item '" + id + "' has type_id " +
+                  type_id.dump() + "; token types are 0 or 1");
+    piece.type_id = static_cast<uint8_t>(type_id.get<int64_t>());
+    if (is_special) {
+      if (!specials.is_object() || !specials.contains(id) || !specials[id].is_object() ||
+          !specials[id].contains("ids") || !specials[id]["ids"].is_array())
+        throw Error("'" + name + "': post_processor special token '" + id + "' is not in its special_tokens");
+      for (const json& value : specials[id]["ids"])
+        piece.ids.push_back(token_id_value(value, name, "post_processor special token '" + id + "'s id"));
+    } else if (id == "A" || id == "B") {
+      piece.sequence = id == "A" ? 0 : 1;
+    } else {
+      throw Error("'" + name + "': post_processor sequence id '" + id + "' must be A or B");
+    }
+    pieces.push_back(std::move(piece));
+  }
+  // encode() fits A (and B) into max_length once each: a text repeated
+  // would pass it. Single: A once, no B; pair: A once and B once.
+  const bool pair = std::string(key) == "pair";
+  for (const int sequence : {0, 1}) {
+    const auto uses = std::count_if(pieces.begin(), pieces.end(),
+                                    [&](const TemplatePiece& p) { return p.sequence == sequence; });
+    const auto wanted = sequence == 0 || pair ? 1 : 0;
+    if (uses != wanted)
+      throw Error("'" + name + "': post_processor." + key + " names sequence " + (sequence == 0 ? "A" : "B") + " " +
+                  std::to_string(uses) + " times; the " + key + " template takes " +
+                  (pair ? "A once and B once" : "A once and no B"));
+  }
+  return pieces;
+}
+
+}  // namespace
+
 // Post-processor -> templates; the names of the [CLS]-like and [SEP]-like tokens.
 void read_post_processor(const json& processor, const std::string& name, Tokenizer::Template& post) {
   if (processor.is_null()) {
@@ -187,54 +241,8 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
     }
   } else if (type == "TemplateProcessing") {
     const json& specials = field(processor, "special_tokens", name, "TemplateProcessing");
-    auto read = [&](const char* key) {
-      std::vector<TemplatePiece> pieces;
-      const json& list = field(processor, key, name, "TemplateProcessing");
-      if (!list.is_array()) throw Error("'" + name + "': post_processor." + key + " must be a list");
-      for (const json& item : list) {
-        TemplatePiece piece;
-        const bool is_special = item.contains("SpecialToken");
-        const json& body = is_special ? item["SpecialToken"] : item.contains("Sequence") ? item["Sequence"] : json();
-        if (!body.is_object() || !body.contains("id") || !body["id"].is_string())
-          throw Error("'" + name + "': post_processor." + key + " items must be {\"SpecialToken\": {\"id\": ...}} "
-                      "or {\"Sequence\": {\"id\": \"A\" or \"B\"}}");
-        const std::string id = body["id"].get<std::string>();
-        // Token types 0 and 1: what a sentence pair needs, and all that the
-        // encoders' type embeddings hold (type_vocab_size <= 2).
-        const json type_id = body.value("type_id", json(0));
-        if (!type_id.is_number_integer() || type_id.get<int64_t>() < 0 || type_id.get<int64_t>() > 1)
-          throw Error("'" + name + "': post_processor." + key + " item '" + id + "' has type_id " +
-                      type_id.dump() + "; token types are 0 or 1");
-        piece.type_id = static_cast<uint8_t>(type_id.get<int64_t>());
-        if (is_special) {
-          if (!specials.is_object() || !specials.contains(id) || !specials[id].is_object() ||
-              !specials[id].contains("ids") || !specials[id]["ids"].is_array())
-            throw Error("'" + name + "': post_processor special token '" + id + "' is not in its special_tokens");
-          for (const json& value : specials[id]["ids"])
-            piece.ids.push_back(token_id_value(value, name, "post_processor special token '" + id + "'s id"));
-        } else if (id == "A" || id == "B") {
-          piece.sequence = id == "A" ? 0 : 1;
-        } else {
-          throw Error("'" + name + "': post_processor sequence id '" + id + "' must be A or B");
-        }
-        pieces.push_back(std::move(piece));
-      }
-      // encode() fits A (and B) into max_length once each: a text repeated
-      // would pass it. Single: A once, no B; pair: A once and B once.
-      const bool pair = std::string(key) == "pair";
-      for (const int sequence : {0, 1}) {
-        const auto uses = std::count_if(pieces.begin(), pieces.end(),
-                                        [&](const TemplatePiece& p) { return p.sequence == sequence; });
-        const auto wanted = sequence == 0 || pair ? 1 : 0;
-        if (uses != wanted)
-          throw Error("'" + name + "': post_processor." + key + " names sequence " + (sequence == 0 ? "A" : "B") + " " +
-                      std::to_string(uses) + " times; the " + key + " template takes " +
-                      (pair ? "A once and B once" : "A once and no B"));
-      }
-      return pieces;
-    };
-    post.single = read("single");
-    post.pair = read("pair");
+    post.single = read_template(processor, specials, "single", name);
+    post.pair = read_template(processor, specials, "pair", name);
   } else {
     throw Error("'" + name + "': post_processor type '" + type +
                 "' is not supported (RobertaProcessing, BertProcessing, TemplateProcessing, ByteLevel, Sequence)");

@@ -1,15 +1,31 @@
-// Private to the data layer: what tokenizer_files.cpp needs of the WordPiece
-// engine in tokenizer.cpp (include/shardtrain/data/tokenizer.h).
+// Private to the data layer: the WordPiece engine's vocabulary
+// (wordpiece_vocab.cpp) and what tokenizer_files.cpp needs of the engine in
+// tokenizer.cpp (include/shardtrain/data/tokenizer.h).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "data/tokenizer/string_id_map.h"
+#include "data/tokenizer/tokenizer_template.h"
 #include "shardtrain/data/tokenizer/types.h"
 
 namespace shardtrain {
+
+struct Tokenizer::Vocab : Tokenizer::Core {
+  wordpiece_detail::StringIdMap whole;         // every token
+  wordpiece_detail::StringIdMap continuation;  // "##piece" tokens, keyed by "piece"
+  // Tokens cut out of the raw text before normalisation, longest first.
+  std::vector<std::pair<std::string, int32_t>> specials;
+  std::array<bool, 256> special_first_byte{};
+  // Id of each single ASCII character as a whole word (unk when absent).
+  std::array<int32_t, 128> ascii_char_id{};
+};
 
 struct WordPieceSpecialNames {
   std::string unk = "[UNK]", cls = "[CLS]", sep = "[SEP]", pad = "[PAD]", mask = "[MASK]";
