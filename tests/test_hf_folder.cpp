@@ -17,6 +17,7 @@
 #include "shardtrain/model/hf_folder.h"
 #include "shardtrain/model/safetensors.h"
 #include "support/mpi_ranks.h"
+#include "support/scratch_dir.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -26,7 +27,10 @@ namespace {
 const fs::path kTiny = fs::path(SHARDTRAIN_SOURCE_DIR) / "tests/fixtures/bert_golden/small_gelu_new_l2";
 
 fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("shardtrain_test_hf_folder_" + std::to_string(::getpid())) / name;
+  // One fresh folder for the process (mkdtemp: never a stale one of an earlier
+  // process with the same pid), removed at exit.
+  static const shardtrain_test::ScratchDir root("test_hf_folder");
+  fs::path dir = fs::path(root.dir) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

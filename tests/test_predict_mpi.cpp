@@ -33,16 +33,11 @@ const std::string kDev = kSource + "/data/glue/MRPC/dev.tsv";
 
 using shardtrain_test::world_rank;
 
-// One temp folder per test run, named by rank 0 and shared with the others.
+// One fresh temp folder per test run (mkdtemp by rank 0, shared with the
+// others: never a stale folder of an earlier run whose rank 0 had the same
+// pid), removed by the last test case.
 const fs::path& temp_dir() {
-  static const fs::path dir = [] {
-    long id = static_cast<long>(getpid());
-    MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    const fs::path path = fs::temp_directory_path() / ("shardtrain_test_predict_" + std::to_string(id));
-    if (world_rank() == 0) fs::create_directories(path);
-    MPI_Barrier(MPI_COMM_WORLD);
-    return path;
-  }();
+  static const fs::path dir = shardtrain_test::make_shared_temp_dir("test_predict");
   return dir;
 }
 
@@ -278,11 +273,6 @@ TEST_CASE("predict: regression head and string labels") {
   CHECK_THROWS_WITH_AS(predict_file(options, MPI_COMM_WORLD), doctest::Contains("max_position_embeddings"), Error);
 }
 
-TEST_CASE("predict: clean up") {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) fs::remove_all(temp_dir());
-}
-
 TEST_CASE("predict --dtype bfloat16: the model in bf16 (LayerNorm, softmax in fp32), logits close to fp32's") {
   const std::string model = make_model_folder("mrpc_bf16", 2, 11);
   PredictOptions fp32 = mrpc_options(model, 32), bf16 = mrpc_options(model, 32);
@@ -313,3 +303,6 @@ TEST_CASE("predict --dtype bfloat16: the model in bf16 (LayerNorm, softmax in fp
   CHECK(shardtrain_test::error_of([&] { predict_file(half, MPI_COMM_WORLD); }) ==
         "--dtype float16 needs a GPU (LibTorch's CPU kernels have no fp16 matmul); use bfloat16");
 }
+
+// Last in the file: the cases above share temp_dir().
+TEST_CASE("predict: clean up") { shardtrain_test::remove_shared_dir(temp_dir().string()); }

@@ -130,6 +130,7 @@ TEST_CASE("qa: every strategy trains like DDP, padded and packed, and evaluates 
     CHECK(last_metrics(r).at("eval_exact_match") ==
           doctest::Approx(last_metrics(ddp).at("eval_exact_match")).epsilon(1e-9));
   }
+  shardtrain_test::remove_shared_dir(dir);
 }
 
 TEST_CASE("qa: evaluation on 1 rank and on 2 or 3 gives the same answers and EM / F1") {
@@ -176,6 +177,7 @@ TEST_CASE("qa: evaluation on 1 rank and on 2 or 3 gives the same answers and EM 
     }
   }
   CHECK(all_answers.size() == static_cast<size_t>(table.size()));
+  shardtrain_test::remove_shared_dir(dir);
 }
 
 TEST_CASE("qa: a run stopped between checkpoints and re-run ends exactly like an uninterrupted one") {
@@ -199,6 +201,7 @@ TEST_CASE("qa: a run stopped between checkpoints and re-run ends exactly like an
   CHECK(second.steps == 5);
   CHECK(at::equal(second.final_params, straight.final_params));
   CHECK(last_metrics(second).at("eval_f1") == last_metrics(straight).at("eval_f1"));
+  shardtrain_test::remove_shared_dir(dir);
 }
 
 TEST_CASE("qa predict: the answers on 1 rank and on all ranks are evaluation's, gold answers read or not") {
@@ -257,6 +260,7 @@ TEST_CASE("qa predict: the answers on 1 rank and on all ranks are evaluation's, 
       CHECK(r->answers[q].score == evaluated[q].score);
     }
   }
+  shardtrain_test::remove_shared_dir(dir);
 }
 
 }  // namespace qa_train_mpi_test

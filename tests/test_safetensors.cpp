@@ -21,12 +21,10 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("shardtrain_test_safetensors_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  // One fresh folder for the process (mkdtemp: never a stale one of an earlier
+  // process with the same pid), removed at exit.
+  static const shardtrain_test::ScratchDir dir("test_safetensors");
+  return dir.dir;
 }
 
 std::string read_bytes(const std::string& path) {
