@@ -6,4 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 cd build
-ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@"
+status=0
+ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@" || status=$?
+if ((status != 0)); then
+  # A CI log may keep only its tail: the failed assertions again, last.
+  echo "---- failed assertions and errors (build/Testing/Temporary/LastTest.log) ----"
+  grep -a -A4 -E "ERROR:|test case THREW|FAILED:|^FAIL|Error: " Testing/Temporary/LastTest.log | tail -n 80 || true
+fi
+exit "$status"
