@@ -1,10 +1,10 @@
-// The table of the tasks' rules (tasks/task_rules.h), from src/tasks/task_list.h.
+// The table of the tasks' rules (tasks/task_rules.h), from core/task_list.h.
 #include "shardtrain/tasks/task_rules.h"
 
 #include <algorithm>
 
 #include "shardtrain/core/check.h"
-#include "tasks/task_list.h"
+#include "shardtrain/core/task_list.h"
 
 namespace shardtrain {
 namespace tasks {
@@ -31,7 +31,7 @@ const RulesRow kRules[] = {
 const TaskRules& task_rules(Task task) {
   for (const RulesRow& row : kRules)
     if (row.task == task) return row.rules();
-  throw Error(std::string("no rules for model.task = \"") + enum_name(task) + "\" (src/tasks/task_list.h)");
+  throw Error(std::string("no rules for model.task = \"") + enum_name(task) + "\" (core/task_list.h)");
 }
 
 std::vector<Task> all_tasks() {

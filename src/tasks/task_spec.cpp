@@ -1,8 +1,8 @@
-// The table of the tasks' specs (tasks/task_spec.h), from src/tasks/task_list.h.
+// The table of the tasks' specs (tasks/task_spec.h), from core/task_list.h.
 #include "shardtrain/tasks/task_spec.h"
 
 #include "shardtrain/core/check.h"
-#include "tasks/task_list.h"
+#include "shardtrain/core/task_list.h"
 
 namespace shardtrain {
 namespace tasks {
@@ -19,7 +19,7 @@ const TaskSpec& task_spec(Task task) {
     SHARDTRAIN_TASKS(ST_SPEC_CASE)
 #undef ST_SPEC_CASE
   }
-  throw Error(std::string("no spec for model.task = \"") + enum_name(task) + "\" (src/tasks/task_list.h)");
+  throw Error(std::string("no spec for model.task = \"") + enum_name(task) + "\" (core/task_list.h)");
 }
 
 }  // namespace shardtrain

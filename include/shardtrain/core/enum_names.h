@@ -20,11 +20,18 @@
 #include <utility>
 #include <vector>
 
+#include "shardtrain/core/task_list.h"
+
 namespace shardtrain {
 
 enum class ModelInit { kPretrained, kRandom };
 // What the model is fine-tuned for (model.task): transformers' AutoModelFor<Task> classes.
-enum class Task { kSequenceClassification, kTokenClassification, kMultipleChoice, kQuestionAnswering };
+// One enumerator per row of core/task_list.h, in its order.
+enum class Task {
+#define SHARDTRAIN_TASK_ENUMERATOR(id, folder) id,
+  SHARDTRAIN_TASKS(SHARDTRAIN_TASK_ENUMERATOR)
+#undef SHARDTRAIN_TASK_ENUMERATOR
+};
 // Column layouts of well-known multiple-choice data sets (data.preset).
 enum class DataPreset { kNone, kSwag, kCopa };
 enum class FileFormat { kAuto, kTsv, kCsv, kJsonl, kConll };
@@ -63,9 +70,10 @@ struct EnumNames;
 ST_ENUM_NAMES(ModelInit, {ModelInit::kPretrained, "pretrained"}, {ModelInit::kRandom, "random"});
 ST_ENUM_NAMES(FileFormat, {FileFormat::kAuto, "auto"}, {FileFormat::kTsv, "tsv"}, {FileFormat::kCsv, "csv"},
            {FileFormat::kJsonl, "jsonl"}, {FileFormat::kConll, "conll"});
-ST_ENUM_NAMES(Task, {Task::kSequenceClassification, "sequence_classification"},
-           {Task::kTokenClassification, "token_classification"}, {Task::kMultipleChoice, "multiple_choice"},
-           {Task::kQuestionAnswering, "question_answering"});
+// model.task names a task by its folder (core/task_list.h).
+#define SHARDTRAIN_TASK_NAME(id, folder) {Task::id, #folder},
+ST_ENUM_NAMES(Task, SHARDTRAIN_TASKS(SHARDTRAIN_TASK_NAME));
+#undef SHARDTRAIN_TASK_NAME
 ST_ENUM_NAMES(DataPreset, {DataPreset::kNone, "none"}, {DataPreset::kSwag, "swag"}, {DataPreset::kCopa, "copa"});
 ST_ENUM_NAMES(BadRowPolicy, {BadRowPolicy::kError, "error"}, {BadRowPolicy::kSkip, "skip"});
 ST_ENUM_NAMES(Precision, {Precision::kNo, "no"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"});

@@ -4,7 +4,7 @@
 // the sweep's metric check ask these, and build without LibTorch (the fuzz
 // targets compile them alone). What a task does with data and tensors is its
 // TaskSpec (tasks/task_spec.h). Each task's rules and spec live in
-// src/tasks/<task>/, and src/tasks/task_list.h lists the tasks once.
+// src/tasks/<task>/, and core/task_list.h lists the tasks once.
 //
 //   const TaskRules& rules = task_rules(config.model.task);
 //   rules.apply_defaults(config.data, keys_set);
@@ -71,7 +71,7 @@ class TaskRules {
 
 // The rules of `task` (src/tasks/task_rules.cpp).
 const TaskRules& task_rules(Task task);
-// Every task, in src/tasks/task_list.h's order.
+// Every task, in core/task_list.h's order.
 std::vector<Task> all_tasks();
 // The task whose HF class names end in `class_name`'s suffix
 // ("BertForTokenClassification" -> token classification); nullopt for any

@@ -8,8 +8,8 @@
 // evaluation record and metrics, its baseline, and its predictions. The
 // model's forward and loss, the training job, evaluation, predict, the config
 // checks and the memory estimate ask them and switch on no task. Adding a
-// task: its folder, its fixtures, one row in src/tasks/task_list.h (and its
-// enumerator in core/enum_names.h); docs/code-tour.md has the list.
+// task: its folder, its fixtures, one row in core/task_list.h (which makes
+// its Task enumerator and model.task name); docs/code-tour.md has the list.
 //
 // A task's data flows the same way in `train` and `predict`:
 //   read      the file, with the run's data keys (DataConfig), into the
