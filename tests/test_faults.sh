@@ -25,21 +25,15 @@
 # Needs bash, python3 and hdf5-tools (h5dump, h5diff). Takes about 1.4 minutes
 # alone (82 s on 2 idle cores): the stopped-rank cases run beside the others.
 set -u
-BIN=${1:?usage: test_faults.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
-SRC=${2:?source dir}
-MPIEXEC=${3:?mpiexec}
-shift 3
-MPI_FLAGS=("$@")
+source "$(dirname "$0")/suite_lib.sh"
+suite_start "$@"
 # SHARDTRAIN_TEST_TIME_SCALE (5 in a sanitized build, tests/CMakeLists.txt)
-# stretches every bound of this script: the jobs run that much slower there.
-SCALE=${SHARDTRAIN_TEST_TIME_SCALE:-1}
+# stretches every bound of this script (SCALE): the jobs run that much slower there.
 TIMEOUT_S=$((5 * SCALE))  # as the soak: the stopped-rank cases wait this long five times
 SLACK_S=$((15 * SCALE))  # start of the abort, reading the boards (about 2 s), MPI_Abort tearing the job down
 JOB_LIMIT_S=$((120 * SCALE))  # a job that runs longer than this is killed and its case fails
-export OMP_NUM_THREADS=1
 cd "$SRC" || exit 1
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain_test_faults.XXXXXX")
 MOUNTED=""
 cleanup() {
   kill $(jobs -p) 2>/dev/null
@@ -47,15 +41,10 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-FAILURES=0
-fail() {
-  FAILURES=$((FAILURES + 1))
-  echo "FAIL: $1"
-  # (without Open MPI's shared-memory complaints about the stopped peer, which can
-  # run to a thousand lines after the message that matters)
-  if [ -n "${2:-}" ] && [ -f "$2" ]; then grep -v "Read -1, expected" "$2" | sed 's/^/    | /' | tail -20 | cut -c1-400; fi
-}
-pass() { echo "ok:   $1"; }
+# A failed check shows its log without Open MPI's shared-memory complaints
+# about the stopped peer, which can run to a thousand lines after the message
+# that matters.
+log_excerpt() { grep -v "Read -1, expected" "$1" | sed 's/^/    | /' | tail -20 | cut -c1-400; }
 
 # train NAME [flags...]: quickstart at -np 2 into $TMP/runs/NAME, log $TMP/NAME.log,
 # bounded by JOB_LIMIT_S (120 s) whatever happens.
@@ -67,31 +56,7 @@ train() {
     --train.log_every_steps 1 --checkpoint.num_to_keep 0 "$@" >>"$TMP/$name.log" 2>&1
 }
 
-# The pid of world rank $2 of the job whose run is named $1 (from its environment).
-rank_pid() {
-  local pid
-  for pid in $(pgrep -f -- "--run.name $1 " 2>/dev/null); do
-    [ -r "/proc/$pid/environ" ] || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$pid" && return 0
-  done
-  return 1
-}
-
-# wait_for FILE PATTERN SECONDS: until PATTERN appears in FILE (SECONDS x SCALE).
-wait_for() {
-  local i
-  for i in $(seq 1 $(($3 * 20 * SCALE))); do
-    grep -q -- "$2" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
 final_checkpoint() { ls "$1"/checkpoint_*.h5 2>/dev/null | tail -n 1; }
-
-same_state() {  # same_state CKPT_A CKPT_B LOG: /model and /optim bit-identical
-  h5diff "$1" "$2" /model /model >"$3" 2>&1 && h5diff "$1" "$2" /optim /optim >>"$3" 2>&1
-}
 
 no_hdf5_stack() { ! grep -q "HDF5-DIAG\|#000:" "$1"; }
 
@@ -315,7 +280,5 @@ for case in truncated flipped; do
 done
 
 wait $STOPPED_RANKS
-cat "$TMP/stopped_ranks.out"
-FAILURES=$((FAILURES + $(grep -c '^FAIL: ' "$TMP/stopped_ranks.out")))
-echo "test_faults: $FAILURES failure(s)"
-[ "$FAILURES" -eq 0 ]
+suite_merge "$TMP/stopped_ranks.out"
+suite_end

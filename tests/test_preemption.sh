@@ -21,37 +21,13 @@
 # Usage: test_preemption.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Needs bash, python3 and h5diff (hdf5-tools).
 set -u
-BIN=${1:?usage: test_preemption.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
-SRC=${2:?source dir}
-MPIEXEC=${3:?mpiexec}
-shift 3
-MPI_FLAGS=("$@")
+source "$(dirname "$0")/suite_lib.sh"
 # SHARDTRAIN_TEST_TIME_SCALE (5 in a sanitized build, tests/CMakeLists.txt)
-# stretches the waits and the bound on a whole job, which run that much
-# slower there; the bounds under test (an exit at once, the grace) stay.
-SCALE=${SHARDTRAIN_TEST_TIME_SCALE:-1}
-export OMP_NUM_THREADS=1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain_test_preemption.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-FAILURES=0
-fail() {
-  FAILURES=$((FAILURES + 1))
-  echo "FAIL: $1"
-  if [ -n "${2:-}" ] && [ -f "$2" ]; then grep -v '^  \|^$\|^#' "$2" | tail -15 | cut -c1-300 | sed 's/^/    | /'; fi
-}
-pass() { echo "ok:   $1"; }
+# stretches the waits and the bound on a whole job (SCALE), which run that
+# much slower there; the bounds under test (an exit at once, the grace) stay.
+suite_start "$@"
 
-head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
-head -n 41 "$SRC/data/glue/MRPC/dev.tsv" >"$TMP/dev.tsv"
-cat >"$TMP/tiny.toml" <<TOML
-[model]
-init = "random"
-config = "$SRC/tests/data/bert_h32.json"
-vocab = "$SRC/data/vocab/bert-base-cased-vocab.txt"
-[data]
-train_file = "$TMP/train.tsv"
-eval_file = "$TMP/dev.tsv"
-max_length = 64
+tiny_run_config <<TOML
 [train]
 num_epochs = 10
 max_steps = 60
@@ -75,26 +51,9 @@ train() {  # train NAME [flags...]: in the background, pid in JOB, log $TMP/NAME
     "$@" >>"$TMP/$name.log" 2>&1 &
   JOB=$!
 }
-rank_pid() {
-  local pid
-  for pid in $(pgrep -f -- "--run.name $1( |$)" 2>/dev/null); do
-    [ -r "/proc/$pid/environ" ] || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$pid" && return 0
-  done
-  return 1
-}
-wait_for() {  # wait_for FILE PATTERN SECONDS (x SCALE)
-  local i
-  for ((i = 0; i < $3 * 20 * SCALE; i++)); do
-    grep -q -- "$2" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
 newest() { ls "$1"/checkpoint_[0-9]*.h5 2>/dev/null | sort | tail -n 1; }
 ckpt_step() { "$BIN" inspect "$1" 2>/dev/null | sed -n 's/^progress: *step \([0-9]*\),.*/\1/p'; }
 last_csv_step() { tail -n 1 "$1/progress.csv" | cut -d, -f1; }
-same_state() { h5diff "$1" "$2" /model /model >"$3" 2>&1 && h5diff "$1" "$2" /optim /optim >>"$3" 2>&1; }
 
 train reference
 wait $JOB && REF=$(newest "$TMP/runs/reference") && [ "$(ckpt_step "$REF")" = 60 ] &&
@@ -223,5 +182,4 @@ wait $JOB && grep -q "resumed from $KEPT" "$TMP/$name.log" && same_state "$REF" 
   ! ls "$D" | grep -q '\.tmp' && pass "relaunch after the grace ran out: resumed from checkpoint 1, bit-identical end" ||
   fail "relaunch after the grace ran out" "$TMP/$name.log"
 
-echo "test_preemption: $FAILURES failure(s)"
-[ "$FAILURES" -eq 0 ]
+suite_end

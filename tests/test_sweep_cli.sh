@@ -24,34 +24,10 @@
 # Usage: test_sweep_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Needs bash, python3 and h5diff (hdf5-tools).
 set -u
-BIN=${1:?usage: test_sweep_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
-SRC=${2:?source dir}
-MPIEXEC=${3:?mpiexec}
-shift 3
-MPI_FLAGS=("$@")
-SCALE=${SHARDTRAIN_TEST_TIME_SCALE:-1}
-export OMP_NUM_THREADS=1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain_test_sweep.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-FAILURES=0
-fail() {
-  FAILURES=$((FAILURES + 1))
-  echo "FAIL: $1"
-  if [ -n "${2:-}" ] && [ -f "$2" ]; then grep -v '^  \|^$\|^#' "$2" | tail -15 | cut -c1-300 | sed 's/^/    | /'; fi
-}
-pass() { echo "ok:   $1"; }
+source "$(dirname "$0")/suite_lib.sh"
+suite_start "$@"
 
-head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
-head -n 41 "$SRC/data/glue/MRPC/dev.tsv" >"$TMP/dev.tsv"
-cat >"$TMP/tiny.toml" <<TOML
-[model]
-init = "random"
-config = "$SRC/tests/data/bert_h32.json"
-vocab = "$SRC/data/vocab/bert-base-cased-vocab.txt"
-[data]
-train_file = "$TMP/train.tsv"
-eval_file = "$TMP/dev.tsv"
-max_length = 64
+tiny_run_config <<TOML
 [train]
 num_epochs = 10
 max_steps = 12
@@ -464,8 +440,4 @@ else
   fail "re-run after deleting files" "$TMP/grid.log"
 fi
 
-if [ $FAILURES -ne 0 ]; then
-  echo "test_sweep_cli: $FAILURES failure(s)"
-  exit 1
-fi
-echo "test_sweep_cli: all passed"
+suite_end

@@ -7,35 +7,13 @@
 # Usage: test_train_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # Needs bash, plain python3 and h5diff (hdf5-tools).
 set -u
-BIN=${1:?usage: test_train_cli.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
-SRC=${2:?source dir}
-MPIEXEC=${3:?mpiexec}
-shift 3
-MPI_FLAGS=("$@")
-PY=python3
-export OMP_NUM_THREADS=1
+source "$(dirname "$0")/suite_lib.sh"
+suite_start "$@"
+# A failed check shows the last 25 lines of its log as they are (h5diff's and
+# diff's lines are indented).
+log_excerpt() { sed 's/^/    | /' "$1" | tail -25; }
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/shardtrain_test_train_cli.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-FAILURES=0
-fail() {
-  FAILURES=$((FAILURES + 1))
-  echo "FAIL: $1"
-  if [ -n "${2:-}" ] && [ -f "$2" ]; then sed 's/^/    | /' "$2" | tail -25; fi
-}
-pass() { echo "ok:   $1"; }
-
-head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
-head -n 41 "$SRC/data/glue/MRPC/dev.tsv" >"$TMP/dev.tsv"
-cat >"$TMP/tiny.toml" <<TOML
-[model]
-init = "random"
-config = "$SRC/tests/data/bert_h32.json"
-vocab = "$SRC/data/vocab/bert-base-cased-vocab.txt"
-[data]
-train_file = "$TMP/train.tsv"
-eval_file = "$TMP/dev.tsv"
-max_length = 64
+tiny_run_config <<TOML
 [train]
 num_epochs = 4
 lr = 1e-3
@@ -156,8 +134,7 @@ grep -q "resumed from $K/checkpoint_" "$TMP/killed.log" && pass "re-run resumed 
 LAST_S=$(ls "$D"/checkpoint_*.h5 | tail -1)
 LAST_K=$(ls "$K"/checkpoint_*.h5 | tail -1)
 if command -v h5diff >/dev/null; then
-  h5diff "$LAST_S" "$LAST_K" /model /model >"$TMP/h5diff.txt" 2>&1 &&
-    h5diff "$LAST_S" "$LAST_K" /optim /optim >>"$TMP/h5diff.txt" 2>&1 &&
+  same_state "$LAST_S" "$LAST_K" "$TMP/h5diff.txt" &&
     pass "killed + resumed: final parameters and optimizer state bit-identical" ||
     fail "killed + resumed: final checkpoint differs" "$TMP/h5diff.txt"
 fi
@@ -238,5 +215,4 @@ ln -s "$TMP/loop" "$TMP/loop"
 [ $? -eq 2 ] && grep -qF "run.storage_path / run.name '$TMP/loop/e6': '$TMP/loop' is a loop of symbolic links" "$TMP/e6.log" &&
   pass "a run.storage_path that is a link loop is named" || fail "run.storage_path link loop" "$TMP/e6.log"
 
-echo "test_train_cli: $FAILURES failure(s)"
-[ "$FAILURES" -eq 0 ]
+suite_end
