@@ -9,7 +9,8 @@
 #     deterministic: tensor by tensor, in HF order);
 #   - predict's JSON lines on the quickstart's eval file, every setting given
 #     as a flag (so that versions with other predict defaults compare);
-#   - the eval metrics of result.jsonl (timings left out).
+#   - the eval metrics of result.jsonl (timings left out, the checkpoint by
+#     its file name).
 # Run it with the binaries of both versions and diff the outputs.
 #
 #   bash scripts/quickstart_digests.sh build/shardtrain /tmp/after [STEPS]
@@ -39,6 +40,9 @@ run_one() {
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 drop = ("time", "seconds", "timestamp", "date", "hostname", "_per_s")
+# The checkpoint's path names OUT_DIR: its file name only.
+for r in rows:
+    if "checkpoint" in r: r["checkpoint"] = str(r["checkpoint"]).rsplit("/", 1)[-1]
 print(json.dumps([{k: v for k, v in r.items() if not any(d in k for d in drop)} for r in rows], sort_keys=True))
 PY
   printf '%s model.safetensors %s\n' "$name" "$(sha256sum <"$OUT/${name}_export/model.safetensors" | cut -c1-64)"
