@@ -65,7 +65,7 @@ at::Tensor embed(const EncoderConfig& c, const UnitWeights& w, const at::Tensor&
   x = shardtrain::dropout(layer_norm(x, w[Slot::kEmbeddingNormWeight], w[Slot::kEmbeddingNormBias], c.layer_norm_eps), p,
               training);
   // ELECTRA: embedding_size -> hidden_size, part of this unit.
-  if (w[Slot::kEmbeddingProjectWeight].defined())
+  if (recipe.projection)
     x = at::linear(x, w[Slot::kEmbeddingProjectWeight], w[Slot::kEmbeddingProjectBias]);
   return x;
 }

@@ -26,7 +26,7 @@ at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Te
   if (head.prediction_head) {  // final_norm (the model's), head.dense, activation, head.norm
     const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
     const at::Tensor dense = at::linear(normed, w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
-    x = layer_norm(apply_activation(c.classifier_activation, dense), w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias],
+    x = layer_norm(apply_activation(head.activation, dense), w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias],
                    c.layer_norm_eps);
   }
   return at::linear(shardtrain::dropout(x, head.dropout, training), w[Slot::kClassifierWeight],

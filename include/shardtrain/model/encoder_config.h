@@ -131,8 +131,8 @@ struct EncoderConfig {
   std::string pooler_hidden_act = "gelu";  // ContextPooler's activation (an ACT2FN name)
 
   // --- the task ---
-  // What the head does (model/parameter_plan.h lists each family's head per
-  // task): read from config.json's architectures ("BertForTokenClassification"
+  // What the head does (each family's file lists its head per task,
+  // src/model/families/): read from config.json's architectures ("BertForTokenClassification"
   // -> kTokenClassification; any other class, e.g. BertForMaskedLM, reads as
   // kSequenceClassification and has_task_head false), written back by to_json.
   Task task = Task::kSequenceClassification;

@@ -1,7 +1,8 @@
 // What makes a model family (docs/DESIGN.md, "Model families"): one
 // FamilySpec per family, defined in src/model/families/<family>.cpp, keyed
-// by ModelFamily (model/family_list.h). Torch-free: the config layer, the
-// memory estimate and the LoRA/ONNX code read it without LibTorch.
+// by ModelFamily (model/family_list.h). Torch-free: the config layer and the
+// memory estimate read it without LibTorch (as will the LoRA and ONNX work,
+// issues 44 and 43: the LoRA targets are here for it).
 //
 // A family owns
 //   - its config.json: the transformers config class's defaults, the keys it
@@ -100,8 +101,9 @@ struct PooledHeadRecipe {
 // The head of a task on every token (token classification, question
 // answering): classifier(dropout(prediction_head?(hidden))).
 struct TokenHeadRecipe {
-  // ModernBERT: final_norm, head.dense, classifier_activation, head.norm.
+  // ModernBERT: final_norm, head.dense, `activation`, head.norm.
   bool prediction_head = false;
+  std::string activation = "gelu";  // the prediction head's (an ACT2FN name)
   double dropout = 0.0;
 };
 
@@ -162,7 +164,9 @@ struct FamilySpec {
   void (*read)(const nlohmann::json& json, EncoderConfig& config, const std::string& source);
   // Writes them back under the family's names.
   void (*write)(const EncoderConfig& config, nlohmann::json& json);
-  // The family's own checks, after the shared ones (EncoderConfig::validate).
+  // The family's own checks of the values read (EncoderConfig::validate calls
+  // it after the shared shape and dropout checks, before the label checks);
+  // keys it refuses outright are refused in `read`.
   void (*validate)(const EncoderConfig& config, const std::string& source);
 
   // --- the model ---

@@ -16,7 +16,7 @@
 // Names are matched like transformers does for <Family>ForSequenceClassification:
 // legacy LayerNorm names "gamma"/"beta" become "weight"/"bias"; a bare base-model
 // checkpoint ("embeddings.*", "encoder.*", ...) gets the base prefix ("bert.",
-// "roberta.", "distilbert.", "electra.", "model."); the position_ids /
+// "roberta.", "distilbert.", "electra.", "model.", "deberta."); the position_ids /
 // token_type_ids buffers are dropped; pretraining heads ("cls.predictions.*",
 // "lm_head.*", "discriminator_predictions.*", "vocab_projector.*", ModernBERT's
 // "decoder.*") and other unknown tensors are reported as unused. A ModernBERT

@@ -1,10 +1,11 @@
-// The parameters of a sequence classifier, computed from its config alone
-// (docs/DESIGN.md, "Model families"): each one's Hugging Face name, shape,
-// forward unit, what it is (its slot) and how HF initialises it.
+// The parameters of a model for any family and task, computed from its config
+// alone (docs/DESIGN.md, "Model families"): each one's Hugging Face name,
+// shape, forward unit, what it is (its slot) and how HF initialises it.
 //
 //   for (const ParameterSpec& p : parameter_plan(config)) ...   // HF state-dict order
 //
-// This is the one place a family's names live. The model allocates exactly
+// A family's file lists them (FamilySpec::plan, src/model/families/), and
+// this is the one list everything else reads. The model allocates exactly
 // these tensors (model/task_model.h), a checkpoint's layout is computed from
 // them without allocating the model (train/checkpoint_model.h), and memory
 // estimates read the shapes and units from them (train/memory_estimate.h).

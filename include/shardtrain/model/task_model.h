@@ -12,8 +12,8 @@
 //   at::Tensor loss = model.loss(logits, labels);
 //
 // One encoder core serves every family: a family contributes its embeddings,
-// its head and its parameter names (model/parameter_plan.h), not a copy of
-// the encoder. The parameters are exactly parameter_plan(config)'s, under
+// its head and its parameter names (its FamilySpec, model/family_spec.h), not
+// a copy of the encoder. The parameters are exactly parameter_plan(config)'s, under
 // HF's names in HF's order, so weights move to and from HF checkpoints by name
 // (hf_folder.h).
 //

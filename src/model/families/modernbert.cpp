@@ -182,6 +182,7 @@ PooledHeadRecipe pooled_head(const EncoderConfig& c) {
 TokenHeadRecipe token_head(const EncoderConfig& c) {
   TokenHeadRecipe r;
   r.prediction_head = true;
+  r.activation = c.classifier_activation;
   r.dropout = c.effective_classifier_dropout();
   return r;
 }
