@@ -117,20 +117,20 @@ done
   pass "predict left the run folder as it was" || fail "predict changed the run folder"
 
 # 2. Killed at an arbitrary point, then re-run: the same end, bit for bit.
-train killed &
+train cli_killed &
 JOB=$!
-K=$TMP/runs/killed
+K=$TMP/runs/cli_killed
 for _ in $(seq 1 600); do
   [ -e "$K/checkpoint_000002.h5" ] && break
   sleep 0.05
 done
-pkill -KILL -f -- "--run.name killed" 2>/dev/null
+pkill -KILL -f -- "--run.name cli_killed" 2>/dev/null
 wait $JOB 2>/dev/null
 [ -e "$K/checkpoint_000002.h5" ] && pass "killed run left checkpoint 2 ($(ls "$K" | grep -c '\.h5$') complete .h5 files)" ||
-  fail "killed run: no checkpoint 2 before the kill" "$TMP/killed.log"
-if train killed; then pass "re-run after the kill"; else fail "re-run after the kill" "$TMP/killed.log"; fi
-grep -q "resumed from $K/checkpoint_" "$TMP/killed.log" && pass "re-run resumed from a checkpoint" ||
-  fail "re-run did not resume" "$TMP/killed.log"
+  fail "killed run: no checkpoint 2 before the kill" "$TMP/cli_killed.log"
+if train cli_killed; then pass "re-run after the kill"; else fail "re-run after the kill" "$TMP/cli_killed.log"; fi
+grep -q "resumed from $K/checkpoint_" "$TMP/cli_killed.log" && pass "re-run resumed from a checkpoint" ||
+  fail "re-run did not resume" "$TMP/cli_killed.log"
 LAST_S=$(ls "$D"/checkpoint_*.h5 | tail -1)
 LAST_K=$(ls "$K"/checkpoint_*.h5 | tail -1)
 if command -v h5diff >/dev/null; then
