@@ -10,12 +10,15 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/data/tokenizer.h"
+#include "support/scratch_dir.h"
 #include "support/tokenizer_fixtures.h"
 
 namespace {
@@ -75,4 +78,113 @@ TEST_CASE("MRPC dev: all 408 pairs match HF's roberta-base tokenizer (tokenizer.
 
 TEST_CASE("MRPC dev: all 408 pairs match HF's ModernBERT tokenizer exactly") {
   bpe_check_mrpc_reference(modernbert(), "mrpc_dev_modernbert_ids.jsonl");
+}
+
+namespace {
+
+// tests/data/llama3_bpe/make_llama3_bpe.js's tokenizer.json: roberta-base's
+// vocabulary and merges under Llama-3's structure (Split with Llama-3's regex,
+// ByteLevel without its own, ignore_merges, <|begin_of_text|> and
+// <|end_of_text|> added, a TemplateProcessing post-processor). The same edits
+// as the script's, so the file need not be shipped twice.
+std::string llama3_tokenizer_json() {
+  std::ifstream in(kBpeSourceDir + "/data/vocab/roberta-base/tokenizer.json", std::ios::binary);
+  nlohmann::ordered_json t = nlohmann::ordered_json::parse(in);
+  const int n = static_cast<int>(t["model"]["vocab"].size());
+  auto special = [](const char* content, int id) {
+    return nlohmann::ordered_json{{"id", id},          {"content", content}, {"single_word", false},
+                                  {"lstrip", false},   {"rstrip", false},    {"normalized", false},
+                                  {"special", true}};
+  };
+  t["added_tokens"].push_back(special("<|begin_of_text|>", n));
+  t["added_tokens"].push_back(special("<|end_of_text|>", n + 1));
+  t["normalizer"] = nullptr;
+  const std::string pattern =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  t["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  t["model"]["ignore_merges"] = true;
+  auto token = [](const char* id) { return nlohmann::ordered_json{{"SpecialToken", {{"id", id}, {"type_id", 0}}}}; };
+  auto sequence = [](const char* id) { return nlohmann::ordered_json{{"Sequence", {{"id", id}, {"type_id", 0}}}}; };
+  nlohmann::ordered_json specials;
+  specials["<|begin_of_text|>"] = {{"id", "<|begin_of_text|>"}, {"ids", {n}}, {"tokens", {"<|begin_of_text|>"}}};
+  specials["<|end_of_text|>"] = {{"id", "<|end_of_text|>"}, {"ids", {n + 1}}, {"tokens", {"<|end_of_text|>"}}};
+  t["post_processor"] = {
+      {"type", "Sequence"},
+      {"processors",
+       {{{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}},
+        {{"type", "TemplateProcessing"},
+         {"single", {token("<|begin_of_text|>"), sequence("A"), token("<|end_of_text|>")}},
+         {"pair",
+          {token("<|begin_of_text|>"), sequence("A"), token("<|end_of_text|>"), sequence("B"),
+           token("<|end_of_text|>")}},
+         {"special_tokens", specials}}}}};
+  return t.dump();
+}
+
+}  // namespace
+
+TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids equal HF's on MRPC, SIB-200 and edge cases") {
+  const shardtrain_test::ScratchDir dir("llama3_bpe");
+  {
+    std::ofstream out(dir.dir + "/tokenizer.json", std::ios::binary);
+    out << llama3_tokenizer_json();
+  }
+  const Tokenizer tokenizer = Tokenizer::from_model_dir(dir.dir);
+  std::ifstream reference(kBpeSourceDir + "/tests/data/llama3_bpe/ids.jsonl");
+  REQUIRE(reference);
+  std::size_t lines = 0, mismatches = 0;
+  // A shipped file's rows (after its header), split at tabs.
+  std::map<std::string, std::vector<std::vector<std::string>>> files;
+  auto rows_of = [&](const std::string& file) -> const std::vector<std::vector<std::string>>& {
+    auto& rows = files[file];
+    if (rows.empty()) {
+      std::ifstream in(kBpeSourceDir + "/" + file, std::ios::binary);
+      std::string text;
+      std::getline(in, text);  // header
+      while (std::getline(in, text)) {
+        if (!text.empty() && text.back() == '\r') text.pop_back();
+        rows.push_back(shardtrain_test::split_tabs(text));
+      }
+    }
+    return rows;
+  };
+  for (std::string line; std::getline(reference, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    std::string a;
+    std::optional<std::string> b;
+    if (row.contains("file")) {
+      const auto& fields = rows_of(row["file"].get<std::string>()).at(row["row"].get<std::size_t>());
+      a = fields.at(row["a"].get<std::size_t>());
+      if (row.contains("b")) b = fields.at(row["b"].get<std::size_t>());
+    } else {
+      a = row["a"].get<std::string>();
+      if (!row["b"].is_null()) b = row["b"].get<std::string>();
+    }
+    const Encoding encoding =
+        tokenizer.encode(a, b ? std::optional<std::string_view>(*b) : std::nullopt, 0);
+    const auto expected = row["ids"].get<BpeIds>();
+    if (encoding.input_ids != expected) ++mismatches;
+    CHECK_MESSAGE(encoding.input_ids == expected, "line ", lines, ": ", a);
+    ++lines;
+  }
+  CHECK(lines == 253);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("a Split pre-tokenizer other than Llama-3's is refused, naming it") {
+  const shardtrain_test::ScratchDir dir("llama3_bpe_bad");
+  std::string text = llama3_tokenizer_json();
+  const std::string isolated = "\"behavior\":\"Isolated\"";
+  text.replace(text.find(isolated), isolated.size(), "\"behavior\":\"Removed\"");
+  {
+    std::ofstream out(dir.dir + "/tokenizer.json", std::ios::binary);
+    out << text;
+  }
+  CHECK_THROWS_WITH_AS(Tokenizer::from_model_dir(dir.dir),
+                       doctest::Contains("a Split pre_tokenizer is read only with Llama-3's regex"), shardtrain::Error);
 }

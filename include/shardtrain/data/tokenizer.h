@@ -57,7 +57,8 @@
 // others from the normalized text; leftmost-longest, with lstrip / rstrip /
 // single_word), the normalizer (NFC, NFD, NFKC, NFKD, Lowercase, or a
 // Sequence of them) runs on the rest, then the ByteLevel pre-tokenizer
-// (add_prefix_space, the GPT-2 regex unless use_regex is false), then BPE by
+// (add_prefix_space, the GPT-2 regex unless use_regex is false; or Llama-3's
+// Split regex before a ByteLevel without its own), then BPE by
 // merge rank over raw bytes, then the post-processor template
 // (RobertaProcessing, BertProcessing, TemplateProcessing). Invalid UTF-8 reads
 // as U+FFFD per maximal subpart (Python errors="replace").

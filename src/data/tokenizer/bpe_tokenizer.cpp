@@ -135,13 +135,16 @@ void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpa
     for (const auto& [first, last] : ranges)
       pass.spans->push_back(TokenSpan{spans[begin + first].begin, spans[begin + last - 1].end});
   };
-  if (!use_regex) {
+  if (!use_regex && !llama3_split) {
     encode(0, segment.size());
     return;
   }
   std::vector<std::pair<uint32_t, uint32_t>>& pieces = buffers.pieces;
   pieces.clear();
-  byte_level::split_gpt2(segment, pieces);
+  if (llama3_split)
+    byte_level::split_llama3(segment, pieces);
+  else
+    byte_level::split_gpt2(segment, pieces);
   for (const auto& [begin, end] : pieces) encode(begin, end);
 }
 

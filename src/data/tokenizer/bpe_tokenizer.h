@@ -27,6 +27,9 @@ struct Tokenizer::Bpe : Tokenizer::Core {
   std::vector<BpeNormalizerStep> normalizer;
   bool add_prefix_space = false;
   bool use_regex = true;
+  // A Split pre-tokenizer with Llama-3's regex before ByteLevel (whose own
+  // regex is then off): byte_level::split_llama3.
+  bool llama3_split = false;
   std::vector<AddedToken> added;  // tokenizer.json added_tokens (or RoBERTa's specials)
   // Set by finish(): the added tokens cut out of the raw text (normalized =
   // false) and out of the normalized text (normalized = true; content

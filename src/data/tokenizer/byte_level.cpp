@@ -155,4 +155,102 @@ void split_gpt2(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>
   }
 }
 
+namespace {
+
+// Llama-3's contraction alternative, (?i:'s|'t|'re|'ve|'m|'ll|'d), at
+// s[position] == '\'': its byte length, or 0. Case folding as the regex's:
+// s also matches U+017F (long s).
+std::size_t llama3_contraction(const unsigned char* s, std::size_t n, std::size_t position) {
+  auto lower = [&](std::size_t i) -> int { return i < n && s[i] < 0x80 ? (s[i] | 0x20) : -1; };
+  const int c1 = lower(position + 1);
+  if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return 2;
+  if (position + 2 < n && s[position + 1] == 0xC5 && s[position + 2] == 0xBF) return 3;  // 'ſ
+  const int c2 = lower(position + 2);
+  if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return 3;
+  return 0;
+}
+
+bool is_newline(unsigned char c) { return c == '\r' || c == '\n'; }
+
+}  // namespace
+
+void split_llama3(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>& pieces) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  auto run_end = [&](std::size_t from, CharClass cls) {  // end of the run of `cls` starting at `from`
+    std::size_t end = from, length;
+    while (end < n && byte_level_class_at(s, n, end, &length) == cls) end += length;
+    return end;
+  };
+  auto emit = [&](std::size_t begin, std::size_t end) {
+    pieces.emplace_back(static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
+  };
+  std::size_t position = 0;
+  while (position < n) {
+    const std::size_t start = position;
+    if (s[position] == '\'') {
+      if (const std::size_t length = llama3_contraction(s, n, position)) {
+        emit(start, start + length);
+        position += length;
+        continue;
+      }
+    }
+    std::size_t length;
+    const CharClass cls = byte_level_class_at(s, n, position, &length);
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    if (cls == CharClass::kLetter) {
+      position = run_end(position, CharClass::kLetter);
+      emit(start, position);
+      continue;
+    }
+    if (cls != CharClass::kNumber && !is_newline(s[position]) && position + length < n) {
+      std::size_t next_length;
+      if (byte_level_class_at(s, n, position + length, &next_length) == CharClass::kLetter) {
+        position = run_end(position + length, CharClass::kLetter);
+        emit(start, position);
+        continue;
+      }
+    }
+    // \p{N}{1,3}
+    if (cls == CharClass::kNumber) {
+      for (int count = 0; count < 3 && position < n; ++count) {
+        std::size_t next_length;
+        if (byte_level_class_at(s, n, position, &next_length) != CharClass::kNumber) break;
+        position += next_length;
+      }
+      emit(start, position);
+      continue;
+    }
+    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+    std::size_t other = position;
+    if (s[position] == ' ' && position + 1 < n) {
+      std::size_t next_length;
+      if (byte_level_class_at(s, n, position + 1, &next_length) == CharClass::kOther) other = position + 1;
+    }
+    if (byte_level_class_at(s, n, other, &length) == CharClass::kOther) {
+      position = run_end(other, CharClass::kOther);
+      while (position < n && is_newline(s[position])) ++position;
+      emit(start, position);
+      continue;
+    }
+    // Whitespace: `\s*[\r\n]+` (up to the run's last newline), else
+    // `\s+(?!\S)` (the run, less its last character when a non-space follows
+    // and it has more than one), else `\s+`.
+    const std::size_t end = run_end(position, CharClass::kSpace);
+    std::size_t last_newline = 0, last_start = position, count = 0;
+    for (std::size_t i = position; i < end; i += length) {
+      byte_level_class_at(s, n, i, &length);
+      if (is_newline(s[i])) last_newline = i + 1;
+      last_start = i;
+      ++count;
+    }
+    if (last_newline > 0) {
+      position = last_newline;
+    } else {
+      position = end < n && count > 1 ? last_start : end;
+    }
+    emit(start, position);
+  }
+}
+
 }  // namespace shardtrain::byte_level

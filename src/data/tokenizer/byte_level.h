@@ -34,4 +34,16 @@ std::string encode_bytes(std::string_view bytes);
 // by the GPT-2 regex; appends to `pieces`. Every byte is in exactly one piece.
 void split_gpt2(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>& pieces);
 
+// The same cut by Llama-3's Split regex (kLlama3SplitPattern; Llama-3,
+// EuroBERT): 's 't 're 've 'm 'll 'd in any case, one character that is not a
+// newline, letter or number before a run of letters, numbers in threes,
+// punctuation with its trailing newlines, whitespace up to its last newline,
+// then GPT-2's whitespace rules.
+void split_llama3(std::string_view text, std::vector<std::pair<uint32_t, uint32_t>>& pieces);
+
+// The pattern of a tokenizer.json Split pre-tokenizer that split_llama3 cuts by.
+inline constexpr const char* kLlama3SplitPattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 }  // namespace shardtrain::byte_level

@@ -8,6 +8,8 @@
 
 #include "shardtrain/core/json_read.h"
 #include "shardtrain/core/check.h"
+#include "shardtrain/core/text.h"
+#include "data/tokenizer/byte_level.h"
 
 namespace shardtrain::tokjson {
 
@@ -286,11 +288,33 @@ void read_normalizer(const json& normalizer, const std::string& name, std::vecto
   }
 }
 
+// Llama-3's (EuroBERT's) Split: its regex, Isolated, not inverted.
+bool is_llama3_split(const json& step, const std::string& name) {
+  if (!step.is_object() || type_of(step, name, "pre_tokenizer") != "Split") return false;
+  const json& pattern = field(step, "pattern", name, "pre_tokenizer Split");
+  const bool regex = pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string();
+  if (!regex || pattern["Regex"].get<std::string>() != byte_level::kLlama3SplitPattern ||
+      !step.contains("behavior") || step["behavior"] != "Isolated" || get_bool(step, "invert", false, name))
+    throw Error("'" + name + "': a Split pre_tokenizer is read only with Llama-3's regex, behavior Isolated, not "
+                "inverted (Llama-3, EuroBERT); this one has pattern " + clip_for_message(pattern.dump(), 120) +
+                ", behavior " + clip_for_message(step.value("behavior", json()).dump(), 40));
+  return true;
+}
+
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe) {
   const std::string type = pre.is_null() ? "null" : type_of(pre, name, "pre_tokenizer");
   if (type == "Sequence") {
     const json& steps = field(pre, "pretokenizers", name, "pre_tokenizer Sequence");
     if (steps.is_array() && steps.size() == 1) return read_pre_tokenizer(steps[0], name, bpe);
+    // Split (Llama-3's regex), then ByteLevel without its own regex.
+    if (steps.is_array() && steps.size() == 2 && is_llama3_split(steps[0], name)) {
+      read_pre_tokenizer(steps[1], name, bpe);
+      if (bpe.use_regex || bpe.add_prefix_space)
+        throw Error("'" + name + "': after Llama-3's Split, the ByteLevel pre_tokenizer must have use_regex false "
+                    "and add_prefix_space false (as Llama-3's and EuroBERT's files do)");
+      bpe.llama3_split = true;
+      return;
+    }
   }
   if (type != "ByteLevel")
     throw Error("'" + name + "': a BPE model needs the ByteLevel pre_tokenizer (byte-level BPE), not '" + type +
