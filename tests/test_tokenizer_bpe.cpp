@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
+#include <array>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -128,7 +129,8 @@ std::string llama3_tokenizer_json() {
 
 }  // namespace
 
-TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids equal HF's on MRPC, SIB-200 and edge cases") {
+TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids and offsets equal HF's on MRPC, SIB-200 and edge "
+          "cases") {
   const shardtrain_test::ScratchDir dir("llama3_bpe");
   {
     std::ofstream out(dir.dir + "/tokenizer.json", std::ios::binary);
@@ -137,7 +139,7 @@ TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids equal HF's o
   const Tokenizer tokenizer = Tokenizer::from_model_dir(dir.dir);
   std::ifstream reference(kBpeSourceDir + "/tests/data/llama3_bpe/ids.jsonl");
   REQUIRE(reference);
-  std::size_t lines = 0, mismatches = 0;
+  std::size_t lines = 0, mismatches = 0, offset_mismatches = 0;
   // A shipped file's rows (after its header), split at tabs.
   std::map<std::string, std::vector<std::vector<std::string>>> files;
   auto rows_of = [&](const std::string& file) -> const std::vector<std::vector<std::string>>& {
@@ -165,15 +167,34 @@ TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids equal HF's o
       a = row["a"].get<std::string>();
       if (!row["b"].is_null()) b = row["b"].get<std::string>();
     }
-    const Encoding encoding =
-        tokenizer.encode(a, b ? std::optional<std::string_view>(*b) : std::nullopt, 0);
+    const std::optional<std::string_view> b_view = b ? std::optional<std::string_view>(*b) : std::nullopt;
+    const Encoding encoding = tokenizer.encode(a, b_view, 0);
     const auto expected = row["ids"].get<BpeIds>();
     if (encoding.input_ids != expected) ++mismatches;
     CHECK_MESSAGE(encoding.input_ids == expected, "line ", lines, ": ", a);
+    // HF's offsets count characters; ours are bytes of the same characters.
+    const Encoding with_offsets = tokenizer.encode_with_offsets(a, b_view, 0);
+    CHECK(with_offsets.input_ids == encoding.input_ids);
+    std::vector<std::array<int64_t, 2>> offsets;
+    for (std::size_t i = 0; i < with_offsets.offsets.size(); ++i) {
+      const std::string& text = with_offsets.sequence_ids[i] == 1 ? *b : a;
+      auto characters = [&](int32_t byte) {  // characters before byte `byte` of `text`
+        int64_t count = 0;
+        for (int32_t k = 0; k < byte; ++k) count += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
+        return count;
+      };
+      offsets.push_back({characters(with_offsets.offsets[i].begin), characters(with_offsets.offsets[i].end)});
+    }
+    using Offsets = std::vector<std::array<int64_t, 2>>;
+    const Offsets expected_offsets = row["offsets"].get<Offsets>();
+    const bool same_offsets = offsets == expected_offsets;
+    if (!same_offsets) ++offset_mismatches;
+    CHECK_MESSAGE(same_offsets, "offsets, line ", lines, ": ", a);
     ++lines;
   }
   CHECK(lines == 253);
   CHECK(mismatches == 0);
+  CHECK(offset_mismatches == 0);
 }
 
 TEST_CASE("a Split pre-tokenizer other than Llama-3's is refused, naming it") {

@@ -13,7 +13,8 @@
 // language of data/sib200 and hand-made edge cases, the ids HF's Rust
 // tokenizers give (@anush008/tokenizers binds them), one line each: a shipped
 // file's row {"file", "row" (0-based, after the header), "a", "b" (columns)}
-// or a hand-made {"a", "b" (or null)}, and "ids".
+// or a hand-made {"a", "b" (or null)}, and "ids" and "offsets" ([begin, end)
+// in characters of the token's text; [0, 0] for the template's tokens).
 const fs = require("fs");
 const path = require("path");
 const { Tokenizer } = require("@anush008/tokenizers");
@@ -85,7 +86,8 @@ const tokenizer = Tokenizer.fromFile(path.join(__dirname, "tokenizer.json"));
   const lines = [];
   for (const [a, b, where] of texts()) {
     const encoding = b === null ? await tokenizer.encode(a) : await tokenizer.encode(a, b);
-    lines.push(JSON.stringify(where ? { ...where, ids: encoding.getIds() } : { a, b, ids: encoding.getIds() }));
+    const ids = encoding.getIds(), offsets = encoding.getOffsets();
+    lines.push(JSON.stringify(where ? { ...where, ids, offsets } : { a, b, ids, offsets }));
   }
   fs.writeFileSync(path.join(__dirname, "ids.jsonl"), lines.join("\n") + "\n");
   fs.unlinkSync(path.join(__dirname, "tokenizer.json"));
