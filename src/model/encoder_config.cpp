@@ -95,13 +95,9 @@ EncoderConfig EncoderConfig::from_json(const std::string& text, const std::strin
 
   const std::string model_type = read_string(j, "model_type", "bert", source);
   const FamilySpec* spec = family_of_model_type(model_type);
-  if (!spec) {
-    std::string list;
-    for (const FamilySpec* family : all_families())
-      for (const ModelType& type : family->model_types) list += std::string(list.empty() ? "" : ", ") + type.name;
+  if (!spec)
     config_key_error(source, "model_type",
-                     "is \"" + clip_for_message(model_type, 60) + "\"; shardtrain trains " + list);
-  }
+                     "is \"" + clip_for_message(model_type, 60) + "\"; shardtrain trains " + model_type_names());
   for (const char* key : {"is_decoder", "add_cross_attention"})
     if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>())
       config_key_error(source, key, "is true; only encoder-only models are supported");

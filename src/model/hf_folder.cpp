@@ -226,14 +226,10 @@ HfModel load_hf_folder(const std::string& folder, const HfLoadOptions& options) 
   require_regular_file(config_path, "model config");
   const std::string config_text = read_file(config_path, "model config");
   const nlohmann::json config_json = parse_user_json(config_text, config_path);
-  if (config_json.is_object() && !config_json.contains("model_type")) {
-    std::string types;
-    for (const FamilySpec* family : all_families())
-      for (const ModelType& type : family->model_types) types += std::string(types.empty() ? "" : ", ") + type.name;
+  if (config_json.is_object() && !config_json.contains("model_type"))
     throw Error(config_path + ": no \"model_type\" key, so the model family is unknown (transformers' AutoConfig "
                 "refuses it too); add the family the weights were saved from, e.g. \"model_type\": \"bert\" (" +
-                types + ")");
-  }
+                model_type_names() + ")");
   out.config = EncoderConfig::from_json(config_text, config_path);
   if (options.hidden_dropout_prob) out.config.hidden_dropout_prob = *options.hidden_dropout_prob;
   if (options.attention_probs_dropout_prob)

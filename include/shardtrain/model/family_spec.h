@@ -189,5 +189,7 @@ const FamilySpec& family_spec(ModelFamily family);
 const std::vector<const FamilySpec*>& all_families();
 // The family that reads config.json's model_type `name`, or nullptr.
 const FamilySpec* family_of_model_type(const std::string& name);
+// Every model_type a family reads, in the table's order: "bert, roberta, ...".
+std::string model_type_names();
 
 }  // namespace shardtrain

@@ -30,6 +30,13 @@ const FamilySpec* family_of_model_type(const std::string& name) {
   return nullptr;
 }
 
+std::string model_type_names() {
+  std::string names;
+  for (const FamilySpec* spec : all_families())
+    for (const ModelType& type : spec->model_types) names += std::string(names.empty() ? "" : ", ") + type.name;
+  return names;
+}
+
 const char* family_name(ModelFamily family) { return family_spec(family).name; }
 
 const char* FamilySpec::key(const char* field) const {
