@@ -47,9 +47,9 @@ struct WordLookup : public torch::autograd::Function<WordLookup> {
 
 }  // namespace
 
-at::Tensor embed(const EncoderConfig& c, const UnitWeights& w, const at::Tensor& input_ids,
-                 const at::Tensor& token_type_ids, const at::Tensor& positions, bool training) {
-  const EmbeddingRecipe recipe = family_spec(c.family).embeddings(c);
+at::Tensor embed(const EncoderConfig& c, const EmbeddingRecipe& recipe, const UnitWeights& w,
+                 const at::Tensor& input_ids, const at::Tensor& token_type_ids, const at::Tensor& positions,
+                 bool training) {
   at::Tensor x = WordLookup::apply(w[Slot::kWordEmbeddings], input_ids, c.pad_token_id);  // [..., E]
   const double p = recipe.dropout;
   auto add_positions = [&] {

@@ -124,11 +124,13 @@ struct AttentionContext {
 at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::Tensor& hidden,
                          const AttentionContext& attention, bool training);
 
-// The embeddings unit: ids, token types, positions of the same shape ([B, L]
-// or [T]) -> [..., D] (ELECTRA's embeddings_project included). Token types
-// are ignored by families without them; positions by ModernBERT.
-at::Tensor embed(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& input_ids,
-                 const at::Tensor& token_type_ids, const at::Tensor& positions, bool training);
+// The embeddings unit as `recipe` (the family's, for `config`) says: ids,
+// token types, positions of the same shape ([B, L] or [T]) -> [..., D]
+// (ELECTRA's embeddings_project included). Token types are ignored by
+// families without them; positions by ModernBERT.
+at::Tensor embed(const EncoderConfig& config, const EmbeddingRecipe& recipe, const UnitWeights& w,
+                 const at::Tensor& input_ids, const at::Tensor& token_type_ids, const at::Tensor& positions,
+                 bool training);
 
 // RoBERTa's position ids (create_position_ids_from_input_ids): per sequence,
 // pad + the running count of non-pad tokens, pad at pad tokens. ids [B, L],
@@ -143,11 +145,14 @@ at::Tensor relative_embeddings(const EncoderConfig& config, const UnitWeights& w
 
 // The head unit of a sequence-level task (sequence classification, multiple
 // choice) on the pooled input: pooled [B, D] -> logits [B, C] ([B, 1] per
-// choice). For ModernBERT, `pooled` is already final-normed and pooled.
-at::Tensor classifier_head(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& pooled, bool training);
+// choice), as `head` (the family's recipe for `config`) says. For ModernBERT,
+// `pooled` is already final-normed and pooled.
+at::Tensor classifier_head(const EncoderConfig& config, const PooledHeadRecipe& head, const UnitWeights& w,
+                           const at::Tensor& pooled, bool training);
 // The head unit of token classification on the last hidden states [..., D]
 // -> [..., C] (ModernBERT's final_norm included).
-at::Tensor token_head(const EncoderConfig& config, const UnitWeights& w, const at::Tensor& hidden, bool training);
+at::Tensor token_head(const EncoderConfig& config, const TokenHeadRecipe& head, const UnitWeights& w,
+                      const at::Tensor& hidden, bool training);
 
 // LayerNorm in float32 for 16-bit activations (and parameters), cast back, as
 // torch.autocast runs layer_norm; bias may be undefined (norm_bias = false).

@@ -10,8 +10,8 @@
 
 namespace shardtrain::detail {
 
-at::Tensor classifier_head(const EncoderConfig& c, const UnitWeights& w, const at::Tensor& pooled, bool training) {
-  const PooledHeadRecipe head = family_spec(c.family).pooled_head(c);
+at::Tensor classifier_head(const EncoderConfig& c, const PooledHeadRecipe& head, const UnitWeights& w,
+                           const at::Tensor& pooled, bool training) {
   const at::Tensor dense = at::linear(shardtrain::dropout(pooled, head.dropout_in, training),
                                       w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
   at::Tensor x = apply_activation(head.activation, dense);
@@ -20,8 +20,8 @@ at::Tensor classifier_head(const EncoderConfig& c, const UnitWeights& w, const a
                     w[Slot::kClassifierBias]);
 }
 
-at::Tensor token_head(const EncoderConfig& c, const UnitWeights& w, const at::Tensor& hidden, bool training) {
-  const TokenHeadRecipe head = family_spec(c.family).token_head(c);
+at::Tensor token_head(const EncoderConfig& c, const TokenHeadRecipe& head, const UnitWeights& w,
+                      const at::Tensor& hidden, bool training) {
   at::Tensor x = hidden;
   if (head.prediction_head) {  // final_norm (the model's), head.dense, activation, head.norm
     const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);

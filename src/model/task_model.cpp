@@ -26,9 +26,11 @@ struct TaskModel::Impl {
   std::vector<at::Tensor> tensors;  // tensors[i] is plan[i]
   std::unordered_map<std::string, size_t> index;
   std::vector<detail::UnitWeights> units;
+  // The family's recipes for this config (model/family_spec.h), made once.
   std::vector<detail::LayerSpec> layer_specs;
-  // RoBERTa's positions count from pad_token_id + 1 (EmbeddingRecipe).
-  bool positions_after_padding = false;
+  EmbeddingRecipe embedding;
+  PooledHeadRecipe pooled_head;
+  TokenHeadRecipe token_head;
   UnitHooks* hooks = nullptr;
   bool training = true;
   bool gradient_checkpointing = false;
@@ -99,8 +101,8 @@ struct TaskModel::Impl {
     const detail::UnitWeights& w = units[head_unit()];
     before(head_unit());
     if (task_rules(config.task).head_on_tokens())  // [B, L, C] or [T, C]
-      return after(head_unit(), detail::token_head(config, w, hidden, training));
-    const PooledHeadRecipe recipe = family_spec(config.family).pooled_head(config);
+      return after(head_unit(), detail::token_head(config, token_head, w, hidden, training));
+    const PooledHeadRecipe& recipe = pooled_head;
     // final_norm is token-wise: for first-token pooling normalise only the
     // first tokens (the same values); the mean averages the normalised states.
     auto final_norm = [&](const at::Tensor& x) {
@@ -108,7 +110,7 @@ struct TaskModel::Impl {
       return detail::layer_norm(x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], config.layer_norm_eps);
     };
     const at::Tensor pooled = recipe.mean_pooling ? pool_mean(final_norm(hidden)) : final_norm(pool_first(hidden));
-    return after(head_unit(), detail::classifier_head(config, w, pooled, training));
+    return after(head_unit(), detail::classifier_head(config, pooled_head, w, pooled, training));
   }
 
   void check_length(int64_t length) const {
@@ -219,7 +221,10 @@ TaskModel::TaskModel(const EncoderConfig& config) : impl_(std::make_unique<Impl>
     m.units[static_cast<size_t>(spec.unit)][spec.slot] = t;
   }
   for (int64_t i = 0; i < m.config.num_hidden_layers; ++i) m.layer_specs.push_back(detail::LayerSpec::of(m.config, i));
-  m.positions_after_padding = family_spec(m.config.family).embeddings(m.config).positions_after_padding;
+  const FamilySpec& family = family_spec(m.config.family);
+  m.embedding = family.embeddings(m.config);
+  m.pooled_head = family.pooled_head(m.config);
+  m.token_head = family.token_head(m.config);
 }
 
 TaskModel::~TaskModel() = default;
@@ -237,12 +242,12 @@ at::Tensor TaskModel::forward(const at::Tensor& input_ids, const at::Tensor& tok
   if (attention_mask.defined())
     TORCH_CHECK(attention_mask.sizes() == input_ids.sizes(), "attention_mask must match input_ids ",
                 input_ids.sizes());
-  const at::Tensor positions = m.positions_after_padding
+  const at::Tensor positions = m.embedding.positions_after_padding
                                    ? detail::roberta_positions(input_ids, m.config.pad_token_id, nullptr)
                                    : at::arange(L, input_ids.options().dtype(at::kLong)).expand({B, L});
 
   m.before(0);
-  at::Tensor hidden = m.after(0, detail::embed(m.config, m.units[0], input_ids, types, positions, m.training));
+  at::Tensor hidden = m.after(0, detail::embed(m.config, m.embedding, m.units[0], input_ids, types, positions, m.training));
   const at::ScalarType dtype = hidden.scalar_type();
   // [B, 1, 1, L]: 0 where attended, finfo.min at padding (HF's extended mask).
   const at::Tensor keep = attention_mask.defined() ? attention_mask : at::ones({B, L}, input_ids.options());
@@ -292,13 +297,13 @@ at::Tensor TaskModel::forward_packed(const at::Tensor& input_ids, const at::Tens
   const at::Tensor types = token_type_ids.defined() ? token_type_ids : at::zeros_like(input_ids);
   // Positions within each sequence: a token's padded row modulo Lmax.
   const at::Tensor in_sequence = layout.positions();
-  const at::Tensor positions = m.positions_after_padding
+  const at::Tensor positions = m.embedding.positions_after_padding
                                    ? detail::roberta_positions(input_ids, m.config.pad_token_id, &layout)
                                : position_ids.defined() ? position_ids
                                                         : in_sequence;
 
   m.before(0);
-  at::Tensor hidden = m.after(0, detail::embed(m.config, m.units[0], input_ids, types, positions, m.training));
+  at::Tensor hidden = m.after(0, detail::embed(m.config, m.embedding, m.units[0], input_ids, types, positions, m.training));
   // Attention pads each sequence to Lmax: relative positions count within it.
   const auto relative = m.relative_context(max_seqlen, input_ids.device());
   at::Tensor windowed;
@@ -374,7 +379,7 @@ at::Tensor TaskModel::forward_layer(int64_t i, const at::Tensor& hidden, const a
 
 at::Tensor TaskModel::forward_embeddings(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
                                                   const at::Tensor& positions) {
-  return detail::embed(impl_->config, impl_->units[0], input_ids, token_type_ids, positions, impl_->training);
+  return detail::embed(impl_->config, impl_->embedding, impl_->units[0], input_ids, token_type_ids, positions, impl_->training);
 }
 
 void TaskModel::set_unpadded(bool on) { impl_->unpadded = on; }
