@@ -36,8 +36,6 @@
 set -u
 BIN=${1:?usage: soak.sh SHARDTRAIN_BINARY SOURCE_DIR MPIEXEC [FLAGS...]}
 SRC=${2:?source dir}
-# tiny_run_config and rank_pid; the soak keeps its own fail() and summary.
-source "$SRC/tests/suite_lib.sh"
 MPIEXEC=${3:?mpiexec}
 shift 3
 MPI_FLAGS=("$@")
@@ -90,9 +88,17 @@ if [ -n "${SOAK_KINDS:-}" ]; then
   KINDS=($SOAK_KINDS)
 fi
 
-# The shell suites' tiny run (tiny_run_config: its data, model and
-# vocabulary), with the soak's [train], [checkpoint] and [run].
-tiny_run_config <<TOML
+head -n 97 "$SRC/data/glue/MRPC/train.tsv" >"$TMP/train.tsv"
+head -n 41 "$SRC/data/glue/MRPC/dev.tsv" >"$TMP/dev.tsv"
+cat >"$TMP/soak.toml" <<TOML
+[model]
+init = "random"
+config = "$SRC/tests/data/bert_h32.json"
+vocab = "$SRC/data/vocab/bert-base-cased-vocab.txt"
+[data]
+train_file = "$TMP/train.tsv"
+eval_file = "$TMP/dev.tsv"
+max_length = 64
 [train]
 num_epochs = 100
 lr = 1e-3
@@ -108,7 +114,7 @@ TOML
 
 # launch NAME STORAGE NP STRATEGY MAX_STEPS LOG: one job in the background (its pid in JOB).
 launch() {
-  timeout -s KILL $((900 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/tiny.toml" \
+  timeout -s KILL $((900 * SCALE)) "$MPIEXEC" "${MPI_FLAGS[@]}" -np "$3" "$BIN" train --config "$TMP/soak.toml" \
     --run.storage_path "$2" --run.name "$1" --run.collective_timeout_s "$TIMEOUT_S" \
     --checkpoint.preemption_grace_s "$((TIMEOUT_S + 5))" \
     --parallel.strategy "$4" --train.max_steps "$5" "${EXTRA_FLAGS[@]}" >"$6" 2>&1 &
@@ -139,7 +145,14 @@ before_relaunch() {
   EXTRA_FLAGS=(--restart)
 }
 
-# rank_pid NAME RANK: tests/suite_lib.sh's.
+rank_pid() {  # rank_pid NAME RANK
+  local pid
+  for pid in $(pgrep -f -- "--run.name $1 " 2>/dev/null); do
+    [ -r "/proc/$pid/environ" ] || continue
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$pid" && return 0
+  done
+  return 1
+}
 all_rank_pids() {  # all_rank_pids NAME NP
   local r
   for ((r = 0; r < $2; r++)); do rank_pid "$1" "$r"; done
