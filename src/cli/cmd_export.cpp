@@ -1,6 +1,9 @@
 // `shardtrain export CKPT --output DIR`: the model of a training checkpoint as
 // a HF folder (config.json, model.safetensors, vocab.txt, tokenizer_config.json)
-// that transformers' from_pretrained and `shardtrain predict` load. Rank 0
+// that transformers' from_pretrained and `shardtrain predict` load. A LoRA
+// checkpoint becomes a PEFT adapter folder (adapter_config.json,
+// adapter_model.safetensors; model/peft_adapter.h), or with --merge a HF
+// folder of the base with the adapter merged. Rank 0
 // alone reads the checkpoint and streams model.safetensors tensor by tensor
 // (export_checkpoint_safetensors); the other ranks wait. A non-empty DIR
 // is refused unless --force, and even then only the exported files are
@@ -28,6 +31,7 @@
 #include "shardtrain/core/text.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/hf_folder.h"
+#include "shardtrain/model/peft_adapter.h"
 #include "shardtrain/train/checkpoint_model.h"
 
 namespace shardtrain {
@@ -40,6 +44,8 @@ struct ExportFlags {
   std::string output;
   std::string dtype = "float32";
   bool force = false;
+  bool merge = false;  // LoRA checkpoints: the base with the adapter folded in, as a HF folder
+  std::string base;    // LoRA checkpoints: the base's folder instead of the recorded one
 };
 
 bool is_tokenizer_file_name(const std::string& name) {
@@ -68,7 +74,7 @@ void check_paths(const ExportFlags& flags) {
     throw Error("--output '" + flags.output + "' is the folder that holds the checkpoint " + flags.checkpoint +
                 "; export into a folder of its own (nothing was written)");
   std::vector<std::string> targets = Tokenizer::folder_file_names();
-  targets.insert(targets.end(), {"config.json", "model.safetensors"});
+  targets.insert(targets.end(), {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors"});
   for (const std::string& name : targets)
     refuse_output_over_input("--output", (fs::path(flags.output) / name).string(), "checkpoint", flags.checkpoint);
   std::error_code error;
@@ -162,17 +168,56 @@ void run_export(const World& world, const ExportFlags& flags) {
     std::error_code error;
     fs::create_directories(folder, error);
     if (error) throw Error(flags.output + ": cannot create output folder: " + error.message());
-    // The weights first: export_checkpoint_safetensors checks the tensors
-    // against the checkpoint's config before it writes, so a mismatched
-    // checkpoint leaves no file behind.
-    exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
-    write_file_atomic((folder / "config.json").string(), hf_config_json(exported.config, dtype));
+    TrainState state;
+    {
+      CheckpointReader reader(flags.checkpoint, MPI_COMM_SELF);
+      state = read_train_state(reader);
+    }
+    if (state.lora_json.empty()) {
+      if (flags.merge)
+        throw Error("--merge: " + flags.checkpoint + " is not a LoRA checkpoint (it holds the whole model already)");
+      if (!flags.base.empty())
+        throw Error("--base: " + flags.checkpoint + " is not a LoRA checkpoint (it holds the whole model)");
+      // The weights first: export_checkpoint_safetensors checks the tensors
+      // against the checkpoint's config before it writes, so a mismatched
+      // checkpoint leaves no file behind.
+      exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
+      write_file_atomic((folder / "config.json").string(), hf_config_json(exported.config, dtype));
+    } else {
+      // A LoRA checkpoint: the base loaded (its identity checked), the adapter read.
+      CheckpointModel loaded = load_checkpoint_model(flags.checkpoint, MPI_COMM_SELF, flags.base);
+      exported.state = loaded.state;
+      exported.config = loaded.config;
+      for (const auto& [name, tensor] : loaded.model->state_dict()) {
+        exported.model_bytes += tensor.numel() * 4;
+        ++exported.tensors;
+      }
+      if (flags.merge) {
+        loaded.model->merge_lora();
+        HfSaveOptions save;
+        save.dtype = dtype;
+        save_hf_folder(*loaded.model, folder.string(), save);
+      } else {
+        const std::string base = flags.base.empty() ? loaded.state.base_model_path : real_path(flags.base);
+        write_peft_adapter(folder.string(), *loaded.model, base, dtype);
+      }
+    }
     tokenizer_files = write_tokenizer_files(folder, flags.checkpoint, exported);
     removed = remove_other_tokenizer_files(folder, tokenizer_files);
   });
   if (!removed.empty())
     log_info("export: removed %s of an earlier export from %s (tokenizer files this export does not write)",
              joined(removed).c_str(), flags.output.c_str());
+  if (!exported.state.lora_json.empty()) {
+    log_info("export: LoRA checkpoint %s (step %lld) -> %s (%s as %s, %s); %lld adapter and head tensors (%.2f MB in "
+             "fp32)",
+             flags.checkpoint.c_str(), static_cast<long long>(exported.state.step), flags.output.c_str(),
+             flags.merge ? "the base with the adapter merged: config.json, model.safetensors"
+                         : "a PEFT adapter: adapter_config.json, adapter_model.safetensors",
+             flags.dtype.c_str(), joined(tokenizer_files).c_str(), static_cast<long long>(exported.tensors),
+             exported.model_bytes / 1e6);
+    return;
+  }
   log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, %s); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
            flags.checkpoint.c_str(), static_cast<long long>(exported.state.step),
            static_cast<long long>(exported.state.epoch), flags.output.c_str(), flags.dtype.c_str(),
@@ -191,6 +236,12 @@ void add_export_command(CLI::App& root, World& world) {
       ->required();
   sub->add_option("--dtype", flags->dtype, "dtype of the saved weights: float32, float16 or bfloat16")
       ->capture_default_str();
+  sub->add_flag("--merge", flags->merge,
+                "LoRA checkpoints: write the base with the adapter folded in (W + scaling B A) as a whole HF folder, "
+                "instead of a PEFT adapter folder");
+  sub->add_option("--base", flags->base,
+                  "LoRA checkpoints: the base model's folder, when it is no longer where the run read it (its "
+                  "sha256 is checked)");
   sub->add_flag("--force", flags->force,
                 "write into a non-empty --output folder, replacing the exported files and removing other tokenizer "
                 "files (special_tokens_map.json, ...); other files are kept");

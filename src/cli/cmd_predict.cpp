@@ -189,6 +189,12 @@ void add_predict_command(CLI::App& root, World& world) {
   sub->add_option("--model", o.model_dir,
                   "HF model folder (config.json, model.safetensors, vocab.txt) or a training checkpoint file")
       ->required();
+  sub->add_option("--adapter", o.adapter,
+                  "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) over the --model folder, "
+                  "its base");
+  sub->add_option("--base", o.base,
+                  "a LoRA checkpoint's base model folder, when it is no longer where the run read it (its sha256 is "
+                  "checked)");
   sub->add_option("--data", o.data_path,
                   "input file: .tsv (GLUE style, header row), .csv (header row) or .jsonl; CoNLL for a token "
                   "classifier; a QA model: SQuAD .json or .jsonl")

@@ -122,6 +122,10 @@ void assign(RunConfig& config, const std::string& key, const std::string* text, 
         parse_value(key, *text, field);
         return;
       }
+      if (const toml::value<std::string>* text_node = node->as_string()) {
+        parse_value(key, text_node->get(), field);  // one name, or names separated by commas
+        return;
+      }
       const toml::array* array = node->as_array();
       if (!array) throw Error(key + ": expected an array of strings ([\"a\", \"b\"])" + where);
       field = list_from_toml(key, *array, where);

@@ -257,8 +257,8 @@ PositionTerms position_terms(const LayerSpec& spec, const UnitWeights& w, const 
   const int64_t R = p.num_rows, H = spec.num_heads, Dh = rows.size(1) / H;
   auto heads = [&](Slot weight, Slot shared_weight) {
     const Slot which = spec.share_att_key ? shared_weight : weight;
-    const Slot bias = static_cast<Slot>(static_cast<int>(which) + 1);
-    return at::linear(rows, w[which], w[bias]).view({R, H, Dh}).permute({1, 0, 2}).contiguous();  // [H, R, Dh]
+    // Shared: the layer's own query / key Linear, LoRA update included (as PEFT's module runs).
+    return linear_at(w, which, rows, training).view({R, H, Dh}).permute({1, 0, 2}).contiguous();  // [H, R, Dh]
   };
   if (spec.content_to_position) terms.key = heads(Slot::kPositionKeyWeight, Slot::kKeyWeight);
   if (spec.position_to_content) terms.query = heads(Slot::kPositionQueryWeight, Slot::kQueryWeight) / spec.attention_scale;

@@ -66,7 +66,7 @@ at::Tensor embed(const EncoderConfig& c, const EmbeddingRecipe& recipe, const Un
               training);
   // ELECTRA: embedding_size -> hidden_size, part of this unit.
   if (recipe.projection)
-    x = at::linear(x, w[Slot::kEmbeddingProjectWeight], w[Slot::kEmbeddingProjectBias]);
+    x = linear_at(w, Slot::kEmbeddingProjectWeight, x, training);
   return x;
 }
 

@@ -28,7 +28,20 @@ struct UnitWeights {
   std::array<at::Tensor, static_cast<size_t>(Slot::kCount)> by_slot;
   const at::Tensor& operator[](Slot s) const { return by_slot[static_cast<size_t>(s)]; }
   at::Tensor& operator[](Slot s) { return by_slot[static_cast<size_t>(s)]; }
+  // LoRA (model/lora.h): the adapter of the Linear whose weight is at a slot
+  // (A [r, in], B [out, r]; undefined where it has none), its scaling and the
+  // dropout on its input.
+  std::array<at::Tensor, static_cast<size_t>(Slot::kCount)> lora_a, lora_b;
+  double lora_scaling = 0.0, lora_dropout = 0.0;
+  bool has_lora(Slot weight) const { return lora_a[static_cast<size_t>(weight)].defined(); }
 };
+
+// The Linear whose weight is at `weight` (its bias at the next slot) on x,
+// with its LoRA update when it has one: x W^T + b + scaling B(A(dropout(x))),
+// as PEFT's lora.Linear computes it.
+at::Tensor linear_at(const UnitWeights& w, Slot weight, const at::Tensor& x, bool training);
+// The LoRA update alone: scaling B(A(dropout(x))) [..., out].
+at::Tensor lora_update(const UnitWeights& w, Slot weight, const at::Tensor& x, bool training);
 
 // Where the tokens of a packed batch sit in the padded layout that attention
 // uses; built once per forward and shared by every layer.

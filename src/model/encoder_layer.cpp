@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <vector>
 
 #include "model/attention.h"
 #include "model/disentangled_attention.h"
@@ -15,18 +18,23 @@
 namespace shardtrain::detail {
 namespace {
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return at::linear(x, weight, bias);
-}
-
 // [..., D] -> [..., 3D]: q, k and v from one matmul. BERT-style families keep
-// three parameters under HF's names; their weights are concatenated per call.
-at::Tensor project_qkv(const UnitWeights& w, const at::Tensor& hidden) {
-  if (w[Slot::kQkvWeight].defined()) return linear(hidden, w[Slot::kQkvWeight], w[Slot::kQkvBias]);
+// three parameters under HF's names; their weights are concatenated per call,
+// and the LoRA updates of those that have one are added to their third.
+at::Tensor project_qkv(const UnitWeights& w, const at::Tensor& hidden, bool training) {
+  if (w[Slot::kQkvWeight].defined()) return linear_at(w, Slot::kQkvWeight, hidden, training);
   const at::Tensor bias = w[Slot::kQueryBias].defined()
                               ? at::cat({w[Slot::kQueryBias], w[Slot::kKeyBias], w[Slot::kValueBias]})
                               : at::Tensor();
-  return linear(hidden, at::cat({w[Slot::kQueryWeight], w[Slot::kKeyWeight], w[Slot::kValueWeight]}), bias);
+  at::Tensor qkv =
+      at::linear(hidden, at::cat({w[Slot::kQueryWeight], w[Slot::kKeyWeight], w[Slot::kValueWeight]}), bias);
+  const Slot parts[] = {Slot::kQueryWeight, Slot::kKeyWeight, Slot::kValueWeight};
+  if (std::none_of(std::begin(parts), std::end(parts), [&](Slot s) { return w.has_lora(s); })) return qkv;
+  std::vector<at::Tensor> updates;
+  for (Slot s : parts)
+    updates.push_back(w.has_lora(s) ? lora_update(w, s, hidden, training)
+                                    : at::zeros_like(qkv.narrow(-1, 0, w[s].size(0))));
+  return qkv + at::cat(updates, -1);
 }
 
 // rotate_half(x) = cat(-x2, x1) over the last dimension.
@@ -134,6 +142,18 @@ at::Tensor norm_if(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 
 }  // namespace
 
+at::Tensor lora_update(const UnitWeights& w, Slot weight, const at::Tensor& x, bool training) {
+  const size_t s = static_cast<size_t>(weight);
+  const at::Tensor& a = w.lora_a[s];
+  const at::Tensor down = at::linear(shardtrain::dropout(x.to(a.scalar_type()), w.lora_dropout, training), a);
+  return (at::linear(down, w.lora_b[s]) * w.lora_scaling).to(x.scalar_type());
+}
+
+at::Tensor linear_at(const UnitWeights& w, Slot weight, const at::Tensor& x, bool training) {
+  const at::Tensor out = at::linear(x, w[weight], w[static_cast<Slot>(static_cast<int>(weight) + 1)]);
+  return w.has_lora(weight) ? out + lora_update(w, weight, x, training) : out;
+}
+
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
   const int64_t D = x.size(-1);
   if (!is_16bit(x.scalar_type())) return at::layer_norm(x, {D}, weight, bias, eps);
@@ -158,7 +178,7 @@ Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, doub
 at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::Tensor& hidden,
                          const AttentionContext& a, bool training) {
   auto attention = [&](const at::Tensor& x) {
-    const at::Tensor qkv = project_qkv(w, x);
+    const at::Tensor qkv = project_qkv(w, x, training);
     Disentangled disentangled;
     if (spec.disentangled && a.relative) {
       disentangled.terms = position_terms(spec, w, *a.relative, training);
@@ -168,11 +188,11 @@ at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::
     const at::Tensor context = a.layout ? attend_packed(spec, qkv, a, terms, training)
                                         : attend_padded(spec, qkv, a.additive_mask,
                                                         a.rotary.cos.defined() ? &a.rotary : nullptr, terms, training);
-    return shardtrain::dropout(linear(context, w[Slot::kAttentionOutWeight], w[Slot::kAttentionOutBias]),
+    return shardtrain::dropout(linear_at(w, Slot::kAttentionOutWeight, context, training),
                    spec.attention_out_dropout, training);
   };
   auto mlp = [&](const at::Tensor& x) {
-    at::Tensor inner = linear(x, w[Slot::kMlpInWeight], w[Slot::kMlpInBias]);
+    at::Tensor inner = linear_at(w, Slot::kMlpInWeight, x, training);
     if (spec.gated_mlp) {
       const int64_t I = inner.size(-1) / 2;
       inner = apply_activation(spec.activation, inner.narrow(-1, 0, I)) * inner.narrow(-1, I, I);
@@ -180,7 +200,7 @@ at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::
       inner = apply_activation(spec.activation, inner);
     }
     inner = shardtrain::dropout(inner, spec.mlp_inner_dropout, training);
-    return shardtrain::dropout(linear(inner, w[Slot::kMlpOutWeight], w[Slot::kMlpOutBias]), spec.mlp_out_dropout, training);
+    return shardtrain::dropout(linear_at(w, Slot::kMlpOutWeight, inner, training), spec.mlp_out_dropout, training);
   };
   if (spec.pre_norm) {
     // ModernBERT: layer 0 has no attn_norm (Identity), so its weight is undefined there.

@@ -12,12 +12,11 @@ namespace shardtrain::detail {
 
 at::Tensor classifier_head(const EncoderConfig& c, const PooledHeadRecipe& head, const UnitWeights& w,
                            const at::Tensor& pooled, bool training) {
-  const at::Tensor dense = at::linear(shardtrain::dropout(pooled, head.dropout_in, training),
-                                      w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
+  const at::Tensor dense = linear_at(w, Slot::kHeadDenseWeight, shardtrain::dropout(pooled, head.dropout_in, training),
+                                     training);
   at::Tensor x = apply_activation(head.activation, dense);
   if (head.norm) x = layer_norm(x, w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias], c.layer_norm_eps);
-  return at::linear(shardtrain::dropout(x, head.dropout_out, training), w[Slot::kClassifierWeight],
-                    w[Slot::kClassifierBias]);
+  return linear_at(w, Slot::kClassifierWeight, shardtrain::dropout(x, head.dropout_out, training), training);
 }
 
 at::Tensor token_head(const EncoderConfig& c, const TokenHeadRecipe& head, const UnitWeights& w,
@@ -25,12 +24,11 @@ at::Tensor token_head(const EncoderConfig& c, const TokenHeadRecipe& head, const
   at::Tensor x = hidden;
   if (head.prediction_head) {  // final_norm (the model's), head.dense, activation, head.norm
     const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
-    const at::Tensor dense = at::linear(normed, w[Slot::kHeadDenseWeight], w[Slot::kHeadDenseBias]);
+    const at::Tensor dense = linear_at(w, Slot::kHeadDenseWeight, normed, training);
     x = layer_norm(apply_activation(head.activation, dense), w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias],
                    c.layer_norm_eps);
   }
-  return at::linear(shardtrain::dropout(x, head.dropout, training), w[Slot::kClassifierWeight],
-                    w[Slot::kClassifierBias]);
+  return linear_at(w, Slot::kClassifierWeight, shardtrain::dropout(x, head.dropout, training), training);
 }
 
 }  // namespace shardtrain::detail

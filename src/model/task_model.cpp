@@ -32,17 +32,26 @@ struct TaskModel::Impl {
   PooledHeadRecipe pooled_head;
   TokenHeadRecipe token_head;
   UnitHooks* hooks = nullptr;
+  UnitHooks* outer_hooks = nullptr;  // set_outer_unit_hooks
+  // LoRA (add_lora): the adapter, and which plan entries it froze.
+  std::unique_ptr<LoraSpec> lora;
+  std::vector<char> frozen;
   bool training = true;
   bool gradient_checkpointing = false;
   bool unpadded = true;
   bool banded_attention = true;  // set_banded_attention
 
   void before(int64_t unit) const {
+    if (outer_hooks) outer_hooks->before_forward(unit);
     if (hooks) hooks->before_forward(unit);
   }
   at::Tensor after(int64_t unit, at::Tensor output) const {
-    return hooks ? hooks->after_forward(unit, std::move(output)) : output;
+    if (hooks) output = hooks->after_forward(unit, std::move(output));
+    return outer_hooks ? outer_hooks->after_forward(unit, std::move(output)) : output;
   }
+  // Plan entry i is trained: not a fixed tensor, not frozen by LoRA.
+  bool trained(size_t i) const { return plan[i].trainable && !(i < frozen.size() && frozen[i]); }
+  bool is_frozen(size_t i) const { return i < frozen.size() && frozen[i]; }
   int64_t head_unit() const { return static_cast<int64_t>(units.size()) - 1; }
 
   // Encoder layer i on `hidden`, checkpointed when gradient_checkpointing is on.
@@ -90,7 +99,7 @@ struct TaskModel::Impl {
   std::vector<at::Tensor> unit_tensors(int64_t unit) const {
     std::vector<at::Tensor> out;
     for (size_t i = 0; i < plan.size(); ++i)
-      if (plan[i].unit == unit && plan[i].trainable) out.push_back(tensors[i]);
+      if (plan[i].unit == unit && trained(i)) out.push_back(tensors[i]);
     return out;
   }
 
@@ -158,12 +167,19 @@ void init_parameter(const ParameterSpec& spec, at::Tensor& param, uint64_t seed)
     case InitKind::kZeros: param.zero_(); return;
     case InitKind::kSinusoidal: param.copy_(sinusoidal_table(spec.shape[0], spec.shape[1])); return;
     case InitKind::kNormal:
-    case InitKind::kTruncatedNormal: break;
+    case InitKind::kTruncatedNormal:
+    case InitKind::kKaimingUniform: break;
   }
   // One generator per parameter, seeded from (seed, name): a parameter's init
   // does not depend on which others are initialised or in what order.
   auto generator = at::detail::createCPUGenerator(mix(seed ^ mix(name_hash(spec.name))));
   at::Tensor values = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat));
+  if (spec.init == InitKind::kKaimingUniform) {
+    // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / 6), bound sqrt(3) gain / sqrt(fan_in) = 1 / sqrt(fan_in).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));
+    param.copy_(values.uniform_(-bound, bound, generator));
+    return;
+  }
   values.normal_(0.0, spec.init_std, generator);
   if (spec.init == InitKind::kTruncatedNormal) {
     // torch.nn.init.trunc_normal_ draws by inverse CDF; redrawing the values
@@ -443,7 +459,7 @@ at::Tensor TaskModel::parameter(const std::string& name) const {
 std::vector<at::Tensor> TaskModel::parameters() const {
   std::vector<at::Tensor> out;
   for (size_t i = 0; i < impl_->plan.size(); ++i)
-    if (impl_->plan[i].trainable) out.push_back(impl_->tensors[i]);
+    if (impl_->trained(i)) out.push_back(impl_->tensors[i]);
   return out;
 }
 
@@ -460,18 +476,133 @@ int64_t TaskModel::num_units() const { return static_cast<int64_t>(impl_->units.
 
 int64_t TaskModel::unit_of(const std::string& name) const {
   const auto found = impl_->index.find(name);
-  if (found == impl_->index.end() || !impl_->plan[found->second].trainable)
-    throw Error("'" + name + "' is not a parameter name of this " + impl_->config.model_type + " model");
+  if (found == impl_->index.end() || !impl_->trained(found->second))
+    throw Error("'" + name + "' is not a trained parameter of this " + impl_->config.model_type + " model");
   return impl_->plan[found->second].unit;
 }
 
 void TaskModel::set_unit_hooks(UnitHooks* hooks) { impl_->hooks = hooks; }
+void TaskModel::set_outer_unit_hooks(UnitHooks* hooks) { impl_->outer_hooks = hooks; }
 
 std::vector<std::pair<std::string, at::Tensor>> TaskModel::state_dict() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (size_t i = 0; i < impl_->plan.size(); ++i)
-    if (impl_->plan[i].trainable) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
+    if (impl_->trained(i)) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
   return out;
+}
+
+void TaskModel::add_lora(const LoraSpec& lora, uint64_t seed) {
+  Impl& m = *impl_;
+  if (m.lora) throw Error("add_lora: this model has a LoRA adapter already");
+  std::vector<ParameterSpec> adapters;
+  for (ParameterSpec& p : lora_trainable_plan(m.config, lora))
+    if (p.lora != LoraPart::kNone) adapters.push_back(std::move(p));
+  // Each adapter goes after its module's last parameter (lora_trainable_plan's order).
+  std::unordered_map<std::string, std::vector<size_t>> after;
+  for (size_t a = 0; a < adapters.size(); ++a) {
+    const std::string module = adapters[a].name.substr(0, adapters[a].name.rfind(".lora_"));
+    const std::string last = m.index.count(module + ".bias") ? module + ".bias" : module + ".weight";
+    after[last].push_back(a);
+  }
+  std::vector<ParameterSpec> plan;
+  std::vector<at::Tensor> tensors;
+  std::vector<char> frozen;
+  for (size_t i = 0; i < m.plan.size(); ++i) {
+    const ParameterSpec& spec = m.plan[i];
+    at::Tensor& t = m.tensors[i];
+    const bool freeze = spec.trainable && !lora.saves(spec.name);
+    if (freeze) {
+      t.mutable_grad() = at::Tensor();
+      t.set_requires_grad(false);
+    }
+    plan.push_back(spec);
+    tensors.push_back(t);
+    frozen.push_back(freeze);
+    const auto found = after.find(spec.name);
+    if (found == after.end()) continue;
+    for (size_t a : found->second) {
+      const ParameterSpec& adapter = adapters[a];
+      at::Tensor values = at::empty(adapter.shape, at::TensorOptions().dtype(at::kFloat));
+      init_parameter(adapter, values, seed);
+      at::Tensor tensor = values.to(t.device(), t.scalar_type()).detach();
+      tensor.set_requires_grad(true);
+      detail::UnitWeights& w = m.units[static_cast<size_t>(adapter.unit)];
+      (adapter.lora == LoraPart::kA ? w.lora_a : w.lora_b)[static_cast<size_t>(adapter.slot)] = tensor;
+      plan.push_back(adapter);
+      tensors.push_back(tensor);
+      frozen.push_back(false);
+    }
+  }
+  for (detail::UnitWeights& w : m.units) {
+    w.lora_scaling = lora.scaling();
+    w.lora_dropout = lora.dropout;
+  }
+  m.plan = std::move(plan);
+  m.tensors = std::move(tensors);
+  m.frozen = std::move(frozen);
+  m.index.clear();
+  for (size_t i = 0; i < m.plan.size(); ++i) m.index.emplace(m.plan[i].name, i);
+  m.lora = std::make_unique<LoraSpec>(lora);
+}
+
+int64_t TaskModel::plan_unit_of(const std::string& name) const {
+  const auto found = impl_->index.find(name);
+  if (found == impl_->index.end())
+    throw Error("'" + name + "' is not a tensor of this " + impl_->config.model_type + " model");
+  return impl_->plan[found->second].unit;
+}
+
+const LoraSpec* TaskModel::lora() const { return impl_->lora.get(); }
+
+std::vector<std::pair<std::string, at::Tensor>> TaskModel::frozen_state_dict() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < impl_->plan.size(); ++i)
+    if (impl_->is_frozen(i)) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> TaskModel::all_tensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < impl_->plan.size(); ++i) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
+  return out;
+}
+
+void TaskModel::frozen_to(at::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < impl_->plan.size(); ++i)
+    if (impl_->is_frozen(i)) impl_->tensors[i].set_data(impl_->tensors[i].to(dtype));
+}
+
+void TaskModel::merge_lora() {
+  Impl& m = *impl_;
+  if (!m.lora) return;
+  at::NoGradGuard no_grad;
+  const double scaling = m.lora->scaling();
+  std::vector<ParameterSpec> plan;
+  std::vector<at::Tensor> tensors;
+  for (size_t i = 0; i < m.plan.size(); ++i) {
+    const ParameterSpec& spec = m.plan[i];
+    if (spec.lora == LoraPart::kB) continue;
+    if (spec.lora == LoraPart::kA) {
+      detail::UnitWeights& w = m.units[static_cast<size_t>(spec.unit)];
+      const size_t slot = static_cast<size_t>(spec.slot);
+      at::Tensor& weight = w.by_slot[slot];
+      const at::Tensor delta = at::matmul(w.lora_b[slot].to(at::kDouble), w.lora_a[slot].to(at::kDouble)) * scaling;
+      weight.set_data((weight.to(at::kDouble) + delta.to(weight.device())).to(weight.scalar_type()));
+      w.lora_a[slot] = at::Tensor();
+      w.lora_b[slot] = at::Tensor();
+      continue;
+    }
+    if (m.is_frozen(i)) m.tensors[i].set_requires_grad(true);
+    plan.push_back(spec);
+    tensors.push_back(m.tensors[i]);
+  }
+  m.plan = std::move(plan);
+  m.tensors = std::move(tensors);
+  m.frozen.clear();
+  m.index.clear();
+  for (size_t i = 0; i < m.plan.size(); ++i) m.index.emplace(m.plan[i].name, i);
+  m.lora.reset();
 }
 
 }  // namespace shardtrain

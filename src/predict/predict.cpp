@@ -1,11 +1,13 @@
 #include "shardtrain/predict/predict.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "shardtrain/comm/mpi_helpers.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/model/peft_adapter.h"
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/preflight.h"
@@ -15,7 +17,10 @@ namespace {
 
 PredictModel load_model_files(const PredictOptions& options, MPI_Comm comm) {
   if (is_checkpoint_file(options.model_dir)) {
-    CheckpointModel checkpoint = load_checkpoint_model(options.model_dir, comm);
+    if (!options.adapter.empty())
+      throw Error("--adapter " + options.adapter + ": --model " + options.model_dir + " is a training checkpoint; an "
+                  "adapter goes over a HF model folder (its base)");
+    CheckpointModel checkpoint = load_checkpoint_model(options.model_dir, comm, options.base);
     Tokenizer tokenizer = checkpoint_tokenizer(checkpoint.state, options.model_dir);
     HfLoadReport report;  // a checkpoint holds every parameter (load_checkpoint_model checks it)
     report.folder = options.model_dir;
@@ -23,9 +28,24 @@ PredictModel load_model_files(const PredictOptions& options, MPI_Comm comm) {
                         std::move(report), options.model_dir + " (attribute model_config_json)",
                         checkpoint.state.config_toml, options.model_dir};
   }
+  if (!options.base.empty())
+    throw Error("--base " + options.base + ": --model " + options.model_dir + " is a HF folder, not a LoRA checkpoint");
   HfLoadOptions load_options;
   load_options.init_seed = options.init_seed;
+  if (!options.adapter.empty()) {
+    // A base folder (BertForMaskedLM, a bare BertModel) takes the adapter's task and head.
+    const PeftAdapterHead head = peek_peft_adapter(options.adapter);
+    load_options.task = head.task;
+    load_options.num_labels = head.num_labels;
+  }
   HfModel hf = load_hf_folder(options.model_dir, load_options);
+  if (!options.adapter.empty()) {
+    const PeftAdapter adapter = read_peft_adapter(options.adapter, hf.model->config());
+    hf.model->add_lora(adapter.spec, options.init_seed);
+    apply_peft_adapter(*hf.model, adapter, options.adapter);
+    log_info("predict: LoRA adapter %s over %s (r %lld, %zu modules)", options.adapter.c_str(), options.model_dir.c_str(),
+             static_cast<long long>(adapter.spec.r), adapter.spec.targets.size());
+  }
   Tokenizer tokenizer = Tokenizer::from_model_dir(options.model_dir);
   return PredictModel{std::move(hf.config), std::move(hf.model), std::move(tokenizer), std::move(hf.report),
                       options.model_dir + "/config.json", "", ""};

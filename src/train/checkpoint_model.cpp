@@ -13,15 +13,63 @@
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/model/safetensors.h"
 #include "shardtrain/optim/param_layout.h"
+#include "shardtrain/model/hf_folder.h"
+#include "shardtrain/train/lora_run.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 namespace shardtrain {
 
-CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm) {
+CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm, const std::string& base_folder) {
   CheckpointReader reader(path, comm);
   CheckpointModel out;
   out.state = read_train_state(reader);
   out.config = EncoderConfig::from_json(out.state.model_config_json, path + " (attribute model_config_json)");
-  out.model = std::make_shared<TaskModel>(out.config);
+  if (out.state.lora_json.empty()) {
+    if (!base_folder.empty())
+      throw Error("--base " + base_folder + ": " + path + " is not a LoRA checkpoint (it holds the whole model)");
+    out.model = std::make_shared<TaskModel>(out.config);
+  } else {
+    // The base, then the adapter: as the run built it (train/job.h).
+    nlohmann::json lora_json;
+    try {
+      lora_json = nlohmann::json::parse(out.state.lora_json);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(path + ": attribute lora_json is not JSON (" + std::string(e.what()) + "); the checkpoint is damaged");
+    }
+    const LoraSpec lora = LoraSpec::from_json(lora_json, out.config, path + " (attribute lora_json)");
+    const std::string folder = base_folder.empty() ? out.state.base_model_path : base_folder;
+    if (folder.empty()) {
+      out.model = std::make_shared<TaskModel>(out.config);
+      out.model->init_weights(static_cast<uint64_t>(out.state.seed));
+    } else {
+      if (!std::filesystem::is_directory(folder))
+        throw Error(path + " is a LoRA adapter of the base model in " + folder +
+                    ", which is not a folder here; pass the base's folder with --base");
+      HfLoadOptions load;
+      load.task = out.config.task;
+      load.num_labels = out.config.num_labels;
+      load.init_seed = static_cast<uint64_t>(out.state.seed);
+      const std::shared_ptr<TaskModel> base = load_hf_folder(folder, load).model;
+      // The checkpoint's config (its label names) over the base's weights.
+      out.model = std::make_shared<TaskModel>(out.config);
+      at::NoGradGuard no_grad;
+      for (const auto& [name, tensor] : out.model->state_dict()) {
+        at::Tensor source;
+        try {
+          source = base->parameter(name);
+        } catch (const Error&) {
+        }
+        if (!source.defined() || source.sizes() != tensor.sizes())
+          throw Error(path + ": the base in " + folder + " (a " + base->config().model_type + ") does not have the "
+                      "checkpoint's " + name + "; pass the base it was trained on with --base");
+        tensor.copy_(source);
+      }
+    }
+    out.model->add_lora(lora, static_cast<uint64_t>(out.state.seed));
+    check_base_identity(out.state.base_model_sha256, frozen_base_sha256(*out.model), path, folder);
+  }
   const std::vector<std::pair<std::string, at::Tensor>> parameters = out.model->state_dict();
   const ParamLayout layout(parameters);
   FlatPart part;
@@ -46,13 +94,15 @@ Tokenizer checkpoint_tokenizer(const TrainState& state, const std::string& path)
   return Tokenizer::from_vocab_text(state.vocab_text, options, path + " (attribute vocab_text)");
 }
 
-std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source) {
+std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source,
+                                           const LoraSpec* lora) {
   config.validate(source);
   // The model allocates exactly parameter_plan()'s trainable tensors, in its
-  // order, so the layout cannot drift from state_dict().
+  // order, so the layout cannot drift from state_dict() (with LoRA,
+  // lora_trainable_plan's, which add_lora follows).
   std::vector<FlatTensor> out;
   int64_t offset = 0;
-  for (const ParameterSpec& p : parameter_plan(config)) {
+  for (const ParameterSpec& p : lora ? lora_trainable_plan(config, *lora) : parameter_plan(config)) {
     if (!p.trainable) continue;
     out.push_back(FlatTensor{p.name, p.shape, offset});
     offset += p.numel();
@@ -69,6 +119,9 @@ CheckpointExport export_checkpoint_safetensors(const std::string& path, const st
   CheckpointExport out;
   out.state = read_train_state(reader);
   out.config = EncoderConfig::from_json(out.state.model_config_json, path + " (attribute model_config_json)");
+  if (!out.state.lora_json.empty())
+    throw Error(path + " is a LoRA checkpoint (the adapter and the task's head, not the base): export writes it as a "
+                "PEFT adapter folder, or with --merge as a whole model folder");
   const std::vector<FlatTensor> layout = model_flat_tensors(out.config, path + " (attribute model_config_json)");
   check_model_group(reader, layout);
 

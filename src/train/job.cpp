@@ -12,6 +12,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
 #include "shardtrain/model/hf_folder.h"
+#include "shardtrain/train/lora_run.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/tasks/task_spec.h"
 #include "shardtrain/train/evaluate.h"
@@ -173,6 +174,14 @@ void build_model(TrainJob& job) {
     job.model = std::make_shared<TaskModel>(bc);
     job.model->init_weights(static_cast<uint64_t>(config.train.seed));
   }
+  if (config.lora.enabled()) {
+    // Before any cast or move: the identity is of the fp32 base as loaded.
+    attach_lora(*job.model, config.lora, static_cast<uint64_t>(config.train.seed));
+    job.base_model_sha256 = frozen_base_sha256(*job.model);
+    log_info("LoRA: the frozen base (%s) has sha256 %s",
+             config.model.init == ModelInit::kPretrained ? config.model.path.c_str() : "random init", 
+             job.base_model_sha256.c_str());
+  }
   job.saved_config = job.model->config();
   if (!job.labels.names.empty()) job.saved_config.id2label = job.labels.names;
   job.labels.names = job.saved_config.id2label;
@@ -200,7 +209,20 @@ void build_strategy(TrainJob& job) {
   const RunConfig& config = *job.config;
   const TrainConfig& t = config.train;
   const AdamWOptions adamw{t.lr, t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay};
+  // LoRA: the frozen base in the forward's dtype (no master copy: it never changes).
+  if (job.model->lora()) job.model->frozen_to(job.precision.param_dtype);
   job.strategy = make_strategy(config.parallel, job.topology, *job.model, *job.communicator, adamw, job.precision);
+  if (job.model->lora() && (job.topology.kind == StrategyKind::kZero3 || job.topology.kind == StrategyKind::kHybrid)) {
+    job.frozen_shards = std::make_unique<FrozenShards>(
+        *job.model, job.communicator->split(job.topology.replica_index, job.topology.shard_rank));
+    log_info("  LoRA: the frozen base sharded over %d ranks: %.1f MB of its %.1f MB per rank (parameters only)",
+             job.topology.shard_group_size, job.frozen_shards->shard_bytes() / 1e6,
+             job.frozen_shards->full_bytes() / 1e6);
+  } else if (job.model->lora()) {
+    int64_t bytes = 0;
+    for (const auto& [name, tensor] : job.model->frozen_state_dict()) bytes += tensor.numel() * tensor.element_size();
+    log_info("  LoRA: the frozen base replicated, %.1f MB per rank (parameters only)", bytes / 1e6);
+  }
   log_info("strategy %s (parallel.strategy = %s)", job.strategy->name().c_str(),
            enum_name(config.parallel.strategy));
   for (const std::string& note : strategy_notes(config.parallel, job.topology)) log_info("  %s", note.c_str());

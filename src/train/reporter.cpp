@@ -1,5 +1,8 @@
 // The reports of the training loop (train/reporter.h).
 #include "train/reporter.h"
+#include "shardtrain/core/fs_util.h"
+
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <string>
@@ -112,6 +115,12 @@ TrainState Reporter::state_at(const Position& at, const Json& metrics) const {
   state.strategy = job_.strategy->name();
   state.config_toml = options_.config_toml;
   state.model_config_json = job_.saved_config.to_json();
+  if (const LoraSpec* lora = job_.model->lora()) {
+    state.lora_json = lora->to_json().dump();
+    state.base_model_path =
+        job_.config->model.init == ModelInit::kPretrained ? real_path(job_.config->model.path) : std::string();
+    state.base_model_sha256 = job_.base_model_sha256;
+  }
   state.vocab_text = job_.vocab_text;
   state.tokenizer_files = job_.tokenizer_files;
   state.lowercase = job_.tokenizer->options().lowercase ? 1 : 0;

@@ -59,6 +59,9 @@ const std::vector<TrainAttributeField>& train_state_fields() {
       {"lowercase", Type::kInteger},
       {"tokenizer_files", Type::kString},
       {"metrics_json", Type::kString},
+      {"lora_json", Type::kString},
+      {"base_model_path", Type::kString},
+      {"base_model_sha256", Type::kString},
       {"loss_sum", Type::kFloat},
       {"loss_count", Type::kInteger},
       {"train_seconds", Type::kFloat},
@@ -96,6 +99,9 @@ TrainAttributes train_state_attributes(const TrainState& s) {
           {"lowercase", s.lowercase},
           {"tokenizer_files", s.tokenizer_files},
           {"metrics_json", s.metrics_json},
+          {"lora_json", s.lora_json},
+          {"base_model_path", s.base_model_path},
+          {"base_model_sha256", s.base_model_sha256},
           {"loss_sum", s.loss_sum},
           {"loss_count", s.loss_count},
           {"train_seconds", s.train_seconds},
@@ -138,6 +144,11 @@ TrainState parse_train_state(const TrainAttributes& attributes, const std::strin
   state.lowercase = in.integer("lowercase");
   if (in.has("tokenizer_files")) state.tokenizer_files = in.text("tokenizer_files");
   state.metrics_json = in.text("metrics_json");
+  if (in.has("lora_json")) {  // checkpoints written before LoRA existed are full fine-tuning
+    state.lora_json = in.text("lora_json");
+    state.base_model_path = in.text("base_model_path");
+    state.base_model_sha256 = in.text("base_model_sha256");
+  }
   state.loss_sum = in.real("loss_sum");
   state.loss_count = in.at_least("loss_count", 0);
   state.train_seconds = in.real("train_seconds");

@@ -22,6 +22,7 @@
 #include "shardtrain/report/run_folder.h"
 #include "shardtrain/report/tensorboard.h"
 #include "shardtrain/train/train_step.h"
+#include "shardtrain/train/lora_run.h"
 #include "train/position.h"
 #include "train/reporter.h"
 
@@ -43,6 +44,17 @@ Position resume(TrainJob& job, const CheckpointManager& checkpoints, const std::
                     "\"); this job trains a " + job.saved_config.architecture() + " (model.task = \"" +
                     enum_name(job.saved_config.task) + "\"): resume it with its own task, or start the new task "
                     "from an exported folder (shardtrain export, then model.path) under another run.name");
+    }
+    if (s.lora_json.empty() != (job.model->lora() == nullptr))
+      throw Error(path + (s.lora_json.empty() ? " is a full fine-tuning checkpoint, and this job trains a LoRA adapter "
+                                              : " is a LoRA checkpoint, and this job fine-tunes the whole model ") +
+                  "([lora] r / adapter): resume it with its own [lora] settings, or use another run.name");
+    if (!s.lora_json.empty()) {
+      const std::string ours = job.model->lora()->to_json().dump();
+      if (s.lora_json != ours)
+        throw Error(path + " holds an adapter with " + s.lora_json + "; this job's [lora] gives " + ours +
+                    ": resume with the checkpoint's [lora] settings, or use another run.name");
+      check_base_identity(s.base_model_sha256, job.base_model_sha256, path, job.config->model.path);
     }
     if (s.global_batch_size != plan.examples_per_step())
       throw Error(str_format("%s was trained with global batch %lld (batch x ranks x accumulation); this job has %lld "

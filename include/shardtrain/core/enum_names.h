@@ -55,6 +55,8 @@ enum class LrSchedulerType {
 };
 enum class WsdDecayType { kCosine, kLinear, kOneMinusSqrt };  // transformers' get_wsd_schedule decay_type
 enum class WarmupType { kLog, kLinear };  // DeepSpeed's warmup_type
+// lora.init: PEFT's init_lora_weights (True: A Kaiming-uniform; "gaussian": A ~ N(0, 1/r)); B is zeros in both.
+enum class LoraInit { kDefault, kGaussian };
 
 // EnumNames<E>::entries: every enumerator with the name users write, in
 // --help order. Only the enums above have one.
@@ -101,6 +103,7 @@ ST_ENUM_NAMES(LrSchedulerType, {LrSchedulerType::kLinear, "linear"}, {LrSchedule
            {LrSchedulerType::kInverseSqrt, "inverse_sqrt"}, {LrSchedulerType::kCosineWithMinLr, "cosine_with_min_lr"},
            {LrSchedulerType::kWarmupStableDecay, "warmup_stable_decay"}, {LrSchedulerType::kWarmupLR, "WarmupLR"},
            {LrSchedulerType::kWarmupDecayLR, "WarmupDecayLR"}, {LrSchedulerType::kWarmupCosineLR, "WarmupCosineLR"});
+ST_ENUM_NAMES(LoraInit, {LoraInit::kDefault, "default"}, {LoraInit::kGaussian, "gaussian"}, {LoraInit::kDefault, "true"});
 ST_ENUM_NAMES(WarmupType, {WarmupType::kLog, "log"}, {WarmupType::kLinear, "linear"});
 ST_ENUM_NAMES(WsdDecayType, {WsdDecayType::kCosine, "cosine"}, {WsdDecayType::kLinear, "linear"},
            {WsdDecayType::kOneMinusSqrt, "1-sqrt"});

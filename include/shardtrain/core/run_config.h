@@ -194,6 +194,20 @@ struct JobConfig {
   bool memory_check = true;  // refuse a job whose memory estimate does not fit; false: warn and start it
 };
 
+// LoRA adapters (docs/DESIGN.md, "LoRA"): the base model frozen, low-rank
+// updates of its Linear layers and the task's head trained, in PEFT's format.
+struct LoraConfig {
+  int64_t r = 0;          // the rank; 0 = off (full fine-tuning) unless lora.adapter is set
+  double alpha = 8.0;     // PEFT's lora_alpha: the update is scaled by alpha / r
+  double dropout = 0.0;   // on the adapter's input
+  bool use_rslora = false;  // scale alpha / sqrt(r) (rank-stabilised LoRA)
+  LoraInit init = LoraInit::kDefault;
+  std::vector<std::string> target_modules;   // PEFT's matching; empty = the model type's default; ["all-linear"]
+  std::vector<std::string> modules_to_save;  // trained in full beyond the task's head (PEFT's rule)
+  std::string adapter;    // a PEFT adapter folder to start from (its adapter_config.json gives r, alpha, targets)
+  bool enabled() const { return r > 0 || !adapter.empty(); }
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -201,6 +215,7 @@ struct RunConfig {
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
   JobConfig run;
+  LoraConfig lora;
 };
 
 // Metric names that checkpoint.score_attribute may name.
@@ -383,6 +398,18 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("checkpoint.preemption_grace_s", c.checkpoint.preemption_grace_s,
         "on SIGTERM: one emergency checkpoint at the next step boundary if it fits, then exit 143, all within "
         "this many seconds; 0 = SIGTERM ends the job at once");
+
+  visit("lora.r", c.lora.r, "LoRA rank; 0 = full fine-tuning (the base model trained too)");
+  visit("lora.alpha", c.lora.alpha, "LoRA scaling numerator (PEFT lora_alpha): updates scaled by alpha / r");
+  visit("lora.dropout", c.lora.dropout, "dropout on the LoRA branch's input (PEFT lora_dropout)");
+  visit("lora.use_rslora", c.lora.use_rslora, "scale by alpha / sqrt(r) instead of alpha / r (rank-stabilised LoRA)");
+  visit("lora.init", c.lora.init, "A's init (PEFT init_lora_weights): Kaiming-uniform, or N(0, 1/r); B starts at zero");
+  visit("lora.target_modules", c.lora.target_modules,
+        "Linear modules that get adapters, as PEFT matches them (a whole name or its last dotted part), or "
+        "all-linear; empty = PEFT's default for the model type");
+  visit("lora.modules_to_save", c.lora.modules_to_save,
+        "modules trained in full besides the task's head (classifier / score / qa_outputs), e.g. pooler");
+  visit("lora.adapter", c.lora.adapter, "a PEFT adapter folder to start from (adapter_config.json and its weights)");
 
   visit("run.storage_path", c.run.storage_path, "directory that holds run folders");
   visit("run.name", c.run.name, "run folder name (default: the config file's stem)");

@@ -84,7 +84,11 @@ enum class InitKind {
   kZeros,
   kOnes,
   kSinusoidal,  // DistilBERT's fixed position embeddings
+  kKaimingUniform,  // torch's Linear default, kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(in), 1/sqrt(in)) (LoRA's A)
 };
+
+// A LoRA adapter's parameter (model/lora.h): its slot is the target Linear's weight slot.
+enum class LoraPart { kNone, kA, kB };
 
 struct ParameterSpec {
   std::string name;            // HF state-dict key
@@ -96,6 +100,7 @@ struct ParameterSpec {
   double init_cutoff = 0.0;    // kTruncatedNormal: in units of std
   int64_t padding_row = -1;    // an embedding's padding_idx (gets no gradient), or -1
   bool zero_padding_row = true;  // HF zeroes that row at init (all but ModernBERT)
+  LoraPart lora = LoraPart::kNone;  // kA [r, in] / kB [out, r] of the Linear at `slot`
   bool trainable = true;       // false: a fixed tensor (DistilBERT sinusoidal positions), not trained or checkpointed
   int64_t numel() const;
 };

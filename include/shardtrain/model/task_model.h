@@ -43,6 +43,7 @@
 
 #include "shardtrain/data/collator.h"
 #include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/parameter_plan.h"
 #include "shardtrain/model/unit_model.h"
 
@@ -163,6 +164,33 @@ class TaskModel : public UnitModel {
   // Tensors that are part of the HF state dict but not trained (DistilBERT's
   // sinusoidal position embeddings): exported, never checkpointed.
   std::vector<std::pair<std::string, at::Tensor>> fixed_tensors() const;
+
+  // ---- LoRA (model/lora.h; docs/DESIGN.md, "LoRA") ----
+  // Adds `lora`'s adapters (A by lora.init from `seed`, as init_weights draws
+  // each parameter from (seed, name); B zeros) and freezes every parameter
+  // outside lora.modules_to_save: the frozen ones lose requires_grad, and
+  // state_dict() / parameters() list only the trained ones (the adapters and
+  // the modules to save, in lora_trainable_plan's order). Once per model, on
+  // the CPU in fp32, before a strategy wraps it.
+  void add_lora(const LoraSpec& lora, uint64_t seed);
+  // The adapter added, or nullptr.
+  const LoraSpec* lora() const;
+  // The frozen parameters (name, tensor), in the plan's order; empty without LoRA.
+  std::vector<std::pair<std::string, at::Tensor>> frozen_state_dict() const;
+  // The unit of any tensor of the model (trained, frozen, fixed or an adapter's).
+  int64_t plan_unit_of(const std::string& name) const;
+  // Every tensor of the model by name, frozen, trained and LoRA (for export and tests).
+  std::vector<std::pair<std::string, at::Tensor>> all_tensors() const;
+  // Casts the frozen parameters to `dtype` (mixed precision: the forward reads
+  // the 16-bit copy; no fp32 master of them exists, they never change).
+  void frozen_to(at::ScalarType dtype);
+  // Folds each adapter into its Linear, W += scaling B A (in float64, rounded
+  // once), and removes the adapters: the model is an ordinary one again,
+  // every parameter trainable (export --merge).
+  void merge_lora();
+  // Hooks run outside the strategy's (before its before_forward, after its
+  // after_forward): the frozen base's own sharding (parallel/frozen_shards.h).
+  void set_outer_unit_hooks(UnitHooks* hooks);
 
   // UnitModel: config().num_units() units (the embeddings, DeBERTa's relative
   // embeddings, the layers, the head); parameters under HF names, in the

@@ -55,6 +55,10 @@ struct PredictOptions {
   // or a training checkpoint file (train/checkpoint_model.h: its model, config and
   // vocabulary), told apart by is_checkpoint_file().
   std::string model_dir;
+  // LoRA: a PEFT adapter folder over the HF folder model_dir (model/peft_adapter.h);
+  // base: a LoRA checkpoint's base folder instead of the one it recorded.
+  std::string adapter;
+  std::string base;
   std::string data_path;
   // The data settings, as a run's data section: the columns (text_a, text_b,
   // label, choices, preset), format, on_bad_row, max_length (0: the model's

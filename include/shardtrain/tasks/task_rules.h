@@ -63,6 +63,14 @@ class TaskRules {
   // token type of pairs (train/preflight.h).
   virtual std::string second_text(const DataConfig& data) const { return data.text_b; }
 
+  // ---- LoRA (model/lora.h) ----
+  // PEFT's task_type for the task ("SEQ_CLS"); nullptr where PEFT has none
+  // (multiple choice: a plain PeftModel).
+  virtual const char* peft_task_type() const { return nullptr; }
+  // The head modules PEFT trains in full for the task type
+  // (PeftModelFor<Task>'s modules_to_save), matched as PEFT matches them.
+  virtual std::vector<std::string> peft_head_modules() const { return {"classifier", "score"}; }
+
   // ---- predict ----
   // The files predict writes beside its output (TaskPredictions::side_files),
   // known before the run so that their paths are checked first.

@@ -30,8 +30,12 @@ struct CheckpointModel {
   bool lowercase = false;
   TrainState state;
 };
-// Collective over comm (every rank gets the whole model).
-CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm);
+// Collective over comm (every rank gets the whole model). A LoRA checkpoint
+// (state.lora_json) holds only the adapter and the modules to save: the
+// frozen base is loaded from its recorded folder, or from `base_folder` when
+// given (the base moved), and must have the recorded sha256
+// (train/lora_run.h); the model returned has the adapter added (model->lora()).
+CheckpointModel load_checkpoint_model(const std::string& path, MPI_Comm comm, const std::string& base_folder = "");
 
 // The tokenizer a checkpoint saved: its tokenizer_files attribute, or, in
 // checkpoints written before that existed, vocab_text with lowercase
@@ -43,7 +47,8 @@ Tokenizer checkpoint_tokenizer(const TrainState& state, const std::string& path)
 // their shapes and offsets in the flat layout: equal to
 // flat_tensors(ParamLayout(model.state_dict())), computed without allocating
 // the model. Error naming `source` for an invalid config.
-std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source = "config");
+std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source = "config",
+                                           const LoraSpec* lora = nullptr);
 
 // What export_checkpoint_safetensors() did.
 struct CheckpointExport {

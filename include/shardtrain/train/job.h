@@ -37,6 +37,7 @@
 #include "shardtrain/model/task_model.h"
 #include "shardtrain/optim/loss_scaler.h"
 #include "shardtrain/optim/schedule.h"
+#include "shardtrain/parallel/frozen_shards.h"
 #include "shardtrain/parallel/strategy.h"
 #include "shardtrain/parallel/topology.h"
 #include "shardtrain/tasks/task_spec.h"
@@ -78,6 +79,10 @@ struct TrainJob {
   std::shared_ptr<TaskModel> model;
   EncoderConfig saved_config;  // what checkpoints and exports record (label names of the data)
   std::unique_ptr<Strategy> strategy;
+  // LoRA (config.lora): the frozen base's identity (train/lora_run.h), and
+  // under zero3 / hybrid its shards (declared after the strategy: removed first).
+  std::string base_model_sha256;
+  std::unique_ptr<FrozenShards> frozen_shards;
   std::vector<FlatTensor> flat_layout;
   std::optional<DistributedSampler> sampler;
   TrainPlan plan;

@@ -39,6 +39,13 @@ struct TrainState {
   // (data/tokenizer.h). Empty in checkpoints written before it existed: those
   // rebuild the tokenizer from vocab_text and lowercase.
   std::string tokenizer_files;
+  // LoRA runs (docs/DESIGN.md, "LoRA"): the adapter's settings (LoraSpec::to_json;
+  // empty: full fine-tuning, /model holds every parameter) and the frozen
+  // base's identity: its folder (empty: random init from `seed`) and
+  // train/lora_run.h's frozen_base_sha256.
+  std::string lora_json;
+  std::string base_model_path;
+  std::string base_model_sha256;
   std::string metrics_json = "{}";  // {"eval_f1": ..., ...} of the report this checkpoint belongs to
   // Training-loss accumulator since the last report (so a resumed run reports
   // the same train_loss), and wall time trained so far.

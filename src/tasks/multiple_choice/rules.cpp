@@ -52,6 +52,7 @@ class MultipleChoiceRules final : public TaskRules {
     return {"eval_loss", "eval_accuracy"};
   }
   const char* class_suffix() const override { return "ForMultipleChoice"; }
+  std::vector<std::string> peft_head_modules() const override { return {"classifier"}; }
   int64_t head_outputs(int64_t) const override { return 1; }  // one logit per choice
   // (context, choice) pairs whatever data.text_b is.
   std::string second_text(const DataConfig& d) const override {

@@ -76,6 +76,8 @@ class QuestionAnsweringRules final : public TaskRules {
            " data.version_2_with_negative";
   }
   const char* class_suffix() const override { return "ForQuestionAnswering"; }
+  const char* peft_task_type() const override { return "QUESTION_ANS"; }
+  std::vector<std::string> peft_head_modules() const override { return {"qa_outputs"}; }
   bool head_on_tokens() const override { return true; }
   int64_t head_outputs(int64_t) const override { return 2; }  // start and end logits
   std::string second_text(const DataConfig&) const override { return "context"; }  // (question, context) pairs

@@ -39,6 +39,7 @@ class SequenceClassificationRules final : public TaskRules {
                            : str_format("a %lld-label classification task", static_cast<long long>(num_labels));
   }
   const char* class_suffix() const override { return "ForSequenceClassification"; }
+  const char* peft_task_type() const override { return "SEQ_CLS"; }
 };
 
 }  // namespace

@@ -52,6 +52,7 @@ class TokenClassificationRules final : public TaskRules {
     return ", and eval_<TYPE>_f1 for each entity type of the data";
   }
   const char* class_suffix() const override { return "ForTokenClassification"; }
+  const char* peft_task_type() const override { return "TOKEN_CLS"; }
   bool head_on_tokens() const override { return true; }
   std::string second_text(const DataConfig&) const override { return ""; }
 };
