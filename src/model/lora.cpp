@@ -43,7 +43,7 @@ std::string lora_last_part(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
-// PEFT's check_target_module_exists for a list: the whole name, or its end after a dot.
+// PEFT's check_target_module_exists for a list: the whole name, or a tail of it after a dot.
 bool lora_target_matches(const std::string& module, const std::string& target) {
   return module == target || lora_ends_with(module, "." + target);
 }

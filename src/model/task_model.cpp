@@ -11,7 +11,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "model/encoder.h"
+#include "model/task_model_impl.h"
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/memory.h"
@@ -19,117 +19,6 @@
 #include "shardtrain/tasks/task_spec.h"
 
 namespace shardtrain {
-
-struct TaskModel::Impl {
-  EncoderConfig config;
-  std::vector<ParameterSpec> plan;
-  std::vector<at::Tensor> tensors;  // tensors[i] is plan[i]
-  std::unordered_map<std::string, size_t> index;
-  std::vector<detail::UnitWeights> units;
-  // The family's recipes for this config (model/family_spec.h), made once.
-  std::vector<detail::LayerSpec> layer_specs;
-  EmbeddingRecipe embedding;
-  PooledHeadRecipe pooled_head;
-  TokenHeadRecipe token_head;
-  UnitHooks* hooks = nullptr;
-  UnitHooks* outer_hooks = nullptr;  // set_outer_unit_hooks
-  // LoRA (add_lora): the adapter, and which plan entries it froze.
-  std::unique_ptr<LoraSpec> lora;
-  std::vector<char> frozen;
-  bool training = true;
-  bool gradient_checkpointing = false;
-  bool unpadded = true;
-  bool banded_attention = true;  // set_banded_attention
-
-  void before(int64_t unit) const {
-    if (outer_hooks) outer_hooks->before_forward(unit);
-    if (hooks) hooks->before_forward(unit);
-  }
-  at::Tensor after(int64_t unit, at::Tensor output) const {
-    if (hooks) output = hooks->after_forward(unit, std::move(output));
-    return outer_hooks ? outer_hooks->after_forward(unit, std::move(output)) : output;
-  }
-  // Plan entry i is trained: not a fixed tensor, not frozen by LoRA.
-  bool trained(size_t i) const { return plan[i].trainable && !(i < frozen.size() && frozen[i]); }
-  bool is_frozen(size_t i) const { return i < frozen.size() && frozen[i]; }
-  int64_t head_unit() const { return static_cast<int64_t>(units.size()) - 1; }
-
-  // Encoder layer i on `hidden`, checkpointed when gradient_checkpointing is on.
-  at::Tensor run_layer(int64_t i, const at::Tensor& hidden, const detail::AttentionContext& attention) const {
-    const int64_t unit = config.layer_unit(i);
-    // The unit hooks stay outside the checkpoint: a sharded strategy gathers
-    // the layer before its forward and again (its pre-backward hook on the
-    // layer's output) before the recomputation (docs/DESIGN.md, "Activation
-    // checkpointing").
-    before(unit);
-    // By value: a checkpointed layer calls this again in backward.
-    auto forward = [spec = layer_specs[i], weights = units[unit], attention,
-                    training = training](const at::Tensor& x) {
-      return detail::encoder_layer(spec, weights, x, attention, training);
-    };
-    at::Tensor out;
-    if (gradient_checkpointing && training && at::GradMode::is_enabled()) {
-      // DeBERTa's relative embeddings come from another unit: the
-      // recomputation's gradient for them must reach that unit's graph.
-      std::vector<at::Tensor> inputs = unit_tensors(unit);
-      if (attention.relative) inputs.push_back(attention.relative->embeddings);
-      out = checkpointed_forward(forward, hidden, inputs);
-    } else {
-      out = forward(hidden);
-    }
-    return after(unit, std::move(out));
-  }
-
-  // DeBERTa with relative attention: the relative embeddings unit (unit 1,
-  // between the embeddings and layer 0, with its hooks unless `hooked` is
-  // false) and the relative positions of `length` tokens, which every layer
-  // reads; null for the other families.
-  std::shared_ptr<const detail::RelativeContext> relative_context(int64_t length, const at::Device& device,
-                                                                  bool hooked = true) const {
-    if (!config.has_relative_unit()) return nullptr;
-    const int64_t unit = config.layer_unit(0) - 1;
-    auto relative = std::make_shared<detail::RelativeContext>();
-    if (hooked) before(unit);
-    relative->embeddings = detail::relative_embeddings(config, units[static_cast<size_t>(unit)]);
-    if (hooked) relative->embeddings = after(unit, relative->embeddings);
-    relative->positions = detail::RelativePositions::build(config, length, device);
-    return relative;
-  }
-
-  std::vector<at::Tensor> unit_tensors(int64_t unit) const {
-    std::vector<at::Tensor> out;
-    for (size_t i = 0; i < plan.size(); ++i)
-      if (plan[i].unit == unit && trained(i)) out.push_back(tensors[i]);
-    return out;
-  }
-
-  // The head unit on the last hidden states, pooled by `pool` (first token or
-  // masked mean of token-wise states).
-  at::Tensor head(const std::function<at::Tensor(const at::Tensor&)>& pool_first,
-                  const std::function<at::Tensor(const at::Tensor&)>& pool_mean, const at::Tensor& hidden) const {
-    const detail::UnitWeights& w = units[head_unit()];
-    before(head_unit());
-    if (task_rules(config.task).head_on_tokens())  // [B, L, C] or [T, C]
-      return after(head_unit(), detail::token_head(config, token_head, w, hidden, training));
-    const PooledHeadRecipe& recipe = pooled_head;
-    // final_norm is token-wise: for first-token pooling normalise only the
-    // first tokens (the same values); the mean averages the normalised states.
-    auto final_norm = [&](const at::Tensor& x) {
-      if (!recipe.final_norm) return x;
-      return detail::layer_norm(x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], config.layer_norm_eps);
-    };
-    const at::Tensor pooled = recipe.mean_pooling ? pool_mean(final_norm(hidden)) : final_norm(pool_first(hidden));
-    return after(head_unit(), detail::classifier_head(config, pooled_head, w, pooled, training));
-  }
-
-  void check_length(int64_t length) const {
-    const int64_t limit = config.max_sequence_length();
-    if (length > limit)
-      throw Error("sequence length " + std::to_string(length) + " exceeds the " + std::to_string(limit) +
-                  " positions of this " + config.model_type + " model (max_position_embeddings " +
-                  std::to_string(config.max_position_embeddings) + "); lower data.max_length");
-  }
-};
 
 namespace {
 
@@ -159,6 +48,10 @@ at::Tensor sinusoidal_table(int64_t positions, int64_t dim) {
   table.slice(1, 1, dim, 2).copy_(angles.slice(1, 1, dim, 2).cos());
   return table.to(at::kFloat);
 }
+
+}  // namespace
+
+namespace detail {
 
 // HF _init_weights for one parameter, from its own generator.
 void init_parameter(const ParameterSpec& spec, at::Tensor& param, uint64_t seed) {
@@ -199,7 +92,7 @@ void init_parameter(const ParameterSpec& spec, at::Tensor& param, uint64_t seed)
   param.copy_(values);
 }
 
-}  // namespace
+}  // namespace detail
 
 at::Tensor fixed_tensor(const ParameterSpec& spec) {
   TORCH_CHECK(spec.init == InitKind::kSinusoidal, "fixed_tensor: ", spec.name, " is not a fixed tensor");
@@ -230,7 +123,7 @@ TaskModel::TaskModel(const EncoderConfig& config) : impl_(std::make_unique<Impl>
     if (spec.trainable) {
       t.set_requires_grad(true);
     } else {
-      init_parameter(spec, t, 0);  // fixed: computed from the config
+      detail::init_parameter(spec, t, 0);  // fixed: computed from the config
     }
     m.tensors.push_back(t);
     m.index.emplace(spec.name, i);
@@ -445,7 +338,7 @@ void TaskModel::init_weights(uint64_t seed, const std::vector<std::string>& name
   for (size_t i = 0; i < impl_->plan.size(); ++i) {
     const ParameterSpec& spec = impl_->plan[i];
     if (!spec.trainable || (!wanted.empty() && !wanted.count(spec.name))) continue;
-    init_parameter(spec, impl_->tensors[i], seed);
+    detail::init_parameter(spec, impl_->tensors[i], seed);
   }
 }
 
@@ -489,120 +382,6 @@ std::vector<std::pair<std::string, at::Tensor>> TaskModel::state_dict() const {
   for (size_t i = 0; i < impl_->plan.size(); ++i)
     if (impl_->trained(i)) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
   return out;
-}
-
-void TaskModel::add_lora(const LoraSpec& lora, uint64_t seed) {
-  Impl& m = *impl_;
-  if (m.lora) throw Error("add_lora: this model has a LoRA adapter already");
-  std::vector<ParameterSpec> adapters;
-  for (ParameterSpec& p : lora_trainable_plan(m.config, lora))
-    if (p.lora != LoraPart::kNone) adapters.push_back(std::move(p));
-  // Each adapter goes after its module's last parameter (lora_trainable_plan's order).
-  std::unordered_map<std::string, std::vector<size_t>> after;
-  for (size_t a = 0; a < adapters.size(); ++a) {
-    const std::string module = adapters[a].name.substr(0, adapters[a].name.rfind(".lora_"));
-    const std::string last = m.index.count(module + ".bias") ? module + ".bias" : module + ".weight";
-    after[last].push_back(a);
-  }
-  std::vector<ParameterSpec> plan;
-  std::vector<at::Tensor> tensors;
-  std::vector<char> frozen;
-  for (size_t i = 0; i < m.plan.size(); ++i) {
-    const ParameterSpec& spec = m.plan[i];
-    at::Tensor& t = m.tensors[i];
-    const bool freeze = spec.trainable && !lora.saves(spec.name);
-    if (freeze) {
-      t.mutable_grad() = at::Tensor();
-      t.set_requires_grad(false);
-    }
-    plan.push_back(spec);
-    tensors.push_back(t);
-    frozen.push_back(freeze);
-    const auto found = after.find(spec.name);
-    if (found == after.end()) continue;
-    for (size_t a : found->second) {
-      const ParameterSpec& adapter = adapters[a];
-      at::Tensor values = at::empty(adapter.shape, at::TensorOptions().dtype(at::kFloat));
-      init_parameter(adapter, values, seed);
-      at::Tensor tensor = values.to(t.device(), t.scalar_type()).detach();
-      tensor.set_requires_grad(true);
-      detail::UnitWeights& w = m.units[static_cast<size_t>(adapter.unit)];
-      (adapter.lora == LoraPart::kA ? w.lora_a : w.lora_b)[static_cast<size_t>(adapter.slot)] = tensor;
-      plan.push_back(adapter);
-      tensors.push_back(tensor);
-      frozen.push_back(false);
-    }
-  }
-  for (detail::UnitWeights& w : m.units) {
-    w.lora_scaling = lora.scaling();
-    w.lora_dropout = lora.dropout;
-  }
-  m.plan = std::move(plan);
-  m.tensors = std::move(tensors);
-  m.frozen = std::move(frozen);
-  m.index.clear();
-  for (size_t i = 0; i < m.plan.size(); ++i) m.index.emplace(m.plan[i].name, i);
-  m.lora = std::make_unique<LoraSpec>(lora);
-}
-
-int64_t TaskModel::plan_unit_of(const std::string& name) const {
-  const auto found = impl_->index.find(name);
-  if (found == impl_->index.end())
-    throw Error("'" + name + "' is not a tensor of this " + impl_->config.model_type + " model");
-  return impl_->plan[found->second].unit;
-}
-
-const LoraSpec* TaskModel::lora() const { return impl_->lora.get(); }
-
-std::vector<std::pair<std::string, at::Tensor>> TaskModel::frozen_state_dict() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (size_t i = 0; i < impl_->plan.size(); ++i)
-    if (impl_->is_frozen(i)) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
-  return out;
-}
-
-std::vector<std::pair<std::string, at::Tensor>> TaskModel::all_tensors() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (size_t i = 0; i < impl_->plan.size(); ++i) out.emplace_back(impl_->plan[i].name, impl_->tensors[i]);
-  return out;
-}
-
-void TaskModel::frozen_to(at::ScalarType dtype) {
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < impl_->plan.size(); ++i)
-    if (impl_->is_frozen(i)) impl_->tensors[i].set_data(impl_->tensors[i].to(dtype));
-}
-
-void TaskModel::merge_lora() {
-  Impl& m = *impl_;
-  if (!m.lora) return;
-  at::NoGradGuard no_grad;
-  const double scaling = m.lora->scaling();
-  std::vector<ParameterSpec> plan;
-  std::vector<at::Tensor> tensors;
-  for (size_t i = 0; i < m.plan.size(); ++i) {
-    const ParameterSpec& spec = m.plan[i];
-    if (spec.lora == LoraPart::kB) continue;
-    if (spec.lora == LoraPart::kA) {
-      detail::UnitWeights& w = m.units[static_cast<size_t>(spec.unit)];
-      const size_t slot = static_cast<size_t>(spec.slot);
-      at::Tensor& weight = w.by_slot[slot];
-      const at::Tensor delta = at::matmul(w.lora_b[slot].to(at::kDouble), w.lora_a[slot].to(at::kDouble)) * scaling;
-      weight.set_data((weight.to(at::kDouble) + delta.to(weight.device())).to(weight.scalar_type()));
-      w.lora_a[slot] = at::Tensor();
-      w.lora_b[slot] = at::Tensor();
-      continue;
-    }
-    if (m.is_frozen(i)) m.tensors[i].set_requires_grad(true);
-    plan.push_back(spec);
-    tensors.push_back(m.tensors[i]);
-  }
-  m.plan = std::move(plan);
-  m.tensors = std::move(tensors);
-  m.frozen.clear();
-  m.index.clear();
-  for (size_t i = 0; i < m.plan.size(); ++i) m.index.emplace(m.plan[i].name, i);
-  m.lora.reset();
 }
 
 }  // namespace shardtrain

@@ -405,7 +405,7 @@ void visit_config_keys(Config& c, Visitor&& visit) {
   visit("lora.use_rslora", c.lora.use_rslora, "scale by alpha / sqrt(r) instead of alpha / r (rank-stabilised LoRA)");
   visit("lora.init", c.lora.init, "A's init (PEFT init_lora_weights): Kaiming-uniform, or N(0, 1/r); B starts at zero");
   visit("lora.target_modules", c.lora.target_modules,
-        "Linear modules that get adapters, as PEFT matches them (a whole name or its last dotted part), or "
+        "Linear modules that get adapters, as PEFT matches them (a whole name or a tail of it after a dot), or "
         "all-linear; empty = PEFT's default for the model type");
   visit("lora.modules_to_save", c.lora.modules_to_save,
         "modules trained in full besides the task's head (classifier / score / qa_outputs), e.g. pooler");

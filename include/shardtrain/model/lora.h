@@ -16,7 +16,7 @@
 // trained in full.
 //
 // Matching, as PEFT does it: a target name matches a module whose whole name
-// is that name or ends in "." + that name; "all-linear" is every Linear's last
+// is that name or ends in "." + that name ("query", "self.query"); "all-linear" is every Linear's last
 // name part except the sequence-classification head's. A modules_to_save
 // name matches every module whose name ends in it (PEFT compares strings: so
 // "classifier" matches DistilBERT's pre_classifier too, as in PEFT). Unlike
