@@ -254,7 +254,7 @@ TEST_CASE("lora_trainable_plan: the adapters after their module, [r, in] and [ou
   CHECK(model.frozen_state_dict().size() + 2 == model.all_tensors().size() - 8);
 }
 
-TEST_CASE("LoRA forward and backward equal an fp64 reference with the adapters merged: BERT, DeBERTa-v3, ModernBERT") {
+TEST_CASE("LoRA forward and backward equal an fp64 reference with the adapters merged, for the families and tasks") {
   SUBCASE("BERT, query and value") {
     const EncoderConfig c = shardtrain_test::tiny_bert_config();
     check_against_reference(c, resolve_lora(c, options(3)));
@@ -269,6 +269,26 @@ TEST_CASE("LoRA forward and backward equal an fp64 reference with the adapters m
     const EncoderConfig c = fixture_config("deberta_v3_l2");
     REQUIRE(c.share_att_key);
     check_against_reference(c, resolve_lora(c, options(2, {"query_proj", "key_proj", "value_proj"})));
+  }
+  SUBCASE("RoBERTa, token classification") {
+    EncoderConfig c = fixture_config("roberta_l2");
+    c.task = Task::kTokenClassification;
+    c.set_num_labels(5);
+    check_against_reference(c, resolve_lora(c, options(2)));
+  }
+  SUBCASE("BERT, question answering: qa_outputs saved") {
+    EncoderConfig c = shardtrain_test::tiny_bert_config();
+    c.task = Task::kQuestionAnswering;
+    c.set_num_labels(2);
+    check_against_reference(c, resolve_lora(c, options(2, {"query", "key", "value", "dense"})));
+  }
+  SUBCASE("ELECTRA, multiple choice, all-linear: the embeddings' projection adapted too") {
+    EncoderConfig c = fixture_config("electra_project_l2");
+    c.task = Task::kMultipleChoice;
+    c.set_num_labels(1);
+    const LoraSpec spec = resolve_lora(c, options(2, {"all-linear"}));
+    CHECK(target_names(spec).count("electra.embeddings_project") == 1);
+    check_against_reference(c, spec);
   }
   SUBCASE("ModernBERT: the fused Wqkv and every other Linear") {
     const EncoderConfig c = fixture_config("modernbert_cls_l4");

@@ -7,7 +7,8 @@
 #     and -np 4; zero3 with activation checkpointing too; bf16 under zero3
 #     gives bf16 ddp's;
 #   - the frozen base has no optimizer state: the checkpoint's /model and
-#     /optim hold the adapters and the classifier only;
+#     /optim hold the adapters and the classifier only; inspect (--verify)
+#     reads it as such;
 #   - resume is exact: 3 steps, then 3 more from the checkpoint, at -np 2
 #     gives the straight 6-step run's checkpoint bit for bit; at -np 4 zero3
 #     (half the batch per rank, dropout off) its losses;
@@ -122,6 +123,13 @@ if [ "$model_sets" = 10 ] && [ "$optim_sets" = 10 ] && [ "$lora_sets" = 8 ] &&
   pass "the checkpoint holds 8 adapter tensors and the classifier's 2, with AdamW state for those only"
 else
   fail "the checkpoint holds 8 adapter tensors and the classifier's 2 (/model $model_sets, /optim/exp_avg $optim_sets, lora $lora_sets)" "$TMP/h5ls.txt"
+fi
+
+if "$BIN" inspect --verify "$ckpt" >"$TMP/inspect.log" 2>&1 && "$BIN" inspect "$ckpt" >>"$TMP/inspect.log" 2>&1 &&
+  grep -q '^LoRA: *r 4, alpha 8, targets \["query","value"\]' "$TMP/inspect.log"; then
+  pass "inspect --verify checks a LoRA checkpoint against its adapter; inspect shows the adapter and the base"
+else
+  fail "inspect --verify checks a LoRA checkpoint against its adapter; inspect shows the adapter and the base" "$TMP/inspect.log"
 fi
 
 # Resume: 3 steps, then the rest from the checkpoint (a constant learning

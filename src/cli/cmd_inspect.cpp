@@ -98,6 +98,11 @@ nlohmann::json summarize(const std::string& path) {
   out["size_bytes"] = static_cast<int64_t>(std::filesystem::file_size(path));
   out["kind"] = kTrainCheckpointKind;
   out["step"] = state.step;
+  if (!state.lora_json.empty()) {  // a LoRA adapter: the base's identity beside it
+    out["lora"] = nlohmann::json::parse(state.lora_json, nullptr, false);
+    out["base_model_path"] = state.base_model_path;
+    out["base_model_sha256"] = state.base_model_sha256;
+  }
   out["epoch"] = state.epoch;
   out["batches_consumed"] = state.batches_consumed;
   out["seed"] = state.seed;
@@ -189,6 +194,16 @@ void print_text(const nlohmann::json& s) {
               "vocab %lld, %lld labels (%s)\n",
               m["architecture"].get<std::string>().c_str(), i64(m["num_hidden_layers"]), i64(m["hidden_size"]), i64(m["num_attention_heads"]),
               i64(m["intermediate_size"]), i64(m["vocab_size"]), i64(m["num_labels"]), labels.c_str());
+  if (s.contains("lora")) {
+    const nlohmann::json& lora = s["lora"];
+    std::printf("LoRA:        r %lld, alpha %g, targets %s, modules_to_save %s; base %s (sha256 %s)\n",
+                static_cast<long long>(lora.value("r", int64_t{0})), lora.value("lora_alpha", 0.0),
+                lora.value("target_modules", nlohmann::json::array()).dump().c_str(),
+                lora.value("modules_to_save", nlohmann::json::array()).dump().c_str(),
+                s["base_model_path"].get<std::string>().empty() ? "random init"
+                                                                : s["base_model_path"].get<std::string>().c_str(),
+                s["base_model_sha256"].get<std::string>().c_str());
+  }
   std::printf("parameters:  %s in %lld tensors (%s)\n", grouped(m["num_parameters"].get<int64_t>()).c_str(),
               i64(m["num_tensors"]), format_bytes(static_cast<double>(m["parameter_bytes"].get<int64_t>())).c_str());
   if (s["optimizer_state"].get<bool>())
@@ -211,8 +226,7 @@ void verify(const std::string& path) {
   const CheckpointVerification v = verify_checkpoint(path);
   CheckpointReader reader(path, MPI_COMM_SELF);
   const TrainState state = read_train_state(reader);
-  const EncoderConfig config = EncoderConfig::from_json(state.model_config_json, path + " (attribute model_config_json)");
-  for (const FlatTensor& tensor : model_flat_tensors(config, path + " (attribute model_config_json)")) {
+  for (const FlatTensor& tensor : checkpoint_flat_tensors(state, path)) {
     if (!reader.has("model", tensor.name))
       throw Error(path + ": the checkpoint has no tensor /model/" + tensor.name + " of its model config");
     if (reader.shape("model", tensor.name) != tensor.shape)

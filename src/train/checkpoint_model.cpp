@@ -110,6 +110,17 @@ std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const st
   return out;
 }
 
+std::vector<FlatTensor> checkpoint_flat_tensors(const TrainState& state, const std::string& path) {
+  const std::string source = path + " (attribute model_config_json)";
+  const EncoderConfig config = EncoderConfig::from_json(state.model_config_json, source);
+  if (state.lora_json.empty()) return model_flat_tensors(config, source);
+  nlohmann::json lora_json = nlohmann::json::parse(state.lora_json, nullptr, false);
+  if (lora_json.is_discarded())
+    throw Error(path + ": attribute lora_json is not JSON; the checkpoint is damaged");
+  const LoraSpec lora = LoraSpec::from_json(lora_json, config, path + " (attribute lora_json)");
+  return model_flat_tensors(config, source, &lora);
+}
+
 CheckpointExport export_checkpoint_safetensors(const std::string& path, const std::string& output,
                                                at::ScalarType dtype) {
   if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16)

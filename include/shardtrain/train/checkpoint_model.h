@@ -50,6 +50,11 @@ Tokenizer checkpoint_tokenizer(const TrainState& state, const std::string& path)
 std::vector<FlatTensor> model_flat_tensors(const EncoderConfig& config, const std::string& source = "config",
                                            const LoraSpec* lora = nullptr);
 
+// The tensors the training checkpoint `path` with `state` holds under /model:
+// model_flat_tensors() of its model config, or of its LoRA adapter (the
+// adapters and the modules to save) when state.lora_json is set.
+std::vector<FlatTensor> checkpoint_flat_tensors(const TrainState& state, const std::string& path);
+
 // What export_checkpoint_safetensors() did.
 struct CheckpointExport {
   TrainState state;
