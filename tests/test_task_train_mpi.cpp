@@ -6,9 +6,15 @@
 // gives the same logits; a checkpoint of one task is refused by a job of the
 // other, naming both. Runs at -np 2 and -np 4.
 //
-// Tolerance: parameters within 5e-6 of DDP's after 3 steps at lr 1e-3
-// (test_family_strategies_mpi.cpp says why AdamW carries reduction-order
-// rounding that far); metrics from the same logits compared within 1e-9.
+// Tolerance: parameters within 2e-5 of DDP's after 3 steps at lr 1e-3, where
+// a wrong update moves a parameter by ~1e-3 (test_family_strategies_mpi.cpp
+// says why AdamW carries reduction-order rounding this far). Measured worst:
+// 8.3e-6, multiple choice at -np 4, every sharded strategy against ddp, on a
+// Xeon with AVX-512 (deterministic there; 5e-6, the bound before, held on
+// other machines, which is why CI failed this entry only sometimes): the
+// untrained model's choices tie (loss ln 3), so the ranks' gradient
+// contributions nearly cancel and their sum keeps few exact digits. Metrics
+// from the same logits are compared within 1e-9.
 #include <torch/torch.h>
 
 #include <doctest/doctest.h>
@@ -45,7 +51,7 @@ using shardtrain_test::conll_part;
 
 namespace {
 
-constexpr double kTaskParamTolerance = 5e-6;
+constexpr double kTaskParamTolerance = 2e-5;
 
 // WNUT-17's 13 tags, sorted (as collected from its training file).
 const std::vector<std::string> kWnutTags = {
