@@ -18,6 +18,7 @@
 #     HF folder; predict gives the same logits on the checkpoint, on the
 #     merged folder, and on the base folder with --adapter; a base that moved
 #     is found with --base;
+#   - lora.adapter starts a run from a PEFT folder (its eval is predict's);
 #   - DistilBERT without lora.target_modules is refused naming the key.
 #
 #   bash tests/test_lora_train.sh BIN SRC MPIEXEC [MPIEXEC_FLAGS...]
@@ -194,6 +195,19 @@ then
   pass "predict: the checkpoint, the merged folder and the base with --adapter give the same logits"
 else
   fail "predict: the checkpoint, the merged folder and the base with --adapter give the same logits" "$TMP/predict.log"
+fi
+# lora.adapter: a run that starts from the exported adapter (lr 1e-30: it stays
+# what it was) evaluates as predict --adapter does.
+if run fromadapter 2 --model.init pretrained --model.path "$TMP/base" --lora.r 0 --lora.adapter "$TMP/adapter" \
+  --train.lr 1e-30 --train.max_steps 1 --train.eval_every_steps 1 &&
+  grep -q "LoRA: starting from the adapter in $TMP/adapter" "$TMP/fromadapter.log" &&
+  run_loss=$($PY -c 'import json,sys; print("%.4f" % [json.loads(l) for l in open(sys.argv[1])][-1]["eval_loss"])' \
+    "$TMP/runs/fromadapter/result.jsonl") &&
+  "$BIN" predict --model "$TMP/base" --adapter "$TMP/adapter" "${cols[@]}" --label Quality --data "$TMP/dev.tsv" \
+    --output "$TMP/p_labels.jsonl" >"$TMP/p_labels.log" 2>&1 && grep -q "eval_loss $run_loss" "$TMP/p_labels.log"; then
+  pass "lora.adapter: a run from the exported adapter evaluates to predict --adapter's eval_loss ($run_loss)"
+else
+  fail "lora.adapter: a run from the exported adapter evaluates to predict --adapter's eval_loss" "$TMP/fromadapter.log"
 fi
 mv "$TMP/base" "$TMP/moved_base"
 if ! "$BIN" predict --model "$TMP/runs/onbase/checkpoint_000001.h5" --data "$TMP/dev.tsv" --output "$TMP/p_moved.jsonl" \
