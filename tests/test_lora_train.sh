@@ -126,6 +126,38 @@ else
   fail "the checkpoint holds 8 adapter tensors and the classifier's 2 (/model $model_sets, /optim/exp_avg $optim_sets, lora $lora_sets)" "$TMP/h5ls.txt"
 fi
 
+# ZeRO-3 and FSDP save the adapter they trained (PEFT under Trainer saved an
+# empty one under ZeRO-3: peft#2892): exported, each tensor within 1e-6 of ddp's.
+same_adapter() {  # CHECKPOINT_A CHECKPOINT_B NAME
+  "$BIN" export "$1" --output "$TMP/$3_a" >"$TMP/$3.log" 2>&1 && "$BIN" export "$2" --output "$TMP/$3_b" >>"$TMP/$3.log" 2>&1 &&
+    $PY - "$TMP/$3_a/adapter_model.safetensors" "$TMP/$3_b/adapter_model.safetensors" >>"$TMP/$3.log" 2>&1 <<'PY'
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__": continue
+        b, end = e["data_offsets"]
+        raw = data[8 + n + b:8 + n + end]
+        out[name] = struct.unpack("<%df" % (len(raw) // 4), raw)
+    return out
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+worst = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+b_max = max(abs(x) for k in a if ".lora_B." in k for x in a[k])
+print("worst difference", worst, "largest |B|", b_max)
+assert worst <= 1e-6 and b_max > 1e-4
+PY
+}
+if same_adapter "$ckpt" "$TMP/runs/zero32/checkpoint_000002.h5" zero3_adapter &&
+  same_adapter "$TMP/runs/ddp4/checkpoint_000002.h5" "$TMP/runs/fsdp4/checkpoint_000002.h5" fsdp_adapter; then
+  pass "zero3's (-np 2) and fsdp's (-np 4) checkpoints export ddp's adapter, not zeros"
+else
+  fail "zero3's (-np 2) and fsdp's (-np 4) checkpoints export ddp's adapter, not zeros" "$TMP/zero3_adapter.log"
+  log_excerpt "$TMP/fsdp_adapter.log"
+fi
 if "$BIN" inspect --verify "$ckpt" >"$TMP/inspect.log" 2>&1 && "$BIN" inspect "$ckpt" >>"$TMP/inspect.log" 2>&1 &&
   grep -q '^LoRA: *r 4, alpha 8, targets \["query","value"\]' "$TMP/inspect.log"; then
   pass "inspect --verify checks a LoRA checkpoint against its adapter; inspect shows the adapter and the base"
