@@ -23,6 +23,7 @@ packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libutf8proc-dev
   libsentencepiece-dev                      # SentencePiece tokenizers (DeBERTa-v2/v3, XLM-R)
   libprotobuf-dev protobuf-compiler         # TensorBoard event files (protobuf lite runtime, protoc)
+  libonnx-dev                               # `shardtrain export --format onnx`: ONNX's protobuf classes and checker
   librsvg2-dev                              # `shardtrain plot --output X.png`; in this set so that
                                             # --tests does not change the executable (no rebuild)
 )
@@ -60,4 +61,16 @@ if ((with_tests)); then
   cmake --build build -j"$(nproc)"
 else
   cmake --build build -j"$(nproc)" --target shardtrain
+fi
+
+# The ONNX export tests run the real ONNX Runtime (CPU): onnxruntime-node from
+# the npm registry, into build/onnxruntime (tests/test_onnx_export.cpp fails,
+# it does not skip, without it). ONNXRUNTIME_NODE_INSTALL=skip: no CUDA download.
+readonly ort_version=1.30.0
+if ((with_tests)) && ! grep -qs "\"version\": \"$ort_version\"" build/onnxruntime/node_modules/onnxruntime-node/package.json; then
+  command -v npm >/dev/null || { echo "setup: npm (Node.js) is needed for the ONNX Runtime the tests run" >&2; exit 1; }
+  echo "setup: installing onnxruntime-node $ort_version (CPU) into build/onnxruntime"
+  mkdir -p build/onnxruntime
+  (cd build/onnxruntime && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --loglevel=error \
+    "onnxruntime-node@$ort_version" >/dev/null)
 fi

@@ -31,7 +31,9 @@
 #include "shardtrain/core/text.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/hf_folder.h"
+#include "shardtrain/model/onnx_export.h"
 #include "shardtrain/model/peft_adapter.h"
+#include "shardtrain/model/task_model.h"
 #include "shardtrain/train/checkpoint_model.h"
 
 namespace shardtrain {
@@ -46,6 +48,8 @@ struct ExportFlags {
   bool force = false;
   bool merge = false;  // LoRA checkpoints: the base with the adapter folded in, as a HF folder
   std::string base;    // LoRA checkpoints: the base's folder instead of the recorded one
+  std::string format = "hf";  // hf, or onnx (model/onnx_export.h)
+  int64_t opset = 17;
 };
 
 bool is_tokenizer_file_name(const std::string& name) {
@@ -154,7 +158,78 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+// --format onnx: model.onnx (model/onnx_export.h), config.json and the
+// tokenizer's files, as optimum's export folder holds them. The input is a
+// training checkpoint (a LoRA one merged) or a HF folder.
+void run_onnx_export(const World& world, const ExportFlags& flags) {
+#if !defined(SHARDTRAIN_HAVE_ONNX)
+  throw Error("--format onnx: this shardtrain was built without Debian's libonnx-dev; install it (bash "
+              "scripts/setup.sh installs it) and build again");
+#else
+  if (flags.dtype != "float32" && flags.dtype != "fp32")
+    throw Error("--dtype " + flags.dtype + ": the ONNX export writes float32 graphs");
+  on_rank0(world.comm(), "export: checking the paths", [&] {
+    refuse_link_loop(flags.checkpoint, "checkpoint");
+    refuse_link_loop(flags.output, "--output");
+    if (!fs::exists(flags.checkpoint)) throw Error("--format onnx: " + flags.checkpoint + " does not exist");
+    for (const char* name : {"model.onnx", "model.onnx_data", "config.json"})
+      refuse_output_over_input("--output", (fs::path(flags.output) / name).string(), "model", flags.checkpoint);
+    if (fs::is_directory(flags.checkpoint) && fs::equivalent(flags.checkpoint, flags.output))
+      throw Error("--output '" + flags.output + "' is the model folder itself; export into a folder of its own");
+    std::error_code error;
+    if (fs::exists(flags.output, error) && !fs::is_directory(flags.output, error))
+      throw Error("--output '" + flags.output + "' exists and is not a folder");
+    if (fs::is_directory(flags.output, error) && !fs::is_empty(flags.output, error) && !flags.force)
+      throw Error("--output '" + flags.output + "' is not empty; refusing to write into it (pass --force to replace "
+                  "model.onnx, config.json and the tokenizer's files there)");
+  });
+  OnnxExport exported;
+  on_rank0(world.comm(), "export: rank 0 writes " + flags.output, [&] {
+    std::shared_ptr<TaskModel> model;
+    CheckpointExport info;
+    const bool checkpoint = is_checkpoint_file(flags.checkpoint);
+    if (checkpoint) {
+      CheckpointModel loaded = load_checkpoint_model(flags.checkpoint, MPI_COMM_SELF, flags.base);
+      if (loaded.model->lora()) loaded.model->merge_lora();
+      model = loaded.model;
+      info.state = loaded.state;
+      info.config = loaded.config;
+    } else {
+      model = load_hf_folder(flags.checkpoint).model;
+    }
+    check_onnx_exportable(model->config());
+    const fs::path folder(flags.output);
+    std::error_code error;
+    fs::create_directories(folder, error);
+    if (error) throw Error(flags.output + ": cannot create output folder: " + error.message());
+    OnnxExportOptions options;
+    options.opset = flags.opset;
+    exported = export_onnx(*model, (folder / "model.onnx").string(), options);
+    write_file_atomic((folder / "config.json").string(),
+                      hf_config_json(checkpoint ? info.config : model->config(), at::kFloat));
+    if (checkpoint) {
+      write_tokenizer_files(folder, flags.checkpoint, info);
+    } else {
+      for (const std::string& name : Tokenizer::folder_file_names())
+        if (fs::is_regular_file(fs::path(flags.checkpoint) / name))
+          write_file_atomic((folder / name).string(), read_file((fs::path(flags.checkpoint) / name).string(), name));
+    }
+  });
+  std::string inputs, outputs;
+  for (const std::string& n : exported.inputs) inputs += (inputs.empty() ? "" : ", ") + n;
+  for (const std::string& n : exported.outputs) outputs += (outputs.empty() ? "" : ", ") + n;
+  log_info("export: %s -> %s/model.onnx (opset %lld, %lld nodes, %lld initializers, %.2f MB%s; inputs %s; outputs %s), "
+           "config.json and the tokenizer's files",
+           flags.checkpoint.c_str(), flags.output.c_str(), static_cast<long long>(flags.opset),
+           static_cast<long long>(exported.nodes), static_cast<long long>(exported.initializers),
+           exported.file_bytes / 1e6, exported.external_data ? ", weights in model.onnx_data" : "", inputs.c_str(),
+           outputs.c_str());
+#endif
+}
+
 void run_export(const World& world, const ExportFlags& flags) {
+  if (flags.format == "onnx") return run_onnx_export(world, flags);
+  if (flags.format != "hf") throw Error("--format '" + flags.format + "': expected hf or onnx");
   at::ScalarType dtype = at::kFloat;
   with_flag_names([&] { dtype = parse_dtype(flags.dtype); });
   on_rank0(world.comm(), "export: checking the paths", [&] { check_paths(flags); });
@@ -231,7 +306,14 @@ void add_export_command(CLI::App& root, World& world) {
   auto flags = std::make_shared<ExportFlags>();
   CLI::App* sub = root.add_subcommand(
       "export", "Write the model of a training checkpoint as a HF folder (config.json, model.safetensors, vocab.txt)");
-  sub->add_option("checkpoint", flags->checkpoint, "training checkpoint file (checkpoint_<n>.h5)")->required();
+  sub->add_option("checkpoint", flags->checkpoint,
+                  "training checkpoint file (checkpoint_<n>.h5); with --format onnx also a HF model folder")
+      ->required();
+  sub->add_option("--format", flags->format,
+                  "hf: a Hugging Face folder (a LoRA checkpoint: a PEFT adapter folder); onnx: model.onnx, config.json "
+                  "and the tokenizer's files, as optimum exports them")
+      ->capture_default_str();
+  sub->add_option("--opset", flags->opset, "--format onnx: the ONNX opset, 14 to 17")->capture_default_str();
   sub->add_option("--output", flags->output, "HF folder to write (created if needed; must be empty without --force)")
       ->required();
   sub->add_option("--dtype", flags->dtype, "dtype of the saved weights: float32, float16 or bfloat16")

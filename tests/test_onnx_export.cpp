@@ -1,0 +1,230 @@
+// ONNX export (model/onnx_export.h) checked by the real ONNX Runtime:
+// onnxruntime-node, installed under the build folder by scripts/setup.sh
+// --tests, runs each exported graph (tests/onnx/run.js) on padded batches of
+// several lengths, batch sizes 1 and 3, with and without real token types,
+// and its logits must equal the LibTorch model's on the same padded batch
+// within 1e-5, for every family with an export and every task. A missing
+// runtime fails the test. Also: the checker refuses a broken graph and
+// nothing is written; a low external-data threshold writes model.onnx_data,
+// which the runtime loads; DeBERTa-v2 is refused by name.
+#include <torch/torch.h>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardtrain/core/check.h"
+#include "shardtrain/model/onnx_export.h"
+#include "shardtrain/model/task_model.h"
+#include "shardtrain/tasks/task_rules.h"
+#include "support/train_fixtures.h"
+
+// A build without libonnx-dev has no ONNX export (CMakeLists.txt) and so no cases here.
+#if defined(SHARDTRAIN_HAVE_ONNX)
+using namespace shardtrain;
+
+namespace onnx_export_test {
+namespace {
+
+const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/fixtures/family_golden/";
+const std::string kRuntime = std::string(SHARDTRAIN_BINARY_DIR) + "/onnxruntime";
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char name[] = "/tmp/shardtrain_onnx_XXXXXX";
+    REQUIRE(mkdtemp(name) != nullptr);
+    path = name;
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+EncoderConfig fixture(const std::string& name, Task task, int64_t labels) {
+  EncoderConfig c = EncoderConfig::from_file(kGolden + name + "/config.json");
+  c.task = task;
+  c.set_num_labels(labels);
+  return c;
+}
+
+// One padded batch: rows of the given lengths (ids avoid the pad id), types
+// all 0 or random 0/1 after each row's middle.
+struct Batch {
+  at::Tensor ids, mask, types;
+};
+Batch make_batch(const EncoderConfig& c, const std::vector<int64_t>& lengths, int64_t choices, bool types, uint64_t seed) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  const int64_t rows = static_cast<int64_t>(lengths.size()) * choices, L = *std::max_element(lengths.begin(), lengths.end());
+  Batch b;
+  b.ids = at::full({rows, L}, c.pad_token_id, at::kLong);
+  b.mask = at::zeros({rows, L}, at::kLong);
+  b.types = at::zeros({rows, L}, at::kLong);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = lengths[static_cast<size_t>(r / choices)];
+    at::Tensor real = at::randint(c.pad_token_id + 1, c.vocab_size, {n}, generator, at::kLong);
+    b.ids[r].narrow(0, 0, n).copy_(real);
+    b.mask[r].narrow(0, 0, n).fill_(1);
+    if (types && c.has_token_types() && c.type_vocab_size > 1) b.types[r].narrow(0, n / 2, n - n / 2).fill_(1);
+  }
+  return b;
+}
+
+nlohmann::json nested(const at::Tensor& t) {
+  if (t.dim() == 1) return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  nlohmann::json out = nlohmann::json::array();
+  for (int64_t i = 0; i < t.size(0); ++i) out.push_back(nested(t[i].contiguous()));
+  return out;
+}
+
+// Runs the model in ONNX Runtime: one output line per batch.
+std::vector<nlohmann::json> run_onnx(const std::string& model, const std::vector<nlohmann::json>& batches,
+                                     const std::string& dir) {
+  const std::string missing = "ONNX Runtime is not installed under " + kRuntime + " (bash scripts/setup.sh --tests installs it)";
+  REQUIRE_MESSAGE(std::filesystem::exists(kRuntime + "/node_modules/onnxruntime-node"), missing);
+  const std::string inputs = dir + "/inputs.jsonl", outputs = dir + "/outputs.jsonl";
+  {
+    std::ofstream out(inputs);
+    for (const nlohmann::json& b : batches) out << b.dump() << "\n";
+  }
+  const std::string command = "node " + std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/onnx/run.js " + model + " " +
+                              inputs + " " + kRuntime + " > " + outputs + " 2> " + dir + "/run.err";
+  const int status = std::system(command.c_str());
+  std::ifstream err(dir + "/run.err");
+  std::stringstream message;
+  message << err.rdbuf();
+  const std::string failed = "ONNX Runtime failed: " + message.str();
+  REQUIRE_MESSAGE(status == 0, failed);
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(outputs);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == batches.size() + 1);  // the last line names the runtime's version
+  CHECK(lines.back()["runtime"]["common"].get<std::string>().rfind("1.", 0) == 0);
+  lines.pop_back();
+  return lines;
+}
+
+at::Tensor from_json(const nlohmann::json& out) {
+  const std::vector<int64_t> dims = out["dims"].get<std::vector<int64_t>>();
+  const std::vector<double> data = out["data"].get<std::vector<double>>();
+  return at::tensor(data, at::kDouble).view(dims).to(at::kFloat);
+}
+
+// Exports `config`'s random model and compares ONNX Runtime's outputs with the model's.
+void check_family(const EncoderConfig& config, uint64_t seed) {
+  TaskModel model(config);
+  model.init_weights(seed);
+  model.eval();
+  TempDir dir;
+  const OnnxExport e = export_onnx(model, dir.path + "/model.onnx");
+  const bool choices = config.task == Task::kMultipleChoice;
+  const int64_t C = choices ? 3 : 1;
+  CHECK(e.inputs.size() == (config.has_token_types() ? 3u : 2u));
+  std::vector<Batch> batches = {make_batch(config, {7}, C, false, seed + 1), make_batch(config, {5, 9, 3}, C, true, seed + 2),
+                                make_batch(config, {4, 4, 12}, C, false, seed + 3)};
+  std::vector<nlohmann::json> feeds;
+  for (const Batch& b : batches) {
+    auto shaped = [&](const at::Tensor& t) { return choices ? t.view({-1, C, t.size(1)}) : t; };
+    nlohmann::json f = {{"input_ids", nested(shaped(b.ids))}, {"attention_mask", nested(shaped(b.mask))}};
+    if (config.has_token_types()) f["token_type_ids"] = nested(shaped(b.types));
+    feeds.push_back(f);
+  }
+  const std::vector<nlohmann::json> outputs = run_onnx(dir.path + "/model.onnx", feeds, dir.path);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    at::NoGradGuard no_grad;
+    const Batch& b = batches[i];
+    at::Tensor expected = model.forward(b.ids, b.types, b.mask);
+    CAPTURE(config.architecture());
+    CAPTURE(i);
+    if (config.task == Task::kQuestionAnswering) {
+      const at::Tensor start = from_json(outputs[i]["start_logits"]), end = from_json(outputs[i]["end_logits"]);
+      const at::Tensor keep = b.mask.to(at::kBool);
+      // Padding positions are not answers: compare the real tokens.
+      CHECK(at::allclose(start.masked_select(keep), expected.select(-1, 0).masked_select(keep), 1e-5, 1e-5));
+      CHECK(at::allclose(end.masked_select(keep), expected.select(-1, 1).masked_select(keep), 1e-5, 1e-5));
+      continue;
+    }
+    at::Tensor logits = from_json(outputs[i]["logits"]);
+    if (choices) expected = expected.view({-1, C});
+    REQUIRE(logits.sizes() == expected.sizes());
+    if (task_rules(config.task).head_on_tokens()) {  // the tags of real tokens
+      const at::Tensor keep = b.mask.to(at::kBool).unsqueeze(-1).expand_as(expected);
+      CHECK(at::allclose(logits.masked_select(keep), expected.masked_select(keep), 1e-5, 1e-5));
+    } else {
+      CHECK(at::allclose(logits, expected, 1e-5, 1e-5));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ONNX export: ONNX Runtime computes every family's logits, batch sizes 1 and 3, padded rows") {
+  for (const char* name : {"roberta_l2", "electra_project_l2", "distilbert_l2", "distilbert_sinusoidal_l1",
+                           "modernbert_cls_l4", "modernbert_mean_bias_l3"}) {
+    CAPTURE(name);
+    check_family(fixture(name, Task::kSequenceClassification, 3), 11);
+  }
+  check_family(shardtrain_test::tiny_bert_config(), 12);
+  EncoderConfig regression = shardtrain_test::tiny_bert_config();
+  regression.set_num_labels(1);
+  check_family(regression, 13);
+}
+
+TEST_CASE("ONNX export: every task (token classification, multiple choice, question answering)") {
+  check_family(fixture("roberta_l2", Task::kTokenClassification, 5), 21);
+  check_family(fixture("modernbert_cls_l4", Task::kTokenClassification, 4), 22);
+  check_family(fixture("electra_project_l2", Task::kMultipleChoice, 1), 23);
+  check_family(fixture("distilbert_l2", Task::kQuestionAnswering, 2), 24);
+  EncoderConfig qa = shardtrain_test::tiny_bert_config();
+  qa.task = Task::kQuestionAnswering;
+  qa.set_num_labels(2);
+  check_family(qa, 25);
+}
+
+TEST_CASE("ONNX export: the checker refuses a broken graph, nothing written; external data; DeBERTa refused") {
+  TaskModel model(shardtrain_test::tiny_bert_config());
+  model.init_weights(1);
+  TempDir dir;
+  OnnxExportOptions broken;
+  broken.invalid_node_for_tests = true;
+  CHECK_THROWS_WITH_AS(export_onnx(model, dir.path + "/model.onnx", broken),
+                       doctest::Contains("does not pass ONNX's checker (No Op registered for NoSuchOp"), Error);
+  CHECK(!std::filesystem::exists(dir.path + "/model.onnx"));
+
+  OnnxExportOptions external;
+  external.external_data_threshold = 1000;
+  const OnnxExport e = export_onnx(model, dir.path + "/model.onnx", external);
+  CHECK(e.external_data);
+  REQUIRE(std::filesystem::exists(dir.path + "/model.onnx_data"));
+  CHECK(std::filesystem::file_size(dir.path + "/model.onnx") < 20000);
+  model.eval();
+  const Batch b = make_batch(model.config(), {6, 3}, 1, true, 3);
+  const std::vector<nlohmann::json> out = run_onnx(
+      dir.path + "/model.onnx",
+      {{{"input_ids", nested(b.ids)}, {"attention_mask", nested(b.mask)}, {"token_type_ids", nested(b.types)}}}, dir.path);
+  at::NoGradGuard no_grad;
+  CHECK(at::allclose(from_json(out[0]["logits"]), model.forward(b.ids, b.types, b.mask), 1e-5, 1e-5));
+
+  OnnxExportOptions old_opset;
+  old_opset.opset = 14;  // LayerNormalization decomposed
+  export_onnx(model, dir.path + "/model14.onnx", old_opset);
+  const std::vector<nlohmann::json> out14 = run_onnx(
+      dir.path + "/model14.onnx",
+      {{{"input_ids", nested(b.ids)}, {"attention_mask", nested(b.mask)}, {"token_type_ids", nested(b.types)}}}, dir.path);
+  CHECK(at::allclose(from_json(out14[0]["logits"]), model.forward(b.ids, b.types, b.mask), 1e-5, 1e-5));
+  OnnxExportOptions too_old;
+  too_old.opset = 13;
+  CHECK_THROWS_WITH_AS(export_onnx(model, dir.path + "/x.onnx", too_old), doctest::Contains("opsets 14 to 17"), Error);
+
+  CHECK_THROWS_WITH_AS(check_onnx_exportable(EncoderConfig::from_file(kGolden + "deberta_v3_l2/config.json")),
+                       doctest::Contains("disentangled attention (DeBERTa-v2/v3, relative_attention) has no ONNX export"),
+                       Error);
+}
+
+}  // namespace onnx_export_test
+#endif  // SHARDTRAIN_HAVE_ONNX
