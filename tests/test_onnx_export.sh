@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# `shardtrain export --format onnx` end to end (docs/export.md): a tiny BERT
+# trained on MRPC (suite_lib.sh's tiny run) exported from its checkpoint and
+# from the HF folder `export` writes; the real ONNX Runtime (onnxruntime-node
+# under build/onnxruntime, tests/onnx/run.js) on the dev rows tokenized by
+# `shardtrain tokenize`, padded in batches of 1 and 8 rows, gives predict's
+# logits (within 1e-5) and labels, and both exports the same; the export's
+# folder holds model.onnx, config.json and the tokenizer's files; a DeBERTa
+# model, an unknown opset and an output over the input are refused, and a
+# non-empty folder without --force.
+#
+#   bash tests/test_onnx_export.sh BIN SRC RUNTIME_DIR MPIEXEC [MPIEXEC_FLAGS...]
+# shellcheck source=tests/suite_lib.sh
+source "$(dirname "$0")/suite_lib.sh"
+RUNTIME=${3:?usage: test_onnx_export.sh BIN SRC RUNTIME_DIR MPIEXEC [MPIEXEC_FLAGS...]}
+set -- "$1" "$2" "${@:4}"
+suite_start "$@"
+
+tiny_run_config <<TOML
+[train]
+num_epochs = 1
+max_steps = 6
+batch_size = 16
+lr = 1e-3
+[checkpoint]
+every_epochs = 1
+[run]
+storage_path = "$TMP/runs"
+TOML
+
+ckpt="$TMP/runs/tiny/checkpoint_000001.h5"
+if "$MPIEXEC" "${MPI_FLAGS[@]}" -np 1 "$BIN" train -c "$TMP/tiny.toml" --run.name tiny >"$TMP/train.log" 2>&1 &&
+  "$BIN" export "$ckpt" --format onnx --output "$TMP/onnx_ckpt" >"$TMP/export.log" 2>&1 &&
+  "$BIN" export "$ckpt" --output "$TMP/hf" >>"$TMP/export.log" 2>&1 &&
+  "$BIN" export "$TMP/hf" --format onnx --output "$TMP/onnx_hf" >>"$TMP/export.log" 2>&1; then
+  pass "export --format onnx from a checkpoint and from a HF folder"
+else
+  fail "export --format onnx from a checkpoint and from a HF folder" "$TMP/export.log"
+fi
+if [ -s "$TMP/onnx_ckpt/model.onnx" ] && [ -s "$TMP/onnx_ckpt/config.json" ] && [ -s "$TMP/onnx_ckpt/vocab.txt" ] &&
+  [ -s "$TMP/onnx_ckpt/tokenizer_config.json" ] && [ -s "$TMP/onnx_hf/model.onnx" ] && [ -s "$TMP/onnx_hf/vocab.txt" ]; then
+  pass "the folder holds model.onnx, config.json and the tokenizer's files"
+else
+  fail "the folder holds model.onnx, config.json and the tokenizer's files" "$TMP/export.log"
+fi
+
+# The dev rows as the tokenizer gives them, padded into batches of 1 and of 8.
+"$BIN" tokenize --vocab "$TMP/onnx_ckpt" --data "$TMP/dev.tsv" --text-a '#1 String' --text-b '#2 String' \
+  --max-length 64 --output "$TMP/ids.jsonl" >"$TMP/tokenize.log" 2>&1
+$PY - "$TMP/ids.jsonl" "$TMP/inputs.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+out = open(sys.argv[2], "w")
+def batch(group):
+    L = max(len(r["input_ids"]) for r in group)
+    pad = lambda v: v + [0] * (L - len(v))
+    out.write(json.dumps({"input_ids": [pad(r["input_ids"]) for r in group],
+                          "token_type_ids": [pad(r["token_type_ids"]) for r in group],
+                          "attention_mask": [pad([1] * len(r["input_ids"])) for r in group]}) + "\n")
+batch(rows[:1])
+for i in range(1, len(rows), 8): batch(rows[i:i + 8])
+PY
+ok=1
+for which in ckpt hf; do
+  node "$SRC/tests/onnx/run.js" "$TMP/onnx_$which/model.onnx" "$TMP/inputs.jsonl" "$RUNTIME" >"$TMP/ort_$which.jsonl" 2>"$TMP/ort_$which.err" || ok=0
+done
+if [ $ok = 1 ]; then
+  pass "ONNX Runtime ($(tail -1 "$TMP/ort_ckpt.jsonl")) runs both exports"
+else
+  fail "ONNX Runtime runs both exports" "$TMP/ort_ckpt.err"
+fi
+"$BIN" predict --model "$ckpt" --data "$TMP/dev.tsv" --output "$TMP/predict.jsonl" >"$TMP/predict.log" 2>&1
+if $PY - "$TMP/predict.jsonl" "$TMP/ort_ckpt.jsonl" "$TMP/ort_hf.jsonl" >"$TMP/compare.log" 2>&1 <<'PY'
+import json, sys
+predicted = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def logits(path):
+    out = []
+    for line in open(path):
+        o = json.loads(line)
+        if "logits" not in o: continue
+        n, c = o["logits"]["dims"]
+        out += [o["logits"]["data"][i * c:(i + 1) * c] for i in range(n)]
+    return out
+a, b = logits(sys.argv[2]), logits(sys.argv[3])
+assert len(a) == len(predicted) == len(b) == 40, (len(a), len(predicted), len(b))
+worst = max(abs(x - y) for p, r in zip(predicted, a) for x, y in zip(p["logits"], r))
+same = max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s))
+labels = sum(p["label"] == max(range(len(r)), key=r.__getitem__) for p, r in zip(predicted, a))
+print(f"worst |onnx - predict| {worst:.3g}; checkpoint export vs HF folder export {same:.3g}; labels equal {labels}/40")
+assert worst < 1e-5 and same == 0 and labels == 40
+PY
+then
+  pass "ONNX Runtime's logits are predict's within 1e-5 and its labels predict's; both exports agree ($(cat "$TMP/compare.log"))"
+else
+  fail "ONNX Runtime's logits are predict's within 1e-5 and its labels predict's; both exports agree" "$TMP/compare.log"
+fi
+
+# Refusals.
+expect_error() {  # WHAT MESSAGE COMMAND...
+  local what=$1 message=$2
+  shift 2
+  if ! "$@" >"$TMP/refused.log" 2>&1 && grep -qF -- "$message" "$TMP/refused.log"; then
+    pass "$what"
+  else
+    fail "$what" "$TMP/refused.log"
+  fi
+}
+expect_error "a DeBERTa-v2 model is refused by name" "disentangled attention (DeBERTa-v2/v3, relative_attention) has no ONNX export" \
+  "$BIN" export "$SRC/tests/fixtures/family_golden/deberta_v3_l2" --format onnx --output "$TMP/deberta"
+[ ! -e "$TMP/deberta/model.onnx" ] && pass "nothing written for the refused model" || fail "nothing written for the refused model"
+expect_error "--opset 13 is refused" "opsets 14 to 17" "$BIN" export "$ckpt" --format onnx --opset 13 --output "$TMP/o13"
+expect_error "an output folder that is the model folder is refused" "which this command reads" \
+  "$BIN" export "$TMP/hf" --format onnx --output "$TMP/hf"
+expect_error "a non-empty output folder needs --force" "is not empty" "$BIN" export "$ckpt" --format onnx --output "$TMP/onnx_ckpt"
+expect_error "an unknown --format is refused" "expected hf or onnx" "$BIN" export "$ckpt" --format tflite --output "$TMP/t"
+
+suite_end
