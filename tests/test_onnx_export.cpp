@@ -3,10 +3,12 @@
 // --tests, runs each exported graph (tests/onnx/run.js) on padded batches of
 // several lengths, batch sizes 1 and 3, with and without real token types,
 // and its logits must equal the LibTorch model's on the same padded batch
-// within 1e-5, for every family with an export and every task. A missing
+// within 1e-5, for every family (DeBERTa-v2/v3's relative attention with and
+// without log buckets, c2p alone, shared and separate position projections)
+// and every task. A missing
 // runtime fails the test. Also: the checker refuses a broken graph and
 // nothing is written; a low external-data threshold writes model.onnx_data,
-// which the runtime loads; DeBERTa-v2 is refused by name.
+// which the runtime loads; an activation without an ONNX form is refused by name.
 #include <torch/torch.h>
 
 #include <doctest/doctest.h>
@@ -165,7 +167,8 @@ void check_family(const EncoderConfig& config, uint64_t seed) {
 
 TEST_CASE("ONNX export: ONNX Runtime computes every family's logits, batch sizes 1 and 3, padded rows") {
   for (const char* name : {"roberta_l2", "electra_project_l2", "distilbert_l2", "distilbert_sinusoidal_l1",
-                           "modernbert_cls_l4", "modernbert_mean_bias_l3"}) {
+                           "modernbert_cls_l4", "modernbert_mean_bias_l3", "deberta_v3_l2", "deberta_v2_separate_l2",
+                           "deberta_c2p_l1", "deberta_v3_buckets_l1"}) {
     CAPTURE(name);
     check_family(fixture(name, Task::kSequenceClassification, 3), 11);
   }
@@ -180,13 +183,15 @@ TEST_CASE("ONNX export: every task (token classification, multiple choice, quest
   check_family(fixture("modernbert_cls_l4", Task::kTokenClassification, 4), 22);
   check_family(fixture("electra_project_l2", Task::kMultipleChoice, 1), 23);
   check_family(fixture("distilbert_l2", Task::kQuestionAnswering, 2), 24);
+  check_family(fixture("deberta_v3_l2", Task::kTokenClassification, 3), 26);
+  check_family(fixture("deberta_v2_separate_l2", Task::kMultipleChoice, 1), 27);
   EncoderConfig qa = shardtrain_test::tiny_bert_config();
   qa.task = Task::kQuestionAnswering;
   qa.set_num_labels(2);
   check_family(qa, 25);
 }
 
-TEST_CASE("ONNX export: the checker refuses a broken graph, nothing written; external data; DeBERTa refused") {
+TEST_CASE("ONNX export: the checker refuses a broken graph, nothing written; external data; opsets") {
   TaskModel model(shardtrain_test::tiny_bert_config());
   model.init_weights(1);
   TempDir dir;
@@ -221,9 +226,9 @@ TEST_CASE("ONNX export: the checker refuses a broken graph, nothing written; ext
   too_old.opset = 13;
   CHECK_THROWS_WITH_AS(export_onnx(model, dir.path + "/x.onnx", too_old), doctest::Contains("opsets 14 to 17"), Error);
 
-  CHECK_THROWS_WITH_AS(check_onnx_exportable(EncoderConfig::from_file(kGolden + "deberta_v3_l2/config.json")),
-                       doctest::Contains("disentangled attention (DeBERTa-v2/v3, relative_attention) has no ONNX export"),
-                       Error);
+  EncoderConfig mish = shardtrain_test::tiny_bert_config();
+  mish.hidden_act = "mish";
+  CHECK_THROWS_WITH_AS(check_onnx_exportable(mish), doctest::Contains("activation \"mish\""), Error);
 }
 
 }  // namespace onnx_export_test

@@ -37,6 +37,15 @@ const std::set<std::string>& exportable_activations() {
   return names;
 }
 
+// DeBERTa-v2's relative attention, shared by every layer: the relative
+// embeddings [2 span, D] (normalised as the relative unit does) and the rows
+// of the position terms for each query i and key j, d(i, j) and its
+// transpose, sliced from tables of the model's longest sequence to the
+// batch's length: [L, L] int64.
+struct Relative {
+  std::string rows, index, index_t;
+};
+
 struct Emitter {
   const TaskModel& model;
   const EncoderConfig& c;
@@ -156,12 +165,39 @@ struct Emitter {
     return g.node("Add", {g.node("Mul", {split, rotary->first}), g.node("Mul", {rotated, rotary->second})});
   }
 
-  std::string layer(int64_t i, const std::string& x, const std::string& mask, const std::pair<std::string, std::string>* rotary);
+  std::string layer(int64_t i, const std::string& x, const std::string& mask, const std::pair<std::string, std::string>* rotary,
+                    const Relative* relative);
+  // [R, D] rows through the layer's Linear `w` -> [H, R, Dh].
+  std::string position_heads(const std::string& rows, int64_t u, Slot w, int64_t H) {
+    const std::string split = g.node("Reshape", {linear(rows, u, w), g.ints({0, H, c.head_dim()})});
+    return g.node("Transpose", {split}, [](auto& n) { set_ints(n, "perm", {1, 0, 2}); });
+  }
+  // scores [N, H, L, L] plus DeBERTa's position terms (disentangled_attention.h):
+  // c2p gather(qs pk^T, d), p2c gather(k pq^T, d^T)^T, pq divided by the scale.
+  std::string position_scores(const LayerSpec& spec, int64_t u, const std::string& qs, const std::string& kh,
+                              std::string scores, const Relative& r) {
+    const std::string shape = g.node("Shape", {scores});
+    auto gathered = [&](const std::string& a, const std::string& b, const std::string& index) {
+      const std::string products = g.node("MatMul", {a, g.node("Transpose", {b}, [](auto& n) { set_ints(n, "perm", {0, 2, 1}); })});
+      return g.node("GatherElements", {products, g.node("Expand", {index, shape})}, [](auto& n) { set_int(n, "axis", 3); });
+    };
+    if (spec.content_to_position) {
+      const std::string pk = position_heads(r.rows, u, spec.share_att_key ? Slot::kKeyWeight : Slot::kPositionKeyWeight, spec.num_heads);
+      scores = g.node("Add", {scores, gathered(qs, pk, r.index)});
+    }
+    if (spec.position_to_content) {
+      const std::string pq = g.node("Div", {position_heads(r.rows, u, spec.share_att_key ? Slot::kQueryWeight : Slot::kPositionQueryWeight, spec.num_heads),
+                                            g.float_scalar(static_cast<float>(spec.attention_scale))});
+      const std::string p2c = gathered(kh, pq, r.index_t);
+      scores = g.node("Add", {scores, g.node("Transpose", {p2c}, [](auto& n) { set_ints(n, "perm", {0, 1, 3, 2}); })});
+    }
+    return scores;
+  }
   std::string head(const std::string& hidden, const std::string& mask);
 };
 
 std::string Emitter::layer(int64_t i, const std::string& x, const std::string& mask,
-                           const std::pair<std::string, std::string>* rotary) {
+                           const std::pair<std::string, std::string>* rotary, const Relative* relative) {
   const LayerSpec spec = LayerSpec::of(c, i);
   const int64_t u = c.layer_unit(i), H = spec.num_heads;
   auto attention = [&](const std::string& in) {
@@ -174,10 +210,17 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
       q = linear(in, u, Slot::kQueryWeight), k = linear(in, u, Slot::kKeyWeight), v = linear(in, u, Slot::kValueWeight);
     }
     const std::string qh = g.node("Transpose", {heads(q, H, rotary)}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
-    const std::string kh = g.node("Transpose", {heads(k, H, rotary)}, [](auto& n) { set_ints(n, "perm", {0, 2, 3, 1}); });
+    const std::string kh = g.node("Transpose", {heads(k, H, rotary)}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
     const std::string vh = g.node("Transpose", {heads(v, H, nullptr)}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
-    std::string scores = g.node("MatMul", {qh, kh});
-    scores = g.node("Div", {scores, g.float_scalar(static_cast<float>(std::sqrt(static_cast<double>(c.head_dim()))))});
+    const std::string kt = g.node("Transpose", {kh}, [](auto& n) { set_ints(n, "perm", {0, 1, 3, 2}); });
+    std::string scores;
+    if (spec.disentangled) {  // q scaled first, then the position terms (disentangled_attention.h)
+      const std::string qs = g.node("Mul", {qh, g.float_scalar(static_cast<float>(1.0 / spec.attention_scale))});
+      scores = g.node("MatMul", {qs, kt});
+      if (relative) scores = position_scores(spec, u, qs, kh, scores, *relative);
+    } else {
+      scores = g.node("Div", {g.node("MatMul", {qh, kt}), g.float_scalar(static_cast<float>(std::sqrt(static_cast<double>(c.head_dim()))))});
+    }
     const std::string probs = g.node("Softmax", {g.node("Add", {scores, mask})}, [](auto& n) { set_int(n, "axis", -1); });
     const std::string context = g.node("Transpose", {g.node("MatMul", {probs, vh})},
                                        [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
@@ -262,10 +305,26 @@ void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, O
   const std::string extended = e.extended_mask(mask);
   const std::string length = g.node("Gather", {g.node("Shape", {ids}), g.int_scalar(1)}, [](auto& n) { set_int(n, "axis", 0); });
   std::string windowed;
+  Relative relative;
+  if (c.has_relative_unit()) {
+    const int64_t ru = c.layer_unit(0) - 1;
+    relative.rows = c.norm_relative_embeddings()
+                        ? e.layer_norm(e.weight(ru, Slot::kRelativeEmbeddings), ru, Slot::kRelativeNormWeight, c.layer_norm_eps)
+                        : e.weight(ru, Slot::kRelativeEmbeddings);
+    // d(i, j) over every pair of the model's positions (RelativePositions counts from its first row).
+    const detail::RelativePositions all = detail::RelativePositions::build(c, c.max_sequence_length(), at::kCPU);
+    auto table = [&](const at::Tensor& index, const char* name) {
+      const std::string full = g.initializer(name, index + all.first_row);
+      const std::string end = g.node("Concat", {g.node("Unsqueeze", {length, g.ints({0})}), g.node("Unsqueeze", {length, g.ints({0})})},
+                                     [](auto& n) { set_int(n, "axis", 0); });
+      return g.node("Slice", {full, g.ints({0, 0}), end, g.ints({0, 1})});
+    };
+    relative.index = table(all.index, "relative_position_rows");
+    relative.index_t = table(all.index_t, "relative_position_rows_transposed");
+  }
   std::map<double, std::pair<std::string, std::string>> rotary;  // theta -> cos, sin [L, 1, Dh]
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const LayerSpec spec = LayerSpec::of(c, i);
-    if (spec.disentangled) throw Error("ONNX export: DeBERTa-v2's disentangled attention has no export yet");
     std::string layer_mask = extended;
     if (spec.half_window >= 0) {
       if (windowed.empty()) windowed = e.windowed_mask(extended, length, spec.half_window);
@@ -284,7 +343,7 @@ void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, O
       }
       rope = &rotary[spec.rope_theta];
     }
-    hidden = e.layer(i, hidden, layer_mask, rope);
+    hidden = e.layer(i, hidden, layer_mask, rope, relative.rows.empty() ? nullptr : &relative);
   }
   std::string logits = e.head(hidden, mask);
   const int64_t C = task_rules(c.task).head_outputs(c.num_labels);

@@ -22,10 +22,6 @@ void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, O
 void check_onnx_exportable(const EncoderConfig& config) {
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const LayerSpec spec = LayerSpec::of(config, i);
-    if (spec.disentangled)
-      throw Error("ONNX export: the " + config.model_type + " model's disentangled attention (DeBERTa-v2/v3, "
-                  "relative_attention) has no ONNX export yet; export it as a HF folder (--format hf) and convert "
-                  "it with optimum");
     if (!onnx_encoder::exportable_activation(spec.activation))
       throw Error("ONNX export: activation \"" + spec.activation + "\" (the model config's hidden_act) has no ONNX export");
   }
