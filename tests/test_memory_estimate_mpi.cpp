@@ -20,6 +20,7 @@
 #include "support/train_fixtures.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/model/task_model.h"
+#include "shardtrain/parallel/frozen_shards.h"
 #include "shardtrain/parallel/make_strategy.h"
 #include "shardtrain/parallel/topology.h"
 #include "shardtrain/train/memory_estimate.h"
@@ -135,6 +136,61 @@ TEST_CASE("estimated model states equal what each strategy allocates, every fami
         CHECK(e.gathered_bytes >= 0.5 * measured_transient);
         CHECK(e.gathered_bytes <= 3 * measured_transient);
       }
+    }
+  }
+}
+
+// LoRA (issue 44): the strategy holds the trained parameters only (the
+// adapters and the head), and the frozen base is held as build_strategy
+// (src/train/job.cpp) holds it: cast to the parameters' dtype, whole on every
+// rank, or under zero3 / hybrid in FrozenShards' per-unit chunks. The
+// estimate's states equal the strategy's to the same 2 %, and its frozen
+// base FrozenShards' (or the frozen tensors') bytes exactly.
+TEST_CASE("LoRA: estimated states and frozen base equal what the strategies and FrozenShards hold, fp32 and bf16") {
+  const int world = shardtrain_test::world_size(), rank = shardtrain_test::world_rank();
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  for (const std::string family : {"bert", "modernbert_cls_l4"}) {
+    EncoderConfig config = memory_estimate_family(family);
+    for (Case c : memory_estimate_cases(world)) {
+      CAPTURE(family);
+      CAPTURE(c.label);
+      CAPTURE(world);
+      c.run.lora.r = 4;
+      if (family != "bert") c.run.lora.target_modules = {"Wqkv", "Wo"};
+      const MixedPrecision precision = mixed_precision_for(c.run.train.mixed_precision, c.run.parallel);
+      auto model = std::make_shared<TaskModel>(config);
+      model->init_weights(7);
+      model->add_lora(resolve_lora(config, c.run.lora), 7);
+      model->frozen_to(precision.param_dtype);
+      model->train();
+      const Topology topology = Topology::detect(MPI_COMM_WORLD, c.run.parallel);
+      std::unique_ptr<Strategy> strategy =
+          make_strategy(c.run.parallel, topology, *model, comm, AdamWOptions{}, precision);
+      std::unique_ptr<FrozenShards> frozen;
+      if (topology.kind == StrategyKind::kZero3 || topology.kind == StrategyKind::kHybrid)
+        frozen = std::make_unique<FrozenShards>(*model, comm.split(topology.replica_index, topology.shard_rank));
+      strategy->broadcast_parameters(0);
+      at::manual_seed(100 + rank);
+      const int64_t rows = 2, length = std::min<int64_t>(7, config.max_sequence_length());
+      shardtrain_test::TinyInputs in{torch::randint(1, 30, {rows, length}, torch::kInt64),
+                                     torch::zeros({rows, length}, torch::kInt64),
+                                     torch::randint(0, config.num_labels, {rows}, torch::kInt64)};
+      shardtrain_test::step_over(*strategy, *model, {in}, 1e-3, 1.0);
+      const StrategyMemory m = strategy->memory();
+      int64_t trained = 0, frozen_bytes = 0;
+      for (const auto& [name, tensor] : model->state_dict()) trained += tensor.numel();
+      for (const auto& [name, tensor] : model->frozen_state_dict()) frozen_bytes += tensor.numel() * tensor.element_size();
+      if (frozen) frozen_bytes = frozen->shard_bytes();
+
+      const MemoryEstimate e = estimate_memory(c.run, config, world);
+      CHECK(e.lora());
+      CHECK(e.num_parameters == trained);
+      CHECK(e.frozen_sharded == (frozen != nullptr));
+      CHECK(e.frozen_bytes == static_cast<double>(max_over_world(frozen_bytes)));
+      CHECK(e.model_states_bytes() + e.host_bytes ==
+            doctest::Approx(static_cast<double>(max_over_world(m.total()))).epsilon(kStatesTolerance));
+      CHECK(e.param_bytes == doctest::Approx(static_cast<double>(max_over_world(m.param_bytes))).epsilon(kStatesTolerance));
+      CHECK(e.grad_bytes == doctest::Approx(static_cast<double>(max_over_world(m.grad_bytes))).epsilon(kStatesTolerance));
     }
   }
 }

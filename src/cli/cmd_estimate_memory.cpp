@@ -24,6 +24,7 @@
 #include "shardtrain/core/log.h"
 #include "shardtrain/tasks/task_rules.h"
 #include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/train/memory_estimate.h"
 
 namespace fs = std::filesystem;
@@ -95,10 +96,14 @@ std::string count_text(int64_t n) {
 }
 
 std::string table_row(const MemoryEstimate& e, const std::optional<MemoryVerdict>& verdict) {
-  std::string row = str_format("%-7s %5d %11s %11s %11s %11s %11s %11s %11s %11s %11s", e.strategy.c_str(),
+  // LoRA: the frozen base, held and gathered, after the trained parameters' states.
+  const std::string frozen = e.lora() ? str_format(" %11s %11s", format_bytes(e.frozen_bytes).c_str(),
+                                                   format_bytes(e.frozen_gathered_bytes).c_str())
+                                      : "";
+  std::string row = str_format("%-7s %5d %11s %11s %11s %11s%s %11s %11s %11s %11s %11s", e.strategy.c_str(),
                                e.shard_group, format_bytes(e.param_bytes).c_str(), format_bytes(e.grad_bytes).c_str(),
                                format_bytes(e.optimizer_bytes).c_str(), format_bytes(e.host_bytes).c_str(),
-                               format_bytes(e.gathered_bytes).c_str(), format_bytes(e.comm_bytes).c_str(),
+                               frozen.c_str(), format_bytes(e.gathered_bytes).c_str(), format_bytes(e.comm_bytes).c_str(),
                                format_bytes(e.activations_plain.peak_bytes).c_str(),
                                format_bytes(e.activations_checkpointed.peak_bytes).c_str(),
                                format_bytes(e.total_bytes()).c_str());
@@ -108,6 +113,55 @@ std::string table_row(const MemoryEstimate& e, const std::optional<MemoryVerdict
                           ? "no limit found"
                           : std::to_string(verdict->largest_batch).c_str());
   return row;
+}
+
+// The run config with the command's flags applied; each flag's range is its
+// key's (config/config.h).
+RunConfig config_with_flags(const RunConfig& base_config, bool have_config, const EstimateMemoryArgs& args) {
+  RunConfig base = base_config;
+  if (!have_config) base.run.device = Device::kCuda;
+  if (!args.device.empty()) base.run.device = parse_enum<Device>(args.device, "--device");
+  if (!args.mixed_precision.empty())
+    base.train.mixed_precision = parse_enum<Precision>(args.mixed_precision, "--mixed-precision");
+  if (!args.offload_optimizer.empty())
+    base.parallel.offload_optimizer = parse_enum<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
+  if (args.batch_size) {
+    if (*args.batch_size < 1) throw Error("--batch-size = " + std::to_string(*args.batch_size) + ": must be >= 1");
+    base.train.batch_size = *args.batch_size;
+  }
+  if (args.seq_len) {
+    if (*args.seq_len < kMinSequenceLength || *args.seq_len > kMaxSequenceLength)
+      throw Error("--seq-len = " + std::to_string(*args.seq_len) + ": must be in [" +
+                  std::to_string(kMinSequenceLength) + ", " + std::to_string(kMaxSequenceLength) + "]");
+    base.data.max_length = *args.seq_len;
+  }
+  if (args.num_labels && (*args.num_labels < 1 || *args.num_labels > kMaxNumLabels))
+    throw Error("--num-labels = " + std::to_string(*args.num_labels) + ": must be in [1, " +
+                std::to_string(kMaxNumLabels) + "]");
+  if (args.gradient_checkpointing) base.model.gradient_checkpointing = true;
+  if (args.lora_r) {
+    if (*args.lora_r < 1) throw Error("--lora-r = " + std::to_string(*args.lora_r) + ": must be >= 1");
+    base.lora.r = *args.lora_r;
+  }
+  if (!args.lora_target_modules.empty()) {
+    if (!base.lora.enabled()) throw Error("--lora-target-modules needs --lora-r (or lora.r in --config)");
+    base.lora.target_modules = split_list(args.lora_target_modules);
+  }
+  return base;
+}
+
+// What is trained: every parameter, or LoRA's adapters and modules to save.
+std::string trained_text(const EncoderConfig& model, const std::optional<LoraSpec>& lora) {
+  if (!lora) return count_text(model.num_parameters()) + " trainable parameters";
+  int64_t trained = 0;
+  for (const ParameterSpec& p : lora_trainable_plan(model, *lora)) trained += p.numel();
+  std::string targets, saved;
+  for (const std::string& t : lora->target_modules) targets += (targets.empty() ? "" : ",") + t;
+  for (const std::string& m : lora->modules_to_save) saved += (saved.empty() ? "" : ",") + m;
+  return str_format("LoRA r %lld on %s (modules_to_save %s): %s of %s parameters trained, the frozen base "
+                    "parameters only",
+                    static_cast<long long>(lora->r), targets.c_str(), saved.empty() ? "none" : saved.c_str(),
+                    count_text(trained).c_str(), count_text(model.num_parameters()).c_str());
 }
 
 }  // namespace
@@ -133,28 +187,7 @@ double parse_memory_size(const std::string& text, const std::string& flag) {
 
 std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bool have_config,
                                                 const EstimateMemoryArgs& args) {
-  RunConfig base = base_config;
-  if (!have_config) base.run.device = Device::kCuda;
-  if (!args.device.empty()) base.run.device = parse_enum<Device>(args.device, "--device");
-  if (!args.mixed_precision.empty())
-    base.train.mixed_precision = parse_enum<Precision>(args.mixed_precision, "--mixed-precision");
-  if (!args.offload_optimizer.empty())
-    base.parallel.offload_optimizer = parse_enum<OffloadDevice>(args.offload_optimizer, "--offload-optimizer");
-  // The flags' ranges are their keys' (config/config.h).
-  if (args.batch_size) {
-    if (*args.batch_size < 1) throw Error("--batch-size = " + std::to_string(*args.batch_size) + ": must be >= 1");
-    base.train.batch_size = *args.batch_size;
-  }
-  if (args.seq_len) {
-    if (*args.seq_len < kMinSequenceLength || *args.seq_len > kMaxSequenceLength)
-      throw Error("--seq-len = " + std::to_string(*args.seq_len) + ": must be in [" +
-                  std::to_string(kMinSequenceLength) + ", " + std::to_string(kMaxSequenceLength) + "]");
-    base.data.max_length = *args.seq_len;
-  }
-  if (args.num_labels && (*args.num_labels < 1 || *args.num_labels > kMaxNumLabels))
-    throw Error("--num-labels = " + std::to_string(*args.num_labels) + ": must be in [1, " +
-                std::to_string(kMaxNumLabels) + "]");
-  if (args.gradient_checkpointing) base.model.gradient_checkpointing = true;
+  RunConfig base = config_with_flags(base_config, have_config, args);
   std::optional<double> capacity;
   if (!args.device_memory.empty()) capacity = parse_memory_size(args.device_memory, "--device-memory");
   const std::vector<int> world_sizes = parse_world_sizes(args.world_sizes);
@@ -175,15 +208,18 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
     throw Error(str_format("--seq-len %lld exceeds the %lld positions of %s", static_cast<long long>(base.data.max_length),
                            static_cast<long long>(model.max_sequence_length()), json_path.c_str()));
 
+  // The adapter once, before the table: its errors are the run's, not a row's.
+  const std::optional<LoraSpec> lora = run_lora_spec(base, model);
   std::vector<std::string> lines;
   if (!args.json) {
     const int64_t sequences = task_rules(model.task).sequences_per_row(base.data);
     const std::string per_row =
         sequences > 1 ? str_format(" x %lld choices", static_cast<long long>(sequences)) : std::string();
-    lines.push_back(str_format("# %s: %s %s, %s trainable parameters, %lld labels; mixed precision %s; batch %lld%s x "
+    const std::string trained = trained_text(model, lora);
+    lines.push_back(str_format("# %s: %s %s, %s, %lld labels; mixed precision %s; batch %lld%s x "
                                "%lld tokens per rank; device %s%s%s",
                                json_path.c_str(), model.model_type.c_str(), enum_name(model.task),
-                               count_text(model.num_parameters()).c_str(), static_cast<long long>(num_labels),
+                               trained.c_str(), static_cast<long long>(num_labels),
                                enum_name(base.train.mixed_precision), static_cast<long long>(base.train.batch_size),
                                per_row.c_str(),
                                static_cast<long long>(base.data.max_length), enum_name(base.run.device),
@@ -191,13 +227,18 @@ std::vector<std::string> estimate_memory_report(const RunConfig& base_config, bo
                                capacity ? ("; capacity " + format_bytes(*capacity) + " per rank").c_str() : ""));
     lines.push_back("# per rank; group = ranks holding one copy of the sharded state; activations during backward "
                     "(plain / gradient checkpointing); total = states + gathered + comm + the configured activations");
+    if (lora)
+      lines.push_back("# LoRA: params, grads, optimizer = the trained parameters' (the strategy's); frozen = the "
+                      "frozen base held per rank (zero3 / hybrid: a shard), frozen_gath = the most of it gathered "
+                      "at once; both in total");
   }
   for (const int n : world_sizes) {
     if (!args.json) {
       lines.push_back(str_format("## %d rank%s", n, n == 1 ? "" : "s"));
-      lines.push_back(str_format("%-7s %5s %11s %11s %11s %11s %11s %11s %11s %11s %11s%s", "strategy", "group",
-                                 "params", "grads", "optimizer", "host", "gathered", "comm", "act_plain", "act_ckpt",
-                                 "total", capacity ? "  verdict                    max_batch" : ""));
+      const std::string frozen = lora ? str_format(" %11s %11s", "frozen", "frozen_gath") : "";
+      lines.push_back(str_format("%-7s %5s %11s %11s %11s %11s%s %11s %11s %11s %11s %11s%s", "strategy", "group",
+                                 "params", "grads", "optimizer", "host", frozen.c_str(), "gathered", "comm", "act_plain",
+                                 "act_ckpt", "total", capacity ? "  verdict                    max_batch" : ""));
     }
     for (const StrategyKind kind : strategies) {
       RunConfig run = base;
@@ -241,6 +282,10 @@ void add_estimate_memory_command(CLI::App& root, World& world) {
   command->add_option("--num-labels", (*texts)["--num-labels"],
                       "classifier labels (default model.num_labels, else the model's config.json)");
   command->add_flag("--gradient-checkpointing", args->gradient_checkpointing, "model.gradient_checkpointing = true");
+  command->add_option("--lora-r", (*texts)["--lora-r"],
+                      "LoRA's rank (lora.r): only the adapters and the head trained, the base frozen");
+  command->add_option("--lora-target-modules", args->lora_target_modules,
+                      "with --lora-r: e.g. query,value or all-linear (default: the model type's, as PEFT's)");
   command->add_option("--device-memory", args->device_memory,
                       "memory per rank (GPU, or host share on a CPU), e.g. 80GiB: adds a verdict and the largest batch");
   command->add_flag("--json", args->json, "one JSON object per (strategy, world size)");
@@ -248,7 +293,8 @@ void add_estimate_memory_command(CLI::App& root, World& world) {
     if (command->count("--world-size")) args->world_sizes = (*texts)["--world-size"];
     for (const auto& [flag, field] : {std::pair<const char*, std::optional<int64_t>*>{"--batch-size", &args->batch_size},
                                       {"--seq-len", &args->seq_len},
-                                      {"--num-labels", &args->num_labels}})
+                                      {"--num-labels", &args->num_labels},
+                                      {"--lora-r", &args->lora_r}})
       if (command->count(flag)) *field = parse_integer_setting(flag, (*texts)[flag]);
     const bool have_config = !flags->file.empty();
     const ConfigOverrides overrides = flags->overrides();

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/train/memory_estimate.h"
@@ -54,6 +56,14 @@ int64_t largest_batch(RunConfig run, const EncoderConfig& model, int world_size,
 
 std::string json_number(double v) { return std::isfinite(v) ? str_format("%.0f", v) : "null"; }
 
+// 296.4 K, 108.0 M, or the number itself below a thousand.
+std::string fit_count_text(int64_t n) {
+  const double v = static_cast<double>(n);
+  if (n >= 1000000) return str_format("%.1f M", v / 1e6);
+  if (n >= 1000) return str_format("%.1f K", v / 1e3);
+  return std::to_string(n);
+}
+
 }  // namespace
 
 std::string MemoryVerdict::text() const {
@@ -89,12 +99,22 @@ MemoryVerdict judge_memory(const RunConfig& run, const EncoderConfig& model, int
 }
 
 std::string describe_estimate(const MemoryEstimate& e) {
-  std::string text = str_format("memory per rank (estimate, %s, %d ranks, %s): parameters %s, gradients %s, optimizer "
+  const std::string lora =
+      e.lora() ? str_format(", LoRA r %lld: %s parameters trained, %s frozen", static_cast<long long>(e.lora_r),
+                            fit_count_text(e.num_parameters).c_str(), fit_count_text(e.num_frozen_parameters).c_str())
+               : "";
+  std::string text = str_format("memory per rank (estimate, %s, %d ranks, %s%s): parameters %s, gradients %s, optimizer "
                                 "states %s",
-                                e.strategy.c_str(), e.world_size, e.precision.c_str(),
+                                e.strategy.c_str(), e.world_size, e.precision.c_str(), lora.c_str(),
                                 format_bytes(e.param_bytes).c_str(), format_bytes(e.grad_bytes).c_str(),
                                 format_bytes(e.optimizer_bytes).c_str());
   if (e.host_bytes > 0) text += " (+ " + format_bytes(e.host_bytes) + " in host memory: optimizer offload)";
+  if (e.lora()) {
+    text += ", frozen base " + format_bytes(e.frozen_bytes) + " (parameters only, " +
+            (e.frozen_sharded ? str_format("this rank's shard of %d, up to %s more gathered)", e.shard_group,
+                                           format_bytes(e.frozen_gathered_bytes).c_str())
+                              : std::string("whole on every rank)"));
+  }
   if (e.gathered_bytes > 0) text += ", gathered units " + format_bytes(e.gathered_bytes);
   if (e.comm_bytes > 0) text += ", communication buffers " + format_bytes(e.comm_bytes);
   text += str_format(", activations %s (batch %lld x %lld tokens%s), total %s", format_bytes(e.activations.peak_bytes).c_str(),
@@ -111,11 +131,19 @@ std::string estimate_to_json(const MemoryEstimate& e, const std::optional<Memory
                   ",\"batch_size\":" + std::to_string(e.batch_size) + ",\"seq_len\":" + std::to_string(e.seq_len) +
                   ",\"gradient_checkpointing\":" + (e.checkpointing ? "true" : "false");
   auto add = [&j](const char* key, double v) { j += std::string(",\"") + key + "\":" + json_number(v); };
+  j += std::string(",\"lora_r\":") + std::to_string(e.lora_r);
+  if (e.lora()) {
+    j += ",\"lora_target_modules\":" + nlohmann::json(e.lora_target_modules).dump() +
+         ",\"num_frozen_parameters\":" + std::to_string(e.num_frozen_parameters) +
+         ",\"frozen_sharded\":" + (e.frozen_sharded ? "true" : "false");
+  }
   add("param_bytes", e.param_bytes);
   add("grad_bytes", e.grad_bytes);
   add("optimizer_bytes", e.optimizer_bytes);
   add("host_bytes", e.host_bytes);
   add("model_states_bytes", e.model_states_bytes());
+  add("frozen_bytes", e.frozen_bytes);
+  add("frozen_gathered_bytes", e.frozen_gathered_bytes);
   j += ",\"largest_unit\":\"" + e.largest_unit + "\",\"largest_unit_numel\":" + std::to_string(e.largest_unit_numel);
   add("gathered_bytes", e.gathered_bytes);
   add("comm_bytes", e.comm_bytes);

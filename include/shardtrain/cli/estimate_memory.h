@@ -2,7 +2,7 @@
 // a table of strategies and rank counts (train/memory_estimate.h).
 //
 //   shardtrain estimate-memory --model bert-base-cased/ --world-size 1,4,8 --mixed-precision bf16
-//                              --device-memory 80GiB [--json]
+//                              --device-memory 80GiB [--lora-r 8 [--lora-target-modules query,value]] [--json]
 //
 // The pure part, for tests: the command's flags, checked with errors that
 // name the flag, and the lines it prints.
@@ -27,6 +27,10 @@ struct EstimateMemoryArgs {
   // and for the labels then the model's config.json. Set: checked as those keys are
   // (config/config.h, parse_integer_setting: 0 is an error, not "the default").
   std::optional<int64_t> batch_size, seq_len, num_labels;
+  // LoRA (model/lora.h): lora.r and lora.target_modules ("query,value",
+  // "all-linear"; empty: the run config's, else the model type's default).
+  std::optional<int64_t> lora_r;
+  std::string lora_target_modules;
   bool gradient_checkpointing = false;
   bool json = false;
 };

@@ -23,6 +23,16 @@
 // layer for backward, with the encoder layer's code in mind; see
 // layer_activation_bytes below), for full-length rows of B x L tokens (the
 // worst case: unpadded batches hold only the real tokens).
+//
+// LoRA (config.lora.enabled(); model/lora.h): the strategy holds only the
+// trained parameters, lora_trainable_plan()'s (the adapters and the modules
+// to save), and its states above are theirs. The frozen base is parameters
+// only, in the parameters' dtype (16-bit under bf16 / fp16, no master copy):
+// whole on every rank under ddp, zero1 and zero2, and under zero3 and hybrid
+// (fsdp FULL_SHARD / HYBRID_SHARD) sharded per unit over the shard group
+// (parallel/frozen_shards.h), which gathers a whole unit around its forward
+// and two in backward. With lora.adapter the adapter's adapter_config.json
+// gives r, the targets and the modules to save, as the job uses them.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +42,7 @@
 
 #include "shardtrain/core/run_config.h"
 #include "shardtrain/model/encoder_config.h"
+#include "shardtrain/model/lora.h"
 
 namespace shardtrain {
 
@@ -52,8 +63,12 @@ struct ActivationEstimate {
 // kAttentionBlockScores (model/encoder_config.h). `unpadded`: the model runs
 // packed batches (model.unpadded), where ModernBERT's local layers attend in
 // blocks of their window (banded_attention_pays), not over L x L scores.
+// `lora`: the model has that adapter and its base is frozen: a frozen Linear
+// that is no target keeps no input, frozen embeddings keep nothing, and each
+// target adds its [T, r] down-projection (src/train/memory_activations.cpp).
 ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batch_size, int64_t seq_len,
-                                        int element_bytes, bool checkpointing, bool device_is_cpu, bool unpadded);
+                                        int element_bytes, bool checkpointing, bool device_is_cpu, bool unpadded,
+                                        const LoraSpec* lora = nullptr);
 
 struct MemoryEstimate {
   std::string strategy;     // as the job's log names it: ddp, zero1, zero2, zero3, hybrid; fsdp kept as "fsdp"
@@ -62,7 +77,13 @@ struct MemoryEstimate {
   int shard_group = 1;      // ranks that hold one copy of the sharded state (ddp: 1)
   bool offload = false;     // optimizer state in host memory (a GPU with parallel.offload_optimizer = "cpu")
   bool device_is_cpu = true;
-  int64_t num_parameters = 0;  // trainable
+  int64_t num_parameters = 0;  // trained: in the strategy (LoRA: the adapters and the modules to save)
+  // LoRA: the adapter's rank (0: full fine-tuning), its target modules as
+  // PEFT writes them, and the frozen base's parameters (not trained).
+  int64_t lora_r = 0;
+  std::vector<std::string> lora_target_modules;
+  int64_t num_frozen_parameters = 0;
+  bool frozen_sharded = false;  // the frozen base over the shard group (zero3, hybrid), else whole on each rank
   int64_t batch_size = 0, seq_len = 0;
   bool checkpointing = false;
 
@@ -80,24 +101,43 @@ struct MemoryEstimate {
   // post-step gather copy, the sharded strategies' reduce-scatter outputs (and
   // reduce-dtype copies).
   double comm_bytes = 0;
+  // LoRA: the frozen base this rank holds between steps (its chunks when
+  // sharded), and the most of it gathered at once beside that (sharded only:
+  // the largest unit in forward, or two adjacent units in backward).
+  double frozen_bytes = 0, frozen_gathered_bytes = 0;
   ActivationEstimate activations;          // at batch_size, in the configured mode
   ActivationEstimate activations_plain;    // both modes, for the table
   ActivationEstimate activations_checkpointed;
 
+  bool lora() const { return lora_r > 0; }
+  // The trained parameters' states (what Strategy::memory() counts).
   double model_states_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
-  // The device's peak: model states + gathered units + communication buffers
-  // + activations during backward. On a CPU device this is host memory too.
-  double total_bytes() const { return model_states_bytes() + gathered_bytes + comm_bytes + activations.peak_bytes; }
+  // The device's peak: model states + the frozen base (LoRA) + gathered units
+  // + communication buffers + activations during backward. On a CPU device
+  // this is host memory too.
+  double total_bytes() const {
+    return model_states_bytes() + frozen_bytes + frozen_gathered_bytes + gathered_bytes + comm_bytes +
+           activations.peak_bytes;
+  }
   // What the host holds: offloaded state (GPU), or everything (CPU).
   double host_total_bytes() const { return device_is_cpu ? total_bytes() : host_bytes; }
 };
 
 // Per rank, for `run` (parallel.*, train.mixed_precision, train.batch_size,
 // data.max_length, model.gradient_checkpointing, model dropout overrides,
-// run.device) and `model` (num_labels set) at `world_size` ranks.
+// run.device, [lora]) and `model` (num_labels set) at `world_size` ranks.
 // Error naming the key for a combination make_strategy() refuses (ddp with
-// optimizer offload, hybrid's ranks per node not dividing the world size).
+// optimizer offload, hybrid's ranks per node not dividing the world size), or
+// for [lora] keys resolve_lora() refuses, or a lora.adapter folder without a
+// readable adapter_config.json.
 MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model, int world_size);
+
+// The adapter a LoRA run trains, as train/lora_run.h's attach_lora makes it:
+// from the [lora] keys (resolve_lora), or with lora.adapter from its
+// adapter_config.json (r, alpha, target_modules, modules_to_save; the weights
+// are not read). nullopt without LoRA (lora.r = 0 and no adapter). Errors as
+// resolve_lora's, or naming the adapter's adapter_config.json.
+std::optional<LoraSpec> run_lora_spec(const RunConfig& run, const EncoderConfig& model);
 
 // What to do about a `capacity` of bytes per rank (device memory on a GPU,
 // host memory over the node's ranks on a CPU).
@@ -120,7 +160,9 @@ MemoryVerdict judge_memory(const RunConfig& run, const EncoderConfig& model, int
 void check_estimate_fits(const RunConfig& run, const EncoderConfig& model, int world_size, int ranks_on_node,
                          double capacity, const std::string& what);
 
-// One line for logs: "memory per rank (estimate): parameters 1.2 GiB, ...".
+// One line for logs: "memory per rank (estimate, ddp, 1 ranks, no): parameters
+// 1.2 GiB, ..."; with LoRA "(estimate, zero3, 4 ranks, bf16, LoRA r 8: 296.4 K
+// parameters trained, 108.0 M frozen): ..., frozen base 51.5 MiB (...)".
 std::string describe_estimate(const MemoryEstimate& e);
 
 // The estimate as one JSON object (no newline): strategy, world_size,
