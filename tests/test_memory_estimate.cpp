@@ -606,7 +606,7 @@ TEST_CASE("LoRA: lora.adapter's adapter_config.json gives r and the targets; [lo
 
   run.lora.adapter = dir.dir + "/missing";
   CHECK(memory_estimate_contains(shardtrain_test::error_of([&] { estimate_memory(run, model, 1); }),
-                                 "lora.adapter: cannot read " + dir.dir + "/missing/adapter_config.json"));
+                                 dir.dir + "/missing: no adapter_config.json"));
   run.lora.adapter.clear();
   run.lora.r = 8;
   run.lora.target_modules = {"qkv"};

@@ -29,7 +29,8 @@ bool peft_file_exists(const std::string& path) {
 
 }  // namespace
 
-PeftAdapter read_peft_adapter(const std::string& folder, const EncoderConfig& config) {
+LoraSpec read_peft_adapter_config(const std::string& folder, const EncoderConfig& config,
+                                  std::string* base_model_name_or_path) {
   const std::string config_path = folder + "/adapter_config.json";
   if (!peft_file_exists(config_path))
     throw Error(folder + ": no adapter_config.json (a PEFT adapter folder holds adapter_config.json and "
@@ -63,12 +64,17 @@ PeftAdapter read_peft_adapter(const std::string& folder, const EncoderConfig& co
                                      "\": only a list of module names (or \"all-linear\") is supported");
     j["target_modules"] = std::vector<std::string>{t};
   }
-  PeftAdapter out;
-  out.spec = LoraSpec::from_json(j, config, config_path);
-  out.base_model_name_or_path = j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string()
-                                    ? j["base_model_name_or_path"].get<std::string>()
-                                    : "";
+  if (base_model_name_or_path)
+    *base_model_name_or_path = j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string()
+                                   ? j["base_model_name_or_path"].get<std::string>()
+                                   : "";
+  return LoraSpec::from_json(j, config, config_path);
+}
 
+
+PeftAdapter read_peft_adapter(const std::string& folder, const EncoderConfig& config) {
+  PeftAdapter out;
+  out.spec = read_peft_adapter_config(folder, config, &out.base_model_name_or_path);
   const std::string weights_path = folder + "/adapter_model.safetensors";
   if (!peft_file_exists(weights_path))
     throw Error(folder + ": no adapter_model.safetensors" +

@@ -234,28 +234,12 @@ void estimate_states(const RunConfig& run, const EncoderConfig& model, const Lor
 
 }  // namespace
 
-// adapter_config.json as model/peft_adapter.cpp's read_peft_adapter reads it,
-// without its weights (the estimate runs many times, before the model exists).
+// The run's adapter: the [lora] keys, or lora.adapter's adapter_config.json
+// (its weights are not read: the estimate runs before the model exists).
 std::optional<LoraSpec> run_lora_spec(const RunConfig& run, const EncoderConfig& model) {
   if (!run.lora.enabled()) return std::nullopt;
   if (run.lora.adapter.empty()) return resolve_lora(model, run.lora);
-  const std::string path = run.lora.adapter + "/adapter_config.json";
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(path, "lora.adapter"));
-  } catch (const nlohmann::json::exception& error) {
-    throw Error(path + ": not valid JSON (" + error.what() + ")");
-  }
-  if (!j.is_object()) throw Error(path + ": not a JSON object");
-  // PEFT writes "all-linear", or a regular expression, as a string.
-  if (j.contains("target_modules") && j["target_modules"].is_string()) {
-    const std::string targets = j["target_modules"].get<std::string>();
-    if (targets != "all-linear")
-      throw Error(path + ": target_modules is the regular expression \"" + targets +
-                  "\": only a list of module names (or \"all-linear\") is supported");
-    j["target_modules"] = std::vector<std::string>{targets};
-  }
-  return LoraSpec::from_json(j, model, path);
+  return read_peft_adapter_config(run.lora.adapter, model);
 }
 
 MemoryEstimate estimate_memory(const RunConfig& run, const EncoderConfig& model_config, int world_size) {

@@ -77,6 +77,14 @@ struct LoraSpec {
 // save that matches nothing.
 LoraSpec resolve_lora(const EncoderConfig& config, const LoraConfig& options, const std::string& source = "lora");
 
+// A PEFT adapter folder's adapter_config.json for a model of `config`,
+// checked as read_peft_adapter (model/peft_adapter.h) checks it, without its
+// weights: Error naming the file and the field for another peft_type, DoRA,
+// a bias, fan_in_fan_out, per-layer patterns or a regular-expression
+// target_modules. Its base_model_name_or_path too when asked.
+LoraSpec read_peft_adapter_config(const std::string& folder, const EncoderConfig& config,
+                                  std::string* base_model_name_or_path = nullptr);
+
 // The trainable parameters of the model with `lora`: the modules to save's
 // parameters, and after each target module's own parameters its lora_A
 // ([r, in]: lora_part kA) and lora_B ([out, r]: kB), in the plan's order (the
