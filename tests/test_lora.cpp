@@ -25,6 +25,7 @@
 #include "shardtrain/model/peft_adapter.h"
 #include "shardtrain/model/safetensors.h"
 #include "shardtrain/model/task_model.h"
+#include "shardtrain/train/lora_run.h"
 #include "support/train_fixtures.h"
 
 using namespace shardtrain;
@@ -400,6 +401,14 @@ TEST_CASE("Bad adapters are refused by name") {
   refused("needs [8, 16]");
   with_config([](nlohmann::json& j) { j["target_modules"] = {"query"}; });
   refused("value.lora_A.weight\" has no place");
+  with_config([](nlohmann::json& j) { j["lora_bias"] = true; });
+  refused("lora_bias = true");
+  with_config([](nlohmann::json& j) { j["init_lora_weights"] = "pissa"; });
+  refused("init_lora_weights = \"pissa\"");
+  with_config([](nlohmann::json& j) { j["exclude_modules"] = {"key"}; });
+  refused("exclude_modules is set");
+  with_config([](nlohmann::json& j) { j["use_dora"] = nullptr; j["fan_in_fan_out"] = nullptr; });
+  CHECK_NOTHROW(read_peft_adapter(dir.path, c));  // null is PEFT's "not set"
   with_config([](nlohmann::json&) {});
   EncoderConfig wider = c;
   wider.set_num_labels(5);
@@ -408,6 +417,44 @@ TEST_CASE("Bad adapters are refused by name") {
   refused("no adapter_model.safetensors");
   std::filesystem::remove(config_path);
   refused("no adapter_config.json");
+}
+
+TEST_CASE("lora.adapter: [lora] keys that restate the adapter are accepted, others refused naming both") {
+  const EncoderConfig c = shardtrain_test::tiny_bert_config();
+  TaskModel trained(c);
+  trained.init_weights(3);
+  trained.add_lora(resolve_lora(c, options(4)), 5);
+  TempDir dir;
+  write_peft_adapter(dir.path, trained, "base");
+  auto attach = [&](LoraConfig lora) {
+    TaskModel model(c);
+    model.init_weights(3);
+    lora.adapter = dir.path;
+    attach_lora(model, lora, 1);
+  };
+  LoraConfig same;
+  same.target_modules = {"value", "query"};  // another order: the same targets
+  CHECK_NOTHROW(attach(same));
+  LoraConfig other;
+  other.target_modules = {"query"};
+  CHECK_THROWS_WITH_AS(attach(other), doctest::Contains("lora.target_modules = [query] but lora.adapter"), Error);
+  LoraConfig saved;
+  saved.modules_to_save = {"pooler"};
+  CHECK_THROWS_WITH_AS(attach(saved), doctest::Contains("lora.modules_to_save = [pooler]"), Error);
+}
+
+TEST_CASE("A parameter the base folder lacks is not left frozen at its random init") {
+  const EncoderConfig c = shardtrain_test::tiny_bert_config();
+  TaskModel model(c);
+  model.init_weights(3);
+  model.add_lora(resolve_lora(c, options(4)), 5);
+  CHECK_NOTHROW(refuse_frozen_missing_keys(model, {"classifier.weight", "classifier.bias"}, "base", ""));
+  CHECK_THROWS_WITH_AS(refuse_frozen_missing_keys(model, {"bert.pooler.dense.weight"}, "base", ""),
+                       doctest::Contains("base has no bert.pooler.dense.weight (it would start from a random init), "
+                                         "and the LoRA adapter freezes it"),
+                       Error);
+  CHECK_THROWS_WITH_AS(refuse_frozen_missing_keys(model, {"bert.pooler.dense.weight"}, "base", ""),
+                       doctest::Contains("Add \"bert.pooler.dense\" to lora.modules_to_save"), Error);
 }
 
 TEST_CASE("Sha256 equals FIPS 180-4's examples") {

@@ -208,6 +208,15 @@ if [ -f "$TMP/adapter/adapter_config.json" ] && [ -f "$TMP/adapter/adapter_model
 else
   fail "export: adapter_config.json (SEQ_CLS, the base's path) and adapter_model.safetensors; --merge: a HF folder" "$TMP/export.log"
 fi
+# --force over the other layout: no adapter_config.json left beside merged weights.
+cp -r "$TMP/adapter" "$TMP/relayout"
+if "$BIN" export "$TMP/runs/onbase/checkpoint_000001.h5" --output "$TMP/relayout" --merge --force >"$TMP/relayout.log" 2>&1 &&
+  [ ! -e "$TMP/relayout/adapter_config.json" ] && [ ! -e "$TMP/relayout/adapter_model.safetensors" ] &&
+  [ -f "$TMP/relayout/model.safetensors" ]; then
+  pass "export --merge --force over an adapter folder removes the adapter's files"
+else
+  fail "export --merge --force over an adapter folder removes the adapter's files" "$TMP/relayout.log"
+fi
 cols=(--text-a '#1 String' --text-b '#2 String' --max-length 64)
 "$BIN" predict --model "$TMP/runs/onbase/checkpoint_000001.h5" --data "$TMP/dev.tsv" --output "$TMP/p_ckpt.jsonl" >"$TMP/predict.log" 2>&1
 "$BIN" predict --model "$TMP/merged" "${cols[@]}" --data "$TMP/dev.tsv" --output "$TMP/p_merged.jsonl" >>"$TMP/predict.log" 2>&1

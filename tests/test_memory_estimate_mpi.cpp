@@ -167,7 +167,7 @@ TEST_CASE("LoRA: estimated states and frozen base equal what the strategies and 
       std::unique_ptr<Strategy> strategy =
           make_strategy(c.run.parallel, topology, *model, comm, AdamWOptions{}, precision);
       std::unique_ptr<FrozenShards> frozen;
-      if (topology.kind == StrategyKind::kZero3 || topology.kind == StrategyKind::kHybrid)
+      if (topology.shards_frozen_base())
         frozen = std::make_unique<FrozenShards>(*model, comm.split(topology.replica_index, topology.shard_rank));
       strategy->broadcast_parameters(0);
       at::manual_seed(100 + rank);

@@ -114,6 +114,8 @@ expect_error "--opset 13 is refused" "opsets 14 to 17" "$BIN" export "$ckpt" --f
 expect_error "an output folder that is the model folder is refused" "which this command reads" \
   "$BIN" export "$TMP/hf" --format onnx --output "$TMP/hf"
 expect_error "a non-empty output folder needs --force" "is not empty" "$BIN" export "$ckpt" --format onnx --output "$TMP/onnx_ckpt"
+expect_error "--merge with --format onnx is refused (the graph always merges)" "always merges" \
+  "$BIN" export "$ckpt" --format onnx --merge --output "$TMP/m"
 expect_error "an unknown --format is refused" "expected hf or onnx" "$BIN" export "$ckpt" --format tflite --output "$TMP/t"
 
 suite_end

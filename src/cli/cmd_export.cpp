@@ -158,6 +158,20 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+// Files of an earlier export (under --force) that this one's layout does not
+// have and a reader would take instead of it; removed.
+void remove_earlier_files(const fs::path& folder, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    std::error_code error;
+    const fs::path path = folder / name;
+    if (!fs::exists(fs::symlink_status(path, error))) continue;
+    if (!fs::remove(path, error) || error)
+      throw Error("--output '" + folder.string() + "': cannot remove " + name + " of an earlier export (" +
+                  error.message() + "); remove it, or export into an empty folder");
+    log_info("export: removed %s of an earlier export from %s", name.c_str(), folder.string().c_str());
+  }
+}
+
 // --format onnx: model.onnx (model/onnx_export.h), config.json and the
 // tokenizer's files, as optimum's export folder holds them. The input is a
 // training checkpoint (a LoRA one merged) or a HF folder.
@@ -168,6 +182,10 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
 #else
   if (flags.dtype != "float32" && flags.dtype != "fp32")
     throw Error("--dtype " + flags.dtype + ": the ONNX export writes float32 graphs");
+  if (flags.merge)
+    throw Error("--merge: --format onnx always merges a LoRA checkpoint's adapter into the graph; leave --merge out");
+  if (!flags.base.empty() && !is_checkpoint_file(flags.checkpoint))
+    throw Error("--base: " + flags.checkpoint + " is not a LoRA checkpoint (a HF folder holds its whole model)");
   on_rank0(world.comm(), "export: checking the paths", [&] {
     refuse_link_loop(flags.checkpoint, "checkpoint");
     refuse_link_loop(flags.output, "--output");
@@ -184,6 +202,7 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
                   "model.onnx, config.json and the tokenizer's files there)");
   });
   OnnxExport exported;
+  std::vector<std::string> tokenizer_files;
   on_rank0(world.comm(), "export: rank 0 writes " + flags.output, [&] {
     std::shared_ptr<TaskModel> model;
     CheckpointExport info;
@@ -205,25 +224,29 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
     OnnxExportOptions options;
     options.opset = flags.opset;
     exported = export_onnx(*model, (folder / "model.onnx").string(), options);
+    if (!exported.external_data) remove_earlier_files(folder, {"model.onnx_data"});
     write_file_atomic((folder / "config.json").string(),
                       hf_config_json(checkpoint ? info.config : model->config(), at::kFloat));
     if (checkpoint) {
-      write_tokenizer_files(folder, flags.checkpoint, info);
+      tokenizer_files = write_tokenizer_files(folder, flags.checkpoint, info);
     } else {
       for (const std::string& name : Tokenizer::folder_file_names())
-        if (fs::is_regular_file(fs::path(flags.checkpoint) / name))
+        if (fs::is_regular_file(fs::path(flags.checkpoint) / name)) {
           write_file_atomic((folder / name).string(), read_file((fs::path(flags.checkpoint) / name).string(), name));
+          tokenizer_files.push_back(name);
+        }
     }
   });
   std::string inputs, outputs;
   for (const std::string& n : exported.inputs) inputs += (inputs.empty() ? "" : ", ") + n;
   for (const std::string& n : exported.outputs) outputs += (outputs.empty() ? "" : ", ") + n;
   log_info("export: %s -> %s/model.onnx (opset %lld, %lld nodes, %lld initializers, %.2f MB%s; inputs %s; outputs %s), "
-           "config.json and the tokenizer's files",
+           "config.json%s%s",
            flags.checkpoint.c_str(), flags.output.c_str(), static_cast<long long>(flags.opset),
            static_cast<long long>(exported.nodes), static_cast<long long>(exported.initializers),
            exported.file_bytes / 1e6, exported.external_data ? ", weights in model.onnx_data" : "", inputs.c_str(),
-           outputs.c_str());
+           outputs.c_str(), tokenizer_files.empty() ? "; no tokenizer files (the source folder has none)" : ", ",
+           joined(tokenizer_files).c_str());
 #endif
 }
 
@@ -258,6 +281,7 @@ void run_export(const World& world, const ExportFlags& flags) {
       // checkpoint leaves no file behind.
       exported = export_checkpoint_safetensors(flags.checkpoint, (folder / "model.safetensors").string(), dtype);
       write_file_atomic((folder / "config.json").string(), hf_config_json(exported.config, dtype));
+      remove_earlier_files(folder, {"adapter_config.json", "adapter_model.safetensors"});
     } else {
       // A LoRA checkpoint: the base loaded (its identity checked), the adapter read.
       CheckpointModel loaded = load_checkpoint_model(flags.checkpoint, MPI_COMM_SELF, flags.base);
@@ -276,6 +300,10 @@ void run_export(const World& world, const ExportFlags& flags) {
         const std::string base = flags.base.empty() ? loaded.state.base_model_path : real_path(flags.base);
         write_peft_adapter(folder.string(), *loaded.model, base, dtype);
       }
+      // --force over an earlier export of the other layout: transformers reads
+      // adapter_config.json before model.safetensors, predict the reverse.
+      remove_earlier_files(folder, flags.merge ? std::vector<std::string>{"adapter_config.json", "adapter_model.safetensors"}
+                                               : std::vector<std::string>{"config.json", "model.safetensors"});
     }
     tokenizer_files = write_tokenizer_files(folder, flags.checkpoint, exported);
     removed = remove_other_tokenizer_files(folder, tokenizer_files);

@@ -45,18 +45,38 @@ LoraSpec read_peft_adapter_config(const std::string& folder, const EncoderConfig
   auto refuse_if = [&](bool bad, const std::string& what) {
     if (bad) throw Error(config_path + ": " + what);
   };
-  const std::string peft_type = j.value("peft_type", std::string("LORA"));
+  // A true boolean field (null and absent: false); another type is an error naming it.
+  auto flag = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    if (!j[key].is_boolean()) throw Error(config_path + ": " + key + " is not true or false");
+    return j[key].get<bool>();
+  };
+  auto text = [&](const char* key, const std::string& fallback) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
+  };
+  auto set = [&](const char* key) {
+    return j.contains(key) && !j[key].is_null() && !(j[key].is_object() && j[key].empty()) &&
+           !(j[key].is_array() && j[key].empty());
+  };
+  const std::string peft_type = text("peft_type", "LORA");
   refuse_if(peft_type != "LORA", "peft_type \"" + peft_type + "\": only LoRA adapters (LORA) are supported");
-  refuse_if(j.value("use_dora", false), "use_dora = true: DoRA adapters are not supported (train a plain LoRA adapter)");
-  refuse_if(j.contains("bias") && j["bias"].is_string() && j["bias"].get<std::string>() != "none",
-            "bias = \"" + (j.contains("bias") && j["bias"].is_string() ? j["bias"].get<std::string>() : "") +
-                "\": only bias = \"none\" is supported (the adapter trains no biases)");
-  refuse_if(j.value("fan_in_fan_out", false), "fan_in_fan_out = true: that is for GPT-2's Conv1D layers, not an encoder's Linear");
-  refuse_if(j.contains("layers_to_transform") && !j["layers_to_transform"].is_null(),
-            "layers_to_transform is set: adapters on some layers only are not supported");
+  refuse_if(flag("use_dora"), "use_dora = true: DoRA adapters are not supported (train a plain LoRA adapter)");
+  refuse_if(text("bias", "none") != "none",
+            "bias = \"" + text("bias", "") + "\": only bias = \"none\" is supported (the adapter trains no biases)");
+  refuse_if(flag("lora_bias"), "lora_bias = true: adapters with a bias on lora_B are not supported");
+  refuse_if(flag("fan_in_fan_out"), "fan_in_fan_out = true: that is for GPT-2's Conv1D layers, not an encoder's Linear");
+  refuse_if(set("layers_to_transform"), "layers_to_transform is set: adapters on some layers only are not supported");
+  refuse_if(set("exclude_modules"), "exclude_modules is set: excluding modules from target_modules is not supported");
   for (const char* pattern : {"rank_pattern", "alpha_pattern"})
-    refuse_if(j.contains(pattern) && j[pattern].is_object() && !j[pattern].empty(),
-              std::string(pattern) + " is set: per-module ranks and alphas are not supported");
+    refuse_if(set(pattern), std::string(pattern) + " is set: per-module ranks and alphas are not supported");
+  // PiSSA, OLoRA, CorDA, LoftQ and EVA initialise against a changed base: their
+  // adapters do not apply to the original weights.
+  if (j.contains("init_lora_weights") && j["init_lora_weights"].is_string()) {
+    const std::string init = j["init_lora_weights"].get<std::string>();
+    refuse_if(init != "gaussian", "init_lora_weights = \"" + init +
+                                      "\": only PEFT's default (true) and \"gaussian\" initialisations are supported "
+                                      "(the others change the base weights the adapter applies to)");
+  }
   if (j.contains("target_modules") && j["target_modules"].is_string()) {
     // PEFT stores a regular expression or "all-linear" as a string.
     const std::string t = j["target_modules"].get<std::string>();
@@ -149,7 +169,11 @@ PeftAdapterHead peek_peft_adapter(const std::string& folder) {
   const SafetensorsFile file(path);
   for (const char* head : {"classifier.out_proj.weight", "classifier.weight", "score.weight"})
     for (const SafetensorsEntry& entry : file.entries()) {
-      const std::string name = entry.name;
+      std::string name = entry.name;
+      for (const std::string wrapped : {".modules_to_save.default.", ".modules_to_save."}) {
+        const size_t at = name.find(wrapped);
+        if (at != std::string::npos) name = name.substr(0, at) + "." + name.substr(at + wrapped.size());
+      }
       const std::string tail = std::string(".") + head;
       if (name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0 &&
           name.find("pre_classifier") == std::string::npos && entry.shape.size() == 2) {

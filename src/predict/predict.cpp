@@ -8,6 +8,7 @@
 #include "shardtrain/core/fs_util.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/model/peft_adapter.h"
+#include "shardtrain/train/lora_run.h"
 #include "shardtrain/train/checkpoint_model.h"
 #include "shardtrain/train/evaluate.h"
 #include "shardtrain/train/preflight.h"
@@ -42,6 +43,7 @@ PredictModel load_model_files(const PredictOptions& options, MPI_Comm comm) {
   if (!options.adapter.empty()) {
     const PeftAdapter adapter = read_peft_adapter(options.adapter, hf.model->config());
     hf.model->add_lora(adapter.spec, options.init_seed);
+    refuse_frozen_missing_keys(*hf.model, hf.report.missing_keys, options.model_dir, " in " + options.adapter);
     apply_peft_adapter(*hf.model, adapter, options.adapter);
     log_info("predict: LoRA adapter %s over %s (r %lld, %zu modules)", options.adapter.c_str(), options.model_dir.c_str(),
              static_cast<long long>(adapter.spec.r), adapter.spec.targets.size());

@@ -153,6 +153,7 @@ void preflight(const TrainJob& job) {
 
 void build_model(TrainJob& job) {
   const RunConfig& config = *job.config;
+  std::vector<std::string> missing_keys;  // of the base folder, freshly initialised
   if (config.model.init == ModelInit::kPretrained) {
     HfLoadOptions load;
     load.task = config.model.task;
@@ -164,6 +165,7 @@ void build_model(TrainJob& job) {
     const std::string message = hf.report.message();
     if (!message.empty()) log_info("%s", message.c_str());
     job.model = hf.model;
+    missing_keys = hf.report.missing_keys;
   } else {
     EncoderConfig bc = EncoderConfig::from_file(model_config_path(config.model));
     bc.task = config.model.task;
@@ -177,6 +179,7 @@ void build_model(TrainJob& job) {
   if (config.lora.enabled()) {
     // Before any cast or move: the identity is of the fp32 base as loaded.
     attach_lora(*job.model, config.lora, static_cast<uint64_t>(config.train.seed));
+    refuse_frozen_missing_keys(*job.model, missing_keys, config.model.path, "");
     job.base_model_sha256 = frozen_base_sha256(*job.model);
     log_info("LoRA: the frozen base (%s) has sha256 %s",
              config.model.init == ModelInit::kPretrained ? config.model.path.c_str() : "random init", 
@@ -212,7 +215,7 @@ void build_strategy(TrainJob& job) {
   // LoRA: the frozen base in the forward's dtype (no master copy: it never changes).
   if (job.model->lora()) job.model->frozen_to(job.precision.param_dtype);
   job.strategy = make_strategy(config.parallel, job.topology, *job.model, *job.communicator, adamw, job.precision);
-  if (job.model->lora() && (job.topology.kind == StrategyKind::kZero3 || job.topology.kind == StrategyKind::kHybrid)) {
+  if (job.model->lora() && job.topology.shards_frozen_base()) {
     job.frozen_shards = std::make_unique<FrozenShards>(
         *job.model, job.communicator->split(job.topology.replica_index, job.topology.shard_rank));
     log_info("  LoRA: the frozen base sharded over %d ranks: %.1f MB of its %.1f MB per rank (parameters only)",

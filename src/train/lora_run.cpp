@@ -3,6 +3,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
 #include "shardtrain/core/sha256.h"
@@ -10,6 +13,17 @@
 #include "shardtrain/model/task_model.h"
 
 namespace shardtrain {
+
+void refuse_frozen_missing_keys(const TaskModel& model, const std::vector<std::string>& missing_keys,
+                                const std::string& folder, const std::string& what) {
+  for (const auto& [name, tensor] : model.frozen_state_dict()) {
+    if (std::find(missing_keys.begin(), missing_keys.end(), name) == missing_keys.end()) continue;
+    const std::string module = name.substr(0, name.rfind('.'));
+    throw Error(folder + " has no " + name + " (it would start from a random init), and the LoRA adapter" + what +
+                " freezes it: it would stay random, and no adapter file carries it. Add \"" + module +
+                "\" to lora.modules_to_save (PEFT's modules_to_save), or use a base folder that has it");
+  }
+}
 
 void attach_lora(TaskModel& model, const LoraConfig& lora, uint64_t seed) {
   const EncoderConfig& config = model.config();
@@ -25,8 +39,23 @@ void attach_lora(TaskModel& model, const LoraConfig& lora, uint64_t seed) {
     differs(lora.r != defaults.r && lora.r != adapter.spec.r, "r", std::to_string(lora.r), std::to_string(adapter.spec.r));
     differs(lora.alpha != defaults.alpha && lora.alpha != adapter.spec.alpha, "alpha", str_format("%g", lora.alpha),
             str_format("%g", adapter.spec.alpha));
-    differs(!lora.target_modules.empty() && lora.target_modules != adapter.spec.target_modules, "target_modules",
-            "[...]", "other target_modules");
+    auto joined = [](const std::vector<std::string>& names) {
+      std::string out;
+      for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+      return "[" + out + "]";
+    };
+    if (!lora.target_modules.empty()) {  // compared as resolved ("all-linear", any order)
+      LoraConfig ours = lora;
+      ours.r = adapter.spec.r;
+      ours.adapter.clear();
+      const std::vector<std::string> resolved = resolve_lora(config, ours).target_modules;
+      differs(resolved != adapter.spec.target_modules, "target_modules", joined(resolved),
+              joined(adapter.spec.target_modules));
+    }
+    differs(lora.use_rslora != adapter.spec.use_rslora && lora.use_rslora != defaults.use_rslora, "use_rslora",
+            "true", "use_rslora false");
+    differs(!lora.modules_to_save.empty(), "modules_to_save", joined(lora.modules_to_save),
+            "modules_to_save " + joined(adapter.spec.modules_to_save));
     spec = adapter.spec;
     spec.dropout = lora.dropout != defaults.dropout ? lora.dropout : adapter.spec.dropout;
     model.add_lora(spec, seed);

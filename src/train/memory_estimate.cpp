@@ -121,7 +121,7 @@ void estimate_frozen(const EncoderConfig& model, const LoraSpec& lora, const std
   e.lora_target_modules = lora.target_modules;
   e.num_frozen_parameters = 0;
   for (int64_t n : unit_numel) e.num_frozen_parameters += n;
-  e.frozen_sharded = topology.kind == StrategyKind::kZero3 || topology.kind == StrategyKind::kHybrid;
+  e.frozen_sharded = topology.shards_frozen_base();
   if (!e.frozen_sharded) {
     e.frozen_bytes = static_cast<double>(e.num_frozen_parameters) * ep;
     return;

@@ -38,6 +38,12 @@ struct Topology {
   bool fsdp = false;  // parallel.strategy = "fsdp": FSDP's semantics (no_sync accumulation, prefetch one unit)
 
   bool hybrid() const { return kind == StrategyKind::kHybrid && shard_group_size < world_size; }
+  // A LoRA run's frozen base is sharded (parallel/frozen_shards.h): the
+  // strategy shards parameters (zero3, hybrid; fsdp's FULL_SHARD and
+  // HYBRID_SHARD resolve to them) over more than one rank.
+  bool shards_frozen_base() const {
+    return (kind == StrategyKind::kZero3 || kind == StrategyKind::kHybrid) && shard_group_size > 1;
+  }
 
   // Collective over comm.
   static Topology detect(MPI_Comm comm, const ParallelConfig& parallel);

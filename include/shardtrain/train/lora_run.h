@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardtrain/core/run_config.h"
 
@@ -20,6 +21,14 @@ class TaskModel;
 // that contradicts the folder is an Error naming both), or a fresh one from the
 // [lora] keys initialised from `seed`. Logs what is trained.
 void attach_lora(TaskModel& model, const LoraConfig& lora, uint64_t seed);
+
+// Error when a parameter that the base folder lacks (HfLoadReport's
+// missing_keys: HF initialises it at random) is frozen by the adapter: it
+// would stay random, and an exported adapter would not carry it (DeBERTa's
+// pooler). Names the key and the module to add to lora.modules_to_save;
+// `what` follows "the LoRA adapter" in the message ("", " in DIR").
+void refuse_frozen_missing_keys(const TaskModel& model, const std::vector<std::string>& missing_keys,
+                                const std::string& folder, const std::string& what);
 
 // SHA-256 over the frozen parameters in the plan's order, each as its name,
 // a NUL, and its values in float32 little-endian: the base a LoRA adapter
