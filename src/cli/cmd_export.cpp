@@ -133,14 +133,11 @@ std::vector<std::string> write_tokenizer_files(const fs::path& folder, const std
   return written;
 }
 
-// After a --force export: the tokenizer files of an earlier export that this
-// one did not write (all of data/tokenizer.h's folder_file_names: a
-// vocab.txt or special_tokens_map.json left there would be read beside the
-// new tokenizer's files, or instead of them). Returns the names removed.
-std::vector<std::string> remove_other_tokenizer_files(const fs::path& folder, const std::vector<std::string>& written) {
+// Removes those of `names` that exist in `folder` (files of an earlier
+// export under --force); returns the names removed.
+std::vector<std::string> remove_from_folder(const fs::path& folder, const std::vector<std::string>& names) {
   std::vector<std::string> removed;
-  for (const std::string& name : Tokenizer::folder_file_names()) {
-    if (std::find(written.begin(), written.end(), name) != written.end()) continue;
+  for (const std::string& name : names) {
     std::error_code error;
     const fs::path path = folder / name;
     if (!fs::exists(fs::symlink_status(path, error))) continue;
@@ -152,25 +149,24 @@ std::vector<std::string> remove_other_tokenizer_files(const fs::path& folder, co
   return removed;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
-  return out;
+// After a --force export: the tokenizer files of an earlier export that this
+// one did not write (all of data/tokenizer.h's folder_file_names: a
+// vocab.txt or special_tokens_map.json left there would be read beside the
+// new tokenizer's files, or instead of them). Returns the names removed.
+std::vector<std::string> remove_other_tokenizer_files(const fs::path& folder, const std::vector<std::string>& written) {
+  std::vector<std::string> others;
+  for (const std::string& name : Tokenizer::folder_file_names())
+    if (std::find(written.begin(), written.end(), name) == written.end()) others.push_back(name);
+  return remove_from_folder(folder, others);
 }
 
 // Files of an earlier export (under --force) that this one's layout does not
-// have and a reader would take instead of it; removed.
+// have and a reader would take instead of it; removed, and said.
 void remove_earlier_files(const fs::path& folder, const std::vector<std::string>& names) {
-  for (const std::string& name : names) {
-    std::error_code error;
-    const fs::path path = folder / name;
-    if (!fs::exists(fs::symlink_status(path, error))) continue;
-    if (!fs::remove(path, error) || error)
-      throw Error("--output '" + folder.string() + "': cannot remove " + name + " of an earlier export (" +
-                  error.message() + "); remove it, or export into an empty folder");
+  for (const std::string& name : remove_from_folder(folder, names))
     log_info("export: removed %s of an earlier export from %s", name.c_str(), folder.string().c_str());
-  }
 }
+
 
 // --format onnx: model.onnx (model/onnx_export.h), config.json and the
 // tokenizer's files, as optimum's export folder holds them. The input is a
@@ -246,7 +242,7 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
            static_cast<long long>(exported.nodes), static_cast<long long>(exported.initializers),
            exported.file_bytes / 1e6, exported.external_data ? ", weights in model.onnx_data" : "", inputs.c_str(),
            outputs.c_str(), tokenizer_files.empty() ? "; no tokenizer files (the source folder has none)" : ", ",
-           joined(tokenizer_files).c_str());
+           join_names(tokenizer_files).c_str());
 #endif
 }
 
@@ -310,21 +306,21 @@ void run_export(const World& world, const ExportFlags& flags) {
   });
   if (!removed.empty())
     log_info("export: removed %s of an earlier export from %s (tokenizer files this export does not write)",
-             joined(removed).c_str(), flags.output.c_str());
+             join_names(removed).c_str(), flags.output.c_str());
   if (!exported.state.lora_json.empty()) {
     log_info("export: LoRA checkpoint %s (step %lld) -> %s (%s as %s, %s); %lld adapter and head tensors (%.2f MB in "
              "fp32)",
              flags.checkpoint.c_str(), static_cast<long long>(exported.state.step), flags.output.c_str(),
              flags.merge ? "the base with the adapter merged: config.json, model.safetensors"
                          : "a PEFT adapter: adapter_config.json, adapter_model.safetensors",
-             flags.dtype.c_str(), joined(tokenizer_files).c_str(), static_cast<long long>(exported.tensors),
+             flags.dtype.c_str(), join_names(tokenizer_files).c_str(), static_cast<long long>(exported.tensors),
              exported.model_bytes / 1e6);
     return;
   }
   log_info("export: %s (step %lld, epoch %lld) -> %s (config.json, model.safetensors as %s, %s); streamed %lld tensors, at most %.2f MB held at once (model %.2f MB)",
            flags.checkpoint.c_str(), static_cast<long long>(exported.state.step),
            static_cast<long long>(exported.state.epoch), flags.output.c_str(), flags.dtype.c_str(),
-           joined(tokenizer_files).c_str(),
+           join_names(tokenizer_files).c_str(),
            static_cast<long long>(exported.tensors), exported.peak_bytes_held / 1e6, exported.model_bytes / 1e6);
 }
 

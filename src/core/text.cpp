@@ -25,6 +25,12 @@ std::string seconds_text(double seconds) {
   return shortest_text(seconds) + " s";
 }
 
+std::string join_names(const std::vector<std::string>& names, const std::string& separator) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : separator) + name;
+  return out;
+}
+
 std::string clip_for_message(const std::string& text, std::size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
   std::size_t end = max_bytes;

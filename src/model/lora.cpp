@@ -10,6 +10,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 #include "shardtrain/model/family_spec.h"
 #include "shardtrain/tasks/task_rules.h"
 
@@ -58,12 +59,6 @@ bool lora_in_saved_module(const std::string& parameter, const std::vector<std::s
       if (lora_ends_with(module, name)) return true;
   }
   return false;
-}
-
-std::string lora_joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 }  // namespace
@@ -157,7 +152,7 @@ LoraSpec resolve_lora(const EncoderConfig& config, const LoraConfig& options, co
         throw Error(str_format("%s.target_modules: \"%s\" matches no Linear module of this %s model; its Linear "
                                "modules end in: %s",
                                source.c_str(), t.c_str(), config.model_type.c_str(),
-                               lora_joined(std::vector<std::string>(names.begin(), names.end())).c_str()));
+                               join_names(std::vector<std::string>(names.begin(), names.end())).c_str()));
       }
     }
   }
@@ -171,7 +166,7 @@ LoraSpec resolve_lora(const EncoderConfig& config, const LoraConfig& options, co
   }
   if (spec.targets.empty())
     throw Error(str_format("%s.target_modules: [%s] leaves no module to adapt outside modules_to_save [%s]",
-                           source.c_str(), lora_joined(targets).c_str(), lora_joined(spec.modules_to_save).c_str()));
+                           source.c_str(), join_names(targets).c_str(), join_names(spec.modules_to_save).c_str()));
   return spec;
 }
 

@@ -8,6 +8,7 @@
 
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/log.h"
+#include "shardtrain/core/text.h"
 #include "shardtrain/core/sha256.h"
 #include "shardtrain/model/peft_adapter.h"
 #include "shardtrain/model/task_model.h"
@@ -39,11 +40,7 @@ void attach_lora(TaskModel& model, const LoraConfig& lora, uint64_t seed) {
     differs(lora.r != defaults.r && lora.r != adapter.spec.r, "r", std::to_string(lora.r), std::to_string(adapter.spec.r));
     differs(lora.alpha != defaults.alpha && lora.alpha != adapter.spec.alpha, "alpha", str_format("%g", lora.alpha),
             str_format("%g", adapter.spec.alpha));
-    auto joined = [](const std::vector<std::string>& names) {
-      std::string out;
-      for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-      return "[" + out + "]";
-    };
+    auto joined = [](const std::vector<std::string>& names) { return "[" + join_names(names) + "]"; };
     if (!lora.target_modules.empty()) {  // compared as resolved ("all-linear", any order)
       LoraConfig ours = lora;
       ours.r = adapter.spec.r;
@@ -68,10 +65,7 @@ void attach_lora(TaskModel& model, const LoraConfig& lora, uint64_t seed) {
   int64_t trained = 0, frozen = 0;
   for (const auto& [name, t] : model.state_dict()) trained += t.numel();
   for (const auto& [name, t] : model.frozen_state_dict()) frozen += t.numel();
-  std::string targets;
-  for (const std::string& t : spec.target_modules) targets += (targets.empty() ? "" : ", ") + t;
-  std::string saved;
-  for (const std::string& t : spec.modules_to_save) saved += (saved.empty() ? "" : ", ") + t;
+  const std::string targets = join_names(spec.target_modules), saved = join_names(spec.modules_to_save);
   log_info("LoRA: r %lld, alpha %g (scaling %g), dropout %g; %zu modules adapted (target_modules %s), modules_to_save "
            "%s; %lld of %lld parameters trained (%.3f%%)",
            static_cast<long long>(spec.r), spec.alpha, spec.scaling(), spec.dropout, spec.targets.size(),

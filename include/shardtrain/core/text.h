@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardtrain {
 
@@ -21,6 +22,9 @@ std::string seconds_text(double seconds);
 // its first bytes up to a UTF-8 character boundary followed by
 // "... (N bytes)". Values from files can be megabytes long; a message must not be.
 std::string clip_for_message(const std::string& text, std::size_t max_bytes);
+
+// Names as one text, "a, b, c" ("" for none).
+std::string join_names(const std::vector<std::string>& names, const std::string& separator = ", ");
 
 // A shape as "[d0, d1, ...]" ("[]" for a scalar).
 std::string shape_text(const int64_t* dims, std::size_t rank);
