@@ -58,6 +58,11 @@ struct TaskModel::Impl {
   // Plan entry i is trained: not a fixed tensor, not frozen by LoRA.
   bool trained(size_t i) const { return plan[i].trainable && !(i < frozen.size() && frozen[i]); }
   bool is_frozen(size_t i) const { return i < frozen.size() && frozen[i]; }
+  // `index` again from `plan` (after add_lora / merge_lora change the plan).
+  void reindex() {
+    index.clear();
+    for (size_t i = 0; i < plan.size(); ++i) index.emplace(plan[i].name, i);
+  }
   int64_t head_unit() const { return static_cast<int64_t>(units.size()) - 1; }
 
   // Encoder layer i on `hidden`, checkpointed when gradient_checkpointing is on.

@@ -55,8 +55,7 @@ void TaskModel::add_lora(const LoraSpec& lora, uint64_t seed) {
   m.plan = std::move(plan);
   m.tensors = std::move(tensors);
   m.frozen = std::move(frozen);
-  m.index.clear();
-  for (size_t i = 0; i < m.plan.size(); ++i) m.index.emplace(m.plan[i].name, i);
+  m.reindex();
   m.lora = std::make_unique<LoraSpec>(lora);
 }
 
@@ -115,8 +114,7 @@ void TaskModel::merge_lora() {
   m.plan = std::move(plan);
   m.tensors = std::move(tensors);
   m.frozen.clear();
-  m.index.clear();
-  for (size_t i = 0; i < m.plan.size(); ++i) m.index.emplace(m.plan[i].name, i);
+  m.reindex();
   m.lora.reset();
 }
 
