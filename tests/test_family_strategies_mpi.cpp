@@ -51,7 +51,8 @@ constexpr int64_t kFamilyLength = 9;  // longer than the ModernBERT fixture's wi
 
 const char* const kFamilyFixtures[] = {"roberta_l2",        "electra_project_l2",      "distilbert_l2",
                                        "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3",
-                                       "deberta_v3_l2",     "deberta_v2_separate_l2"};
+                                       "deberta_v3_l2",     "deberta_v2_separate_l2", "eurobert_late_gqa_l2",
+                                       "eurobert_mean_bias_l2"};
 
 // The fixture's config (tests/fixtures/family_golden/), dropout off so that
 // every strategy sees the same function.

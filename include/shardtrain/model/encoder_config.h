@@ -116,6 +116,12 @@ struct EncoderConfig {
   double initializer_cutoff_factor = 2.0;  // truncated-normal init at +-cutoff x std
   bool tie_word_embeddings = true;         // for the MLM head only; kept and written back
 
+  // --- Llama-style layers (EuroBERT) ---
+  // Grouped-query attention: key and value heads, each shared by
+  // num_attention_heads / num_key_value_heads query heads; 0 = num_attention_heads.
+  int64_t num_key_value_heads = 0;
+  double rope_theta = 10000.0;  // RoPE's base (ModernBERT has global_rope_theta and local_rope_theta)
+
   // --- DeBERTa-v2 / v3 (docs/DESIGN.md, "DeBERTa-v2") ---
   // Disentangled attention: content-to-position ("c2p") and position-to-content
   // ("p2c") terms over relative positions, with the relative embeddings
