@@ -73,7 +73,8 @@ BpeModel::BpeModel(const BpeModelSpec& spec)
       fuse_unk_(spec.fuse_unk),
       unk_id_(spec.unk_id),
       cache_owner_(WordCache::new_owner()) {
-  std::unordered_map<std::string, int32_t> by_token;
+  // Views of spec's strings: no copy of a 256k-token vocabulary.
+  std::unordered_map<std::string_view, int32_t> by_token;
   by_token.reserve(spec.vocab.size() * 2);
   std::string bytes;
   int32_t largest = -1;
@@ -104,13 +105,15 @@ BpeModel::BpeModel(const BpeModelSpec& spec)
     for (int32_t& id : byte_ids_) id = id >= 0 ? id : unk_id_;
   }
   merges_->init(spec.merges.size());
+  std::string joined;
   for (std::size_t rank = 0; rank < spec.merges.size(); ++rank) {
     const auto& [left, right] = spec.merges[rank];
+    joined.assign(left).append(right);
     const auto l = by_token.find(left);
     const auto r = by_token.find(right);
-    const auto m = by_token.find(left + right);
+    const auto m = by_token.find(joined);
     if (l == by_token.end() || r == by_token.end() || m == by_token.end()) {
-      const std::string& missing = l == by_token.end() ? left : r == by_token.end() ? right : left + right;
+      const std::string& missing = l == by_token.end() ? left : r == by_token.end() ? right : joined;
       throw Error("'" + spec.source + "': merge " + std::to_string(rank + 1) + " ('" + left + " " + right +
                   "') uses the token '" + missing + "', which is not in the vocabulary");
     }
