@@ -308,42 +308,41 @@ TEST_CASE("Gemma-style BPE variants: Gemma's template, Llama-2's Prepend, Metasp
 }
 
 TEST_CASE("Gemma-style BPE: what is not implemented is refused by name") {
-  auto refused = [](const ordered_json& t, const char* needle) {
-    CHECK_THROWS_WITH_AS(bpe_from_json_text(t.dump(), "gemma_bpe_bad"), doctest::Contains(needle), shardtrain::Error);
-  };
-  ordered_json t = gemma_variant("mmbert");
-  t["normalizer"]["pattern"] = {{"Regex", " +"}};
-  refused(t, "normalizer Replace pattern {\"Regex\":\" +\"} is not supported with a BPE model");
-  t = gemma_variant("mmbert");
-  t["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
-  refused(t, "normalizer type 'Strip' is not supported with a BPE model");
-  t = gemma_variant("metaspace_split");
-  t["pre_tokenizer"]["replacement"] = "__";
-  refused(t, "pre_tokenizer Metaspace replacement must be one character");
-  t = gemma_variant("metaspace_split");
-  t["pre_tokenizer"]["prepend_scheme"] = "sometimes";
-  refused(t, "Metaspace prepend_scheme must be \"always\", \"first\" or \"never\"");
-  t = gemma_variant("mmbert");
-  t["pre_tokenizer"] = {{"type", "Whitespace"}};
-  refused(t, "pre_tokenizer 'Whitespace' is not supported with a BPE model");
-  t = gemma_variant("mmbert");
-  t["model"]["dropout"] = 0.1;
-  refused(t, "model.dropout > 0 (BPE dropout) is not supported");
-  t = gemma_variant("mmbert");
-  t["model"]["continuing_subword_prefix"] = "##";
-  refused(t, "model.continuing_subword_prefix (non-empty) is not supported");
-  t = gemma_variant("mmbert");
-  t["model"]["end_of_word_suffix"] = "</w>";
-  refused(t, "model.end_of_word_suffix (non-empty) is not supported");
-  // The byte-level files: byte fallback and unk fusing belong to the other kind.
   std::ifstream in(kBpeSourceDir + "/data/vocab/roberta-base/tokenizer.json", std::ios::binary);
   const ordered_json roberta_json = ordered_json::parse(in);
-  t = roberta_json;
-  t["model"]["byte_fallback"] = true;
-  refused(t, "model.byte_fallback = true with the ByteLevel pre_tokenizer is not supported");
-  t = roberta_json;
-  t["model"]["fuse_unk"] = true;
-  refused(t, "model.fuse_unk = true with the ByteLevel pre_tokenizer is not supported");
+  struct Case {
+    ordered_json file;     // the file changed
+    const char* pointer;   // where (a JSON pointer)
+    ordered_json value;    // to what
+    const char* needle;    // the error names it
+  };
+  const std::vector<Case> cases = {
+      {gemma_variant("mmbert"), "/normalizer/pattern", {{"Regex", " +"}},
+       "normalizer Replace pattern {\"Regex\":\" +\"} is not supported with a BPE model"},
+      {gemma_variant("mmbert"), "/normalizer", {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
+       "normalizer type 'Strip' is not supported with a BPE model"},
+      {gemma_variant("metaspace_split"), "/pre_tokenizer/replacement", "__",
+       "pre_tokenizer Metaspace replacement must be one character"},
+      {gemma_variant("metaspace_split"), "/pre_tokenizer/prepend_scheme", "sometimes",
+       "Metaspace prepend_scheme must be \"always\", \"first\" or \"never\""},
+      {gemma_variant("mmbert"), "/pre_tokenizer", {{"type", "Whitespace"}},
+       "pre_tokenizer 'Whitespace' is not supported with a BPE model"},
+      {gemma_variant("mmbert"), "/model/dropout", 0.1, "model.dropout > 0 (BPE dropout) is not supported"},
+      {gemma_variant("mmbert"), "/model/continuing_subword_prefix", "##",
+       "model.continuing_subword_prefix (non-empty) is not supported"},
+      {gemma_variant("mmbert"), "/model/end_of_word_suffix", "</w>",
+       "model.end_of_word_suffix (non-empty) is not supported"},
+      // Byte fallback and unk fusing belong to the other kind of BPE.
+      {roberta_json, "/model/byte_fallback", true,
+       "model.byte_fallback = true with the ByteLevel pre_tokenizer is not supported"},
+      {roberta_json, "/model/fuse_unk", true, "model.fuse_unk = true with the ByteLevel pre_tokenizer is not supported"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.pointer);
+    ordered_json t = c.file;
+    t[ordered_json::json_pointer(c.pointer)] = c.value;
+    CHECK_THROWS_WITH_AS(bpe_from_json_text(t.dump(), "gemma_bpe_bad"), doctest::Contains(c.needle), shardtrain::Error);
+  }
   // transformers' Gemma and Llama classes rebuild the template; add_prefix_space re-converts.
   const std::vector<std::array<std::string, 2>> configs = {
       {R"({"tokenizer_class": "GemmaTokenizerFast"})", "tokenizer_class 'GemmaTokenizerFast' is not supported"},
