@@ -70,7 +70,7 @@ EncoderConfig memory_estimate_model(const std::string& family) {
         "deberta test config");
   if (family == "eurobert")  // grouped-query attention, late pooling (the default)
     return EncoderConfig::from_json(
-        R"({"model_type": "eurobert", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4,
+        R"({"model_type": "eurobert", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 6,
             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
             "max_position_embeddings": 128, "attention_dropout": 0.1, "pad_token_id": 0, "num_labels": 2})",
         "eurobert test config");

@@ -185,8 +185,11 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // mean(x^2) as sum(x x) / D: ATen's mean keeps its [.., D] input for
+  // backward, which would be one more activation per norm (x is kept anyway).
   const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor normed = (x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+  const at::Tensor mean_square = (x32 * x32).sum(-1, /*keepdim=*/true) * (1.0 / static_cast<double>(x.size(-1)));
+  const at::Tensor normed = (x32 * at::rsqrt(mean_square + eps)).to(x.scalar_type());
   return weight * normed;
 }
 
