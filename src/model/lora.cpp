@@ -26,6 +26,7 @@ bool lora_is_linear_weight(Slot slot) {
     case Slot::kQkvWeight:
     case Slot::kAttentionOutWeight:
     case Slot::kMlpInWeight:
+    case Slot::kMlpGateWeight:
     case Slot::kMlpOutWeight:
     case Slot::kPositionKeyWeight:
     case Slot::kPositionQueryWeight:

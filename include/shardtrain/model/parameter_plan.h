@@ -50,8 +50,10 @@ enum class Slot : int {
   kAttentionOutBias,
   kAttentionNormWeight,  // post-norm: after attention; pre-norm: before it
   kAttentionNormBias,
-  kMlpInWeight,  // ModernBERT: [2I, D], input and gate
+  kMlpInWeight,  // ModernBERT: [2I, D], input and gate; Llama-style (EuroBERT): up_proj
   kMlpInBias,
+  kMlpGateWeight,  // Llama-style (EuroBERT): gate_proj, activated, times up_proj's output
+  kMlpGateBias,
   kMlpOutWeight,
   kMlpOutBias,
   kMlpNormWeight,
