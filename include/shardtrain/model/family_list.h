@@ -11,4 +11,5 @@
   ROW(kDistilBert, distilbert_family)  \
   ROW(kElectra, electra_family)        \
   ROW(kModernBert, modernbert_family)  \
-  ROW(kDebertaV2, deberta_v2_family)
+  ROW(kDebertaV2, deberta_v2_family)   \
+  ROW(kGte, gte_family)
