@@ -1,5 +1,6 @@
 # What the shell suites share (test_cli.sh, test_train_cli.sh, test_faults.sh,
-# test_preemption.sh, test_sweep_cli.sh, test_lora_train.sh, test_onnx_export.sh): their arguments, a scratch folder,
+# test_preemption.sh, test_sweep_cli.sh, test_lora_train.sh, test_onnx_export.sh,
+# test_onnx_tasks.sh): their arguments, a scratch folder,
 # the pass / fail bookkeeping and the summary that decides the exit status, the
 # tiny run config they train, and the helpers that find and compare the ranks
 # and checkpoints of a job. Sourced, not run:

@@ -68,6 +68,12 @@ EncoderConfig memory_estimate_model(const std::string& family) {
             "position_buckets": 64, "pos_att_type": ["p2c", "c2p"], "share_att_key": true,
             "norm_rel_ebd": "layer_norm", "position_biased_input": false, "num_labels": 2})",
         "deberta test config");
+  if (family == "eurobert")  // grouped-query attention, late pooling (the default)
+    return EncoderConfig::from_json(
+        R"({"model_type": "eurobert", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+            "max_position_embeddings": 128, "attention_dropout": 0.1, "pad_token_id": 0, "num_labels": 2})",
+        "eurobert test config");
   if (family == "gte" || family == "gte-native") {  // GTE's hub layout (fused qkv_proj) and transformers' (q/k/v)
     EncoderConfig c = EncoderConfig::from_json(
         std::string(R"({"model_type": ")") + (family == "gte" ? "new" : "gte") +
@@ -152,8 +158,8 @@ double memory_estimate_measure_in_child(const EncoderConfig& config, bool checkp
 TEST_CASE("estimated activations are within 10% of the measured ones, with and without checkpointing" *
           doctest::skip(kSanitized)) {
   const int64_t L = 128;
-  for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta", "gte", "bert tokens",
-                                   "modernbert tokens", "gte-native tokens"}) {
+  for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta", "bert tokens", "modernbert tokens",
+                                   "eurobert", "eurobert tokens", "gte", "gte-native tokens"}) {
     EncoderConfig config = memory_estimate_model(family.substr(0, family.find(' ')));
     if (family == "modernbert mean") config.classifier_pooling = "mean";
     if (family.find("tokens") != std::string::npos) {  // the head on every token

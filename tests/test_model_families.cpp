@@ -1,4 +1,4 @@
-// RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2 and GTE models against an
+// RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2, EuroBERT and GTE models against an
 // independent float64 PyTorch reference of each (tests/fixtures/make_family_golden.py):
 // logits, loss and every parameter's gradient, padded and packed; HF folders
 // exported and read back; bf16 against fp32.
@@ -28,8 +28,9 @@ const std::string kFamilyGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/f
 const char* const kFixtures[] = {"roberta_l2",        "electra_project_l2",      "distilbert_l2",
                                  "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3",
                                  "deberta_v3_l2",     "deberta_v2_separate_l2",  "deberta_c2p_l1",
-                                 "deberta_v3_buckets_l1", "gte_new_ntk_l2", "gte_new_qkv_regression_l2",
-                                 "gte_token_l2"};
+                                 "deberta_v3_buckets_l1", "eurobert_late_gqa_l2", "eurobert_mean_bias_l2",
+                                 "eurobert_bos_mqa_l1", "eurobert_tokens_l2", "gte_new_ntk_l2",
+                                 "gte_new_qkv_regression_l2", "gte_token_l2"};
 
 // Tolerances as in tests/test_bert.cpp (same sizes, same depth): elementwise
 // |got - want| <= tol + tol |want| against the fp64 truth rounded to fp32.
@@ -39,12 +40,6 @@ constexpr double kGradTol = 1e-4;
 double excess(const at::Tensor& got, const at::Tensor& want, double tol) {
   const at::Tensor g = got.detach().to(at::kDouble), w = want.to(at::kDouble);
   return ((g - w).abs() - (tol + tol * w.abs())).max().item<double>();
-}
-
-// Token classification's logits at padding are stored as 0 (the packed
-// forward's): compared on the real tokens only.
-at::Tensor real_tokens(const at::Tensor& logits, const at::Tensor& attention_mask) {
-  return logits.dim() == 3 ? logits * attention_mask.unsqueeze(-1).to(logits.scalar_type()) : logits;
 }
 
 struct Fixture {
@@ -80,14 +75,17 @@ void check_against_reference(const std::string& name, bool unpadded) {
   model.eval();
   model.zero_grad();
   model.set_unpadded(unpadded);
-  const at::Tensor all_logits = model.forward_batch(f.batch());
-  const at::Tensor loss = model.loss(all_logits, f.get("labels"));
+  const at::Tensor logits = model.forward_batch(f.batch());
+  const at::Tensor loss = model.loss(logits, f.get("labels"));
   loss.backward();
-  const at::Tensor logits = real_tokens(all_logits, f.get("attention_mask"));
   std::printf("%s (%s)\n", name.c_str(), unpadded ? "packed" : "padded");
-  const double logit_excess = excess(logits, f.get("logits"), kLogitTol);
+  // Token classification: the real tokens' logits (the packed forward has
+  // none at padding, which the loss ignores).
+  const at::Tensor keep = logits.dim() == 3 ? f.get("attention_mask").unsqueeze(-1).to(at::kFloat) : at::ones({1});
+  const at::Tensor got = logits.detach() * keep, want = f.get("logits") * keep;
+  const double logit_excess = excess(got, want, kLogitTol);
   std::printf("  %-6s %-60s max|diff| %.2e\n", logit_excess <= 0 ? "OK" : "NOT OK", "logits",
-              (logits.detach() - f.get("logits")).abs().max().item<double>());
+              (got - want).abs().max().item<double>());
   CHECK(logit_excess <= 0);
   CHECK(excess(loss, f.get("loss"), kLogitTol) <= 0);
   int checked = 0;
@@ -215,6 +213,33 @@ TEST_CASE("families: a wrong switch is caught by the tolerances") {
     renamed.emplace_back(n.rfind("roberta.", 0) == 0 ? "electra." + n.substr(8) : n, t);
   load_hf_weights(other, renamed);
   CHECK(excess(eval_logits(other, r.batch()), r.get("logits"), kLogitTol) > 0);
+  // EuroBERT: mean pooling instead of late, and multi-head attention with
+  // the key/value heads tiled (j mod Hkv) instead of repeated (j / n).
+  Fixture e = load_fixture("eurobert_late_gqa_l2");
+  EncoderConfig mean = e.hf.config;
+  mean.classifier_pooling = "mean";
+  TaskModel mean_model(mean);
+  load_hf_weights(mean_model, e.hf.model->state_dict());
+  CHECK(excess(eval_logits(mean_model, e.batch()), e.get("logits"), kLogitTol) > 0);
+  EncoderConfig mha = e.hf.config;
+  mha.num_key_value_heads = 0;
+  TaskModel tiled(mha);
+  NamedTensors widened;
+  for (const auto& [n, t] : e.hf.model->state_dict()) {
+    const bool kv = n.find("k_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
+    widened.emplace_back(n, kv ? at::cat({t, t}) : t);  // heads 0 1 0 1: tiled
+  }
+  load_hf_weights(tiled, widened);
+  CHECK(excess(eval_logits(tiled, e.batch()), e.get("logits"), kLogitTol) > 0);
+  // ... while heads 0 0 1 1 (each repeated for its 2 query heads) are the grouped model itself.
+  NamedTensors repeated;
+  for (const auto& [n, t] : e.hf.model->state_dict()) {
+    const bool kv = n.find("k_proj") != std::string::npos || n.find("v_proj") != std::string::npos;
+    repeated.emplace_back(n, kv ? t.view({2, 1, 4, -1}).expand({2, 2, 4, t.size(1)}).reshape({16, -1}) : t);
+  }
+  TaskModel grouped_as_mha(mha);
+  load_hf_weights(grouped_as_mha, repeated);
+  CHECK(excess(eval_logits(grouped_as_mha, e.batch()), e.get("logits"), kLogitTol) <= 0);
 }
 
 TEST_CASE("families: bf16 follows fp32") {
@@ -225,12 +250,14 @@ TEST_CASE("families: bf16 follows fp32") {
   for (const std::string name : kFixtures) {
     CAPTURE(name);
     Fixture f = load_fixture(name);
-    const at::Tensor mask = f.get("attention_mask");
-    const at::Tensor fp32 = real_tokens(eval_logits(*f.hf.model, f.batch()), mask);
+    // Token classification: the real tokens (padding rows' logits are never read).
+    const at::Tensor keep = f.get("logits").dim() == 3 ? f.get("attention_mask").unsqueeze(-1).to(at::kFloat)
+                                                       : at::ones({1});
+    const at::Tensor fp32 = eval_logits(*f.hf.model, f.batch()) * keep;
     f.hf.model->to(at::kBFloat16);
     for (bool unpadded : {false, true}) {
       f.hf.model->set_unpadded(unpadded);
-      const at::Tensor bf16 = real_tokens(eval_logits(*f.hf.model, f.batch()).to(at::kFloat), mask);
+      const at::Tensor bf16 = eval_logits(*f.hf.model, f.batch()).to(at::kFloat) * keep;
       const double worst = (bf16 - fp32).abs().max().item<double>() / (1.0 + fp32.abs().max().item<double>());
       MESSAGE(name << " bf16 vs fp32 (unpadded " << unpadded << "): worst relative " << worst);
       CHECK(worst < 5e-2);
@@ -275,6 +302,14 @@ TEST_CASE("families: configs refuse what a family cannot be, naming the key") {
   fails(R"({"model_type": "roberta", "max_position_embeddings": 2})", "RoBERTa positions start after pad_token_id");
   fails(R"({"model_type": "electra", "embedding_size": 0})", "\"embedding_size\": must be positive");
   fails(R"({"model_type": "distilbert", "activation": "swishy"})", "\"activation\": \"swishy\" is not supported");
+  fails(R"({"model_type": "eurobert", "rope_scaling": {"rope_type": "llama3", "factor": 8}})",
+        "\"rope_scaling\": rope type \"llama3\" is not supported");
+  fails(R"({"model_type": "eurobert", "rope_parameters": {"rope_type": "yarn"}})", "\"rope_parameters\"");
+  fails(R"({"model_type": "eurobert", "head_dim": 128})", "\"head_dim\": 128 is not hidden_size / num_attention_heads");
+  fails(R"({"model_type": "eurobert", "num_key_value_heads": 5})", "\"num_key_value_heads\": 5 does not divide");
+  fails(R"({"model_type": "eurobert", "classifier_pooling": "cls"})", "is not \"bos\", \"mean\" or \"late\"");
+  fails(R"({"model_type": "eurobert", "architectures": ["EuroBertForQuestionAnswering"]})",
+        "transformers has no EuroBertForQuestionAnswering");
   // GTE: what is not implemented is refused by name; keys that do not change the math are kept.
   fails(R"({"model_type": "new", "logn_attention_scale": true})", "\"logn_attention_scale\": is true");
   fails(R"({"model_type": "new", "layer_norm_type": "rms_norm"})", "\"layer_norm_type\": \"rms_norm\"");

@@ -62,8 +62,8 @@ at::Tensor embed(const EncoderConfig& c, const EmbeddingRecipe& recipe, const Un
   if (recipe.positions_before_types) add_positions();
   if (c.has_token_types()) x = x + at::embedding(w[Slot::kTokenTypeEmbeddings], token_type_ids);
   if (!recipe.positions_before_types) add_positions();
-  x = shardtrain::dropout(layer_norm(x, w[Slot::kEmbeddingNormWeight], w[Slot::kEmbeddingNormBias], c.layer_norm_eps), p,
-              training);
+  if (recipe.norm) x = layer_norm(x, w[Slot::kEmbeddingNormWeight], w[Slot::kEmbeddingNormBias], c.layer_norm_eps);
+  x = shardtrain::dropout(x, p, training);
   // ELECTRA: embedding_size -> hidden_size, part of this unit.
   if (recipe.projection)
     x = linear_at(w, Slot::kEmbeddingProjectWeight, x, training);

@@ -172,5 +172,10 @@ at::Tensor token_head(const EncoderConfig& config, const TokenHeadRecipe& head, 
 // LayerNorm in float32 for 16-bit activations (and parameters), cast back, as
 // torch.autocast runs layer_norm; bias may be undefined (norm_bias = false).
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+// RMSNorm as transformers' LlamaRMSNorm: x / sqrt(mean(x^2) + eps) in
+// float32, cast back to x's dtype, times weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// The norm `kind` (RMSNorm has no bias).
+at::Tensor norm(NormKind kind, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 
 }  // namespace shardtrain::detail

@@ -37,6 +37,28 @@ at::Tensor project_qkv(const UnitWeights& w, const at::Tensor& hidden, bool trai
   return qkv + at::cat(updates, -1);
 }
 
+// Grouped-query attention: qkv [..., (H + 2 Hkv) Dh] -> [..., 3 H Dh], key
+// and value head j repeated for query heads j n .. j n + n - 1, n = H / Hkv
+// (transformers' repeat_kv), so that attention runs as multi-head.
+at::Tensor expand_kv(const LayerSpec& spec, const at::Tensor& qkv) {
+  const int64_t H = spec.num_heads, Hkv = spec.num_kv_heads;
+  if (Hkv <= 0 || Hkv == H) return qkv;
+  const int64_t Dh = qkv.size(-1) / (H + 2 * Hkv);
+  std::vector<int64_t> lead = qkv.sizes().vec();
+  lead.pop_back();
+  auto shape = [&](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> out = lead;
+    out.insert(out.end(), tail);
+    return out;
+  };
+  auto repeat = [&](const at::Tensor& t) {
+    return t.reshape(shape({Hkv, 1, Dh})).expand(shape({Hkv, H / Hkv, Dh})).reshape(shape({H * Dh}));
+  };
+  return at::cat({qkv.narrow(-1, 0, H * Dh), repeat(qkv.narrow(-1, H * Dh, Hkv * Dh)),
+                  repeat(qkv.narrow(-1, (H + Hkv) * Dh, Hkv * Dh))},
+                 -1);
+}
+
 // rotate_half(x) = cat(-x2, x1) over the last dimension.
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
@@ -136,8 +158,8 @@ at::Tensor attend_packed(const LayerSpec& spec, at::Tensor qkv, const AttentionC
       .index_select(0, layout.padded_rows);  // [T, D]
 }
 
-at::Tensor norm_if(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  return weight.defined() ? layer_norm(x, weight, bias, eps) : x;
+at::Tensor norm_if(NormKind kind, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  return weight.defined() ? norm(kind, x, weight, bias, eps) : x;
 }
 
 }  // namespace
@@ -162,6 +184,16 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
       .to(x.scalar_type());
 }
 
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = (x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+  return weight * normed;
+}
+
+at::Tensor norm(NormKind kind, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  return kind == NormKind::kRmsNorm ? rms_norm(x, weight, eps) : layer_norm(x, weight, bias, eps);
+}
+
 Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, double theta, double linear_factor) {
   // inv_freq = theta^(-2i/Dh); angles in float64 and rounded once, so that long
   // positions (8192) keep fp32 accuracy (HF computes them in fp32).
@@ -179,7 +211,7 @@ Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, doub
 at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::Tensor& hidden,
                          const AttentionContext& a, bool training) {
   auto attention = [&](const at::Tensor& x) {
-    const at::Tensor qkv = project_qkv(w, x, training);
+    const at::Tensor qkv = expand_kv(spec, project_qkv(w, x, training));
     Disentangled disentangled;
     if (spec.disentangled && a.relative) {
       disentangled.terms = position_terms(spec, w, *a.relative, training);
@@ -210,13 +242,13 @@ at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::
   };
   if (spec.pre_norm) {
     // ModernBERT: layer 0 has no attn_norm (Identity), so its weight is undefined there.
-    const at::Tensor attended =
-        hidden + attention(norm_if(hidden, w[Slot::kAttentionNormWeight], w[Slot::kAttentionNormBias], spec.norm_eps));
-    return attended + mlp(layer_norm(attended, w[Slot::kMlpNormWeight], w[Slot::kMlpNormBias], spec.norm_eps));
+    const at::Tensor attended = hidden + attention(norm_if(spec.norm, hidden, w[Slot::kAttentionNormWeight],
+                                                           w[Slot::kAttentionNormBias], spec.norm_eps));
+    return attended + mlp(norm(spec.norm, attended, w[Slot::kMlpNormWeight], w[Slot::kMlpNormBias], spec.norm_eps));
   }
-  const at::Tensor attended =
-      layer_norm(attention(hidden) + hidden, w[Slot::kAttentionNormWeight], w[Slot::kAttentionNormBias], spec.norm_eps);
-  return layer_norm(mlp(attended) + attended, w[Slot::kMlpNormWeight], w[Slot::kMlpNormBias], spec.norm_eps);
+  const at::Tensor attended = norm(spec.norm, attention(hidden) + hidden, w[Slot::kAttentionNormWeight],
+                                   w[Slot::kAttentionNormBias], spec.norm_eps);
+  return norm(spec.norm, mlp(attended) + attended, w[Slot::kMlpNormWeight], w[Slot::kMlpNormBias], spec.norm_eps);
 }
 
 }  // namespace shardtrain::detail

@@ -22,9 +22,10 @@ at::Tensor classifier_head(const EncoderConfig& c, const PooledHeadRecipe& head,
 at::Tensor token_head(const EncoderConfig& c, const TokenHeadRecipe& head, const UnitWeights& w,
                       const at::Tensor& hidden, bool training) {
   at::Tensor x = hidden;
-  if (head.prediction_head) {  // final_norm (the model's), head.dense, activation, head.norm
-    const at::Tensor normed = layer_norm(hidden, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
-    const at::Tensor dense = linear_at(w, Slot::kHeadDenseWeight, normed, training);
+  if (head.final_norm)  // the model's (ModernBERT's final_norm, EuroBERT's model.norm)
+    x = norm(head.final_norm_kind, x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], c.layer_norm_eps);
+  if (head.prediction_head) {  // head.dense, activation, head.norm
+    const at::Tensor dense = linear_at(w, Slot::kHeadDenseWeight, x, training);
     x = layer_norm(apply_activation(head.activation, dense), w[Slot::kHeadNormWeight], w[Slot::kHeadNormBias],
                    c.layer_norm_eps);
   }

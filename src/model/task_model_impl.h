@@ -127,8 +127,12 @@ struct TaskModel::Impl {
     // first tokens (the same values); the mean averages the normalised states.
     auto final_norm = [&](const at::Tensor& x) {
       if (!recipe.final_norm) return x;
-      return detail::layer_norm(x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias], config.layer_norm_eps);
+      return detail::norm(recipe.final_norm_kind, x, w[Slot::kFinalNormWeight], w[Slot::kFinalNormBias],
+                          config.layer_norm_eps);
     };
+    // EuroBERT's late pooling: the head on every token, then the mean of the real tokens' logits.
+    if (recipe.late_pooling)
+      return after(head_unit(), pool_mean(detail::classifier_head(config, pooled_head, w, final_norm(hidden), training)));
     const at::Tensor pooled = recipe.mean_pooling ? pool_mean(final_norm(hidden)) : final_norm(pool_first(hidden));
     return after(head_unit(), detail::classifier_head(config, pooled_head, w, pooled, training));
   }

@@ -98,45 +98,53 @@ PredictResult predict_file(const PredictOptions& options, MPI_Comm comm) {
   return predict_file(options, load_predict_model(options, comm), comm);
 }
 
-PredictResult predict_file(const PredictOptions& options, const PredictModel& loaded, MPI_Comm comm) {
+PredictInputs read_predict_inputs(const PredictOptions& options, const PredictModel& loaded, MPI_Comm comm) {
   const EncoderConfig& config = loaded.config;
   const TaskSpec& spec = task_spec(config.task);
   if (config.problem_type == "multi_label_classification")
     throw Error(loaded.config_source + ": problem_type multi_label_classification is not supported by predict");
   check_predict_settings(options, loaded);
-  loaded.model->set_unpadded(options.unpadded);
   const DataConfig& data = options.data;
   DataConfig pairs = data;  // the token types the model must take
   pairs.text_b = spec.rules().second_text(data);
   check_model_for_data(config, pairs, loaded.tokenizer.max_token_type(!pairs.text_b.empty()), loaded.config_source);
 
-  PredictResult result;
-  result.task = config.task;
-  result.load_report = loaded.report;
-  ST_CHECK_MPI(MPI_Comm_size(comm, &result.world_size));
-  const EvalSettings settings{&data, model_labels(*loaded.model)};
+  PredictInputs inputs;
+  inputs.settings = EvalSettings{&data, model_labels(*loaded.model)};
   const LabelUse labels = options.labels != LabelUse::kNone ? options.labels
                           : data.label.empty()             ? LabelUse::kNone
                                                            : LabelUse::kRequired;
-  const std::unique_ptr<TaskTable> table = spec.read_for_predict(options.data_path, data, settings.labels, labels);
-  result.num_rows = table->size();
-  result.num_bad_rows = table->num_bad_rows;
-
-  const double start = MPI_Wtime();
+  inputs.table = spec.read_for_predict(options.data_path, data, inputs.settings.labels, labels);
   BuildSettings build;
   build.data = &data;
   build.model_type = config.model_type;
   build.for_eval = true;
   build.model_max_length = config.max_sequence_length();
   build.max_length_name = "--max-length";
-  const TokenizedDataset examples = spec.build(*table, loaded.tokenizer, build, comm);
+  inputs.examples = spec.build(*inputs.table, loaded.tokenizer, build, comm);
+  return inputs;
+}
+
+PredictResult predict_file(const PredictOptions& options, const PredictModel& loaded, MPI_Comm comm) {
+  const TaskSpec& spec = task_spec(loaded.config.task);
+  loaded.model->set_unpadded(options.unpadded);
+  PredictResult result;
+  result.task = loaded.config.task;
+  result.load_report = loaded.report;
+  ST_CHECK_MPI(MPI_Comm_size(comm, &result.world_size));
+  const double start = MPI_Wtime();
+  const PredictInputs inputs = read_predict_inputs(options, loaded, comm);
+  const TokenizedDataset& examples = inputs.examples;
+  result.num_rows = inputs.table->size();
+  result.num_bad_rows = inputs.table->num_bad_rows;
   result.num_examples = examples.size();
   const std::vector<float> records =
       sharded_records(*loaded.model, examples, options.batch_size, loaded.tokenizer.pad_id(), at::kCPU, comm,
-                      spec.record_width(examples, settings), spec.record(examples, settings), &result.rows);
+                      spec.record_width(examples, inputs.settings), spec.record(examples, inputs.settings),
+                      &result.rows);
   for (int64_t i = 0; i < result.num_examples; ++i)
     ST_ASSERT(result.rows[static_cast<size_t>(i)] == i, "predict: gathered examples are not the input's in order");
-  result.predictions = spec.predictions(*table, examples, records, settings);
+  result.predictions = spec.predictions(*inputs.table, examples, records, inputs.settings);
   result.seconds = max_over_ranks(MPI_Wtime() - start, comm, "predict: the time taken");
   return result;
 }

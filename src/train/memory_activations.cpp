@@ -169,11 +169,16 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
   const bool mlp_norm_grad = grad || out_grad;
   const bool mlp_in_grad = mlp_norm_grad || keeps(Slot::kMlpInWeight);
   const double mlp_input = keeps(Slot::kMlpInWeight) ? TD * e : 0.0;  // the MLP norm's output
+  // RMSNorm (EuroBERT) keeps its normalised input for the weight's gradient
+  // besides LayerNorm's fp32 input: T D e more per norm.
+  const double rms = spec.norm == NormKind::kRmsNorm ? TD * e : 0.0;
   if (spec.pre_norm) {
-    // Layer 0 has no attn_norm: Wqkv keeps the layer's input itself.
-    const double attn_norm = (layer == 0 || !grad ? 0.0 : TD * 4) + (qkv_keeps ? TD * e : 0.0);
-    const double norms = attn_norm + (mlp_norm_grad ? TD * 4 : 0.0) + mlp_input;
-    // Wi's output (input and gate share it) and act(input); the product is Wo's input.
+    // Layer 0 of ModernBERT has no attn_norm: Wqkv keeps the layer's input itself.
+    const bool has_attn_norm = layer > 0 || spec.norm == NormKind::kRmsNorm;
+    const double attn_norm = (!has_attn_norm || !grad ? 0.0 : TD * 4 + rms) + (qkv_keeps ? TD * e : 0.0);
+    const double norms = attn_norm + (mlp_norm_grad ? TD * 4 + rms : 0.0) + mlp_input;
+    // Wi's output (input and gate share it; EuroBERT: gate_proj's and
+    // up_proj's) and act(input); the product is Wo's input.
     const double mlp = (mlp_in_grad ? 3 * T * I * e + (spec.mlp_inner_dropout > 0 ? T * I * e : 0.0) : 0.0) +
                        (keeps(Slot::kMlpOutWeight) ? T * I * e : 0.0);
     grad = mlp_in_grad || keeps(Slot::kMlpOutWeight);
@@ -215,7 +220,7 @@ double embedding_activation_bytes(const EncoderConfig& c, double B, double L, do
   if (!trained.trains(0)) return 0.0;
   const double T = B * L, E = static_cast<double>(c.embedding_width());
   const EmbeddingRecipe recipe = family_spec(c.family).embeddings(c);
-  double bytes = T * E * 4 + (recipe.dropout > 0 ? T * E * e : 0.0);
+  double bytes = (recipe.norm ? T * E * 4 : 0.0) + (recipe.dropout > 0 ? T * E * e : 0.0);
   if (recipe.projection) bytes += T * E * e;
   return bytes;
 }
@@ -252,12 +257,15 @@ double head_activation_bytes(const EncoderConfig& c, double B, double L, double 
     // The head's dropout and prediction head, by the head's own recipe.
     const TokenHeadRecipe head = family.token_head(c);
     double bytes = TD * e + (head.dropout > 0 ? TD : 0.0) + outputs;
-    if (head.prediction_head) bytes += TD * 4 + (dense_keeps ? 2 : 1) * TD * e + TD * 4;
+    if (head.final_norm) bytes += TD * 4 + (head.final_norm_kind == NormKind::kRmsNorm ? TD * e : 0.0);
+    if (head.prediction_head) bytes += (dense_keeps ? 2 : 1) * TD * e + TD * 4;
     return bytes;
   }
   const PooledHeadRecipe head = family.pooled_head(c);
   double last_output = 0.0;
-  if (head.mean_pooling)
+  if (head.late_pooling)  // EuroBERT: the final norm (RMS) on every token, dense and GELU inputs, the classifier's
+    last_output = TD * 4 + TD * e + (dense_keeps ? TD * e : 0.0) + 2 * TD * e;
+  else if (head.mean_pooling)
     last_output = TD * 4 + (unpadded ? TD * e : 0.0);
   else if (!unpadded)
     last_output = head.final_norm ? (e != 4 ? 0.0 : TD * e) : (dense_keeps ? TD * e : 0.0);

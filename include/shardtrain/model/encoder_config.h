@@ -117,6 +117,12 @@ struct EncoderConfig {
   double initializer_cutoff_factor = 2.0;  // truncated-normal init at +-cutoff x std
   bool tie_word_embeddings = true;         // for the MLM head only; kept and written back
 
+  // --- Llama-style layers (EuroBERT) ---
+  // Grouped-query attention: key and value heads, each shared by
+  // num_attention_heads / num_key_value_heads query heads; 0 = num_attention_heads.
+  int64_t num_key_value_heads = 0;
+  double rope_theta = 10000.0;  // RoPE's base, also GTE's (ModernBERT has global_rope_theta and local_rope_theta)
+
   // --- DeBERTa-v2 / v3 (docs/DESIGN.md, "DeBERTa-v2") ---
   // Disentangled attention: content-to-position ("c2p") and position-to-content
   // ("p2c") terms over relative positions, with the relative embeddings
@@ -131,8 +137,7 @@ struct EncoderConfig {
   double pooler_dropout = 0.0;           // ContextPooler: on the first token, before its dense
   std::string pooler_hidden_act = "gelu";  // ContextPooler's activation (an ACT2FN name)
 
-  // --- GTE: the hub layout ("new") and transformers' ("gte") ---
-  double rope_theta = 10000.0;  // the rotary base
+  // --- GTE: the hub layout ("new") and transformers' ("gte"); its base is rope_theta ---
   // "" (none); "ntk" (the hub layout's NTKScalingRotaryEmbedding: base x
   // factor, frequencies / factor^(2 / head size)); "linear" (positions / factor).
   std::string rope_scaling_type;

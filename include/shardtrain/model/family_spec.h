@@ -34,18 +34,29 @@ namespace detail {
 class PlanBuilder;  // src/model/families/plan_builder.h
 }
 
+// A normalisation over the hidden size: LayerNorm (weight, optional bias), or
+// RMSNorm (Llama-style, EuroBERT: x / sqrt(mean(x^2) + eps) * weight, in fp32).
+enum class NormKind { kLayerNorm, kRmsNorm };
+
 // How one encoder layer computes (model/encoder.h runs it).
 struct LayerSpec {
   int64_t num_heads = 12;
+  // Grouped-query attention (EuroBERT's num_key_value_heads): key and value
+  // have this many heads, each shared by num_heads / num_kv_heads query heads
+  // (transformers' repeat_kv); 0 = num_heads.
+  int64_t num_kv_heads = 0;
   std::string activation = "gelu";
   double norm_eps = 1e-12;
-  bool pre_norm = false;       // ModernBERT: x + f(norm(x)); else norm(x + f(x))
-  bool gated_mlp = false;      // ModernBERT: Wi -> [input, gate], act(input) * gate
+  NormKind norm = NormKind::kLayerNorm;  // the layer's norms
+  bool pre_norm = false;       // ModernBERT, EuroBERT: x + f(norm(x)); else norm(x + f(x))
+  // ModernBERT: Wi -> [input, gate], act(input) * gate. EuroBERT: act(gate_proj(x)) * up_proj(x),
+  // the two Linears at kMlpGateWeight and kMlpInWeight.
+  bool gated_mlp = false;
   double attention_probs_dropout = 0.0;
   double attention_out_dropout = 0.0;  // after the attention output projection (0 for DistilBERT)
   double mlp_inner_dropout = 0.0;      // ModernBERT: before Wo
   double mlp_out_dropout = 0.0;        // after the MLP's output projection
-  double rope_theta = 0.0;             // > 0: rotary positions (ModernBERT, GTE)
+  double rope_theta = 0.0;             // > 0: rotary positions (ModernBERT, EuroBERT, GTE)
   // > 1: rotary positions divided by it (HF's "linear" RoPE scaling; GTE's NTK
   // scaling is this with a larger theta, as transformers' GteConfig converts it).
   double rope_linear_factor = 1.0;
@@ -88,6 +99,7 @@ struct EmbeddingRecipe {
   // RoBERTa: positions count from pad_token_id + 1 (create_position_ids_from_input_ids)
   // and the position embedding's padding row is pad_token_id.
   bool positions_after_padding = false;
+  bool norm = true;                    // a LayerNorm (EuroBERT's embeddings have none)
   double dropout = 0.0;                // after the LayerNorm
   bool projection = false;             // ELECTRA: embeddings_project, embedding_size -> hidden_size
 };
@@ -95,9 +107,14 @@ struct EmbeddingRecipe {
 // The head of a sequence-level task (sequence classification, multiple
 // choice) on the pooled first token (or the mean):
 //   classifier(dropout_out(norm?(activation(dense(dropout_in(pooled))))))
+//
+// EuroBERT's classifier_pooling "late" runs the head on every token and
+// averages the logits of the real tokens instead.
 struct PooledHeadRecipe {
-  bool final_norm = false;    // ModernBERT: the model's final_norm before pooling
-  bool mean_pooling = false;  // ModernBERT's classifier_pooling "mean": the mean of the real tokens
+  bool final_norm = false;    // ModernBERT, EuroBERT: the model's final norm before pooling
+  NormKind final_norm_kind = NormKind::kLayerNorm;
+  bool mean_pooling = false;  // classifier_pooling "mean": the mean of the real tokens
+  bool late_pooling = false;  // EuroBERT's "late": the mean of the real tokens' logits
   double dropout_in = 0.0;
   std::string activation = "tanh";  // an ACT2FN name (model/task_model.h, apply_activation)
   bool norm = false;                // ModernBERT: head.norm after the activation
@@ -107,7 +124,10 @@ struct PooledHeadRecipe {
 // The head of a task on every token (token classification, question
 // answering): classifier(dropout(prediction_head?(hidden))).
 struct TokenHeadRecipe {
-  // ModernBERT: final_norm, head.dense, `activation`, head.norm.
+  // The model's final norm first (ModernBERT's final_norm, EuroBERT's model.norm).
+  bool final_norm = false;
+  NormKind final_norm_kind = NormKind::kLayerNorm;
+  // ModernBERT: head.dense, `activation`, head.norm (after the final norm).
   bool prediction_head = false;
   std::string activation = "gelu";  // the prediction head's (an ACT2FN name)
   double dropout = 0.0;

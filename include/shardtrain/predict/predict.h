@@ -108,7 +108,7 @@ struct PredictResult {
   std::unique_ptr<TaskPredictions> predictions;
   HfLoadReport load_report;  // missing / unexpected weights (message() empty when none)
   int world_size = 1;
-  double seconds = 0;        // tokenize + forward + gather + outputs, slowest rank
+  double seconds = 0;        // read + tokenize + forward + gather + outputs, slowest rank
 
   const std::map<std::string, double>& metrics() const { return predictions->metrics; }
   // The outputs as the task's own type (dynamic_cast; Error for another task's).
@@ -130,6 +130,21 @@ PredictModel load_predict_model(const PredictOptions& options, MPI_Comm comm);
 // negative or above the model's positions, or a vocabulary larger than the
 // model's embedding.
 void check_predict_settings(const PredictOptions& options, const PredictModel& loaded);
+
+// What predict_file runs the model over: options.data_path read by the
+// model's task (its labels when options.labels or data.label ask for them)
+// and tokenized as evaluation tokenizes (QA's windows, the choices' rows,
+// the words' first tokens), with the settings the task's records and
+// predictions take (settings.data points at options.data). Collective over
+// comm; Error as predict_file. For a runtime other than LibTorch to be fed
+// predict's exact inputs and post-processed by the task's own functions
+// (tests/onnx_task_probe.cpp).
+struct PredictInputs {
+  std::unique_ptr<TaskTable> table;
+  TokenizedDataset examples;
+  EvalSettings settings;
+};
+PredictInputs read_predict_inputs(const PredictOptions& options, const PredictModel& model, MPI_Comm comm);
 
 // Runs the model over the file on all ranks of `comm` (collective; every rank
 // passes the same options). The second form takes the model load_predict_model

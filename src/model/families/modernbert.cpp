@@ -181,6 +181,7 @@ PooledHeadRecipe pooled_head(const EncoderConfig& c) {
 // answering too).
 TokenHeadRecipe token_head(const EncoderConfig& c) {
   TokenHeadRecipe r;
+  r.final_norm = true;
   r.prediction_head = true;
   r.activation = c.classifier_activation;
   r.dropout = c.effective_classifier_dropout();

@@ -91,6 +91,15 @@ struct Emitter {
     const std::string denom = g.node("Sqrt", {g.node("Add", {var, g.float_scalar(static_cast<float>(eps))})});
     return g.node("Add", {g.node("Mul", {g.node("Div", {d, denom}), weight(unit, w)}), bias});
   }
+  // RMSNorm (EuroBERT): x / sqrt(mean(x^2) + eps) * w.
+  std::string rms_norm(const std::string& x, int64_t unit, Slot w, double eps) {
+    const std::string ms = g.node("ReduceMean", {g.node("Mul", {x, x})}, [](auto& n) { set_ints(n, "axes", {-1}); });
+    const std::string denom = g.node("Sqrt", {g.node("Add", {ms, g.float_scalar(static_cast<float>(eps))})});
+    return g.node("Mul", {g.node("Div", {x, denom}), weight(unit, w)});
+  }
+  std::string norm(NormKind kind, const std::string& x, int64_t unit, Slot w, double eps) {
+    return kind == NormKind::kRmsNorm ? rms_norm(x, unit, w, eps) : layer_norm(x, unit, w, eps);
+  }
   std::string activation(const std::string& name, const std::string& x) {
     if (name == "gelu" || name == "gelu_python") {  // x * 0.5 * (1 + erf(x / sqrt(2)))
       const std::string e = g.node("Erf", {g.node("Mul", {x, g.float_scalar(static_cast<float>(M_SQRT1_2))})});
@@ -134,7 +143,7 @@ struct Emitter {
     if (recipe.positions_before_types) add_positions();
     if (c.has_token_types()) x = g.node("Add", {x, g.node("Gather", {weight(0, Slot::kTokenTypeEmbeddings), types})});
     if (!recipe.positions_before_types) add_positions();
-    x = layer_norm(x, 0, Slot::kEmbeddingNormWeight, c.layer_norm_eps);
+    if (recipe.norm) x = layer_norm(x, 0, Slot::kEmbeddingNormWeight, c.layer_norm_eps);
     if (recipe.projection) x = linear(x, 0, Slot::kEmbeddingProjectWeight);
     return x;
   }
@@ -210,8 +219,16 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
       q = linear(in, u, Slot::kQueryWeight), k = linear(in, u, Slot::kKeyWeight), v = linear(in, u, Slot::kValueWeight);
     }
     const std::string qh = g.node("Transpose", {heads(q, H, rotary)}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
-    const std::string kh = g.node("Transpose", {heads(k, H, rotary)}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
-    const std::string vh = g.node("Transpose", {heads(v, H, nullptr)}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
+    // Grouped-query attention: each key/value head repeated for its H / Hkv
+    // query heads, [N, L, Hkv, Dh] -> [N, L, Hkv, n, Dh] -> [N, L, H, Dh].
+    const int64_t Hkv = spec.num_kv_heads > 0 ? spec.num_kv_heads : H;
+    auto repeated = [&](const std::string& t) {
+      if (Hkv == H) return t;
+      const std::string wide = g.node("Expand", {g.node("Unsqueeze", {t, g.ints({3})}), g.ints({1, 1, 1, H / Hkv, 1})});
+      return g.node("Reshape", {wide, g.ints({0, 0, H, c.head_dim()})});
+    };
+    const std::string kh = g.node("Transpose", {repeated(heads(k, Hkv, rotary))}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
+    const std::string vh = g.node("Transpose", {repeated(heads(v, Hkv, nullptr))}, [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
     const std::string kt = g.node("Transpose", {kh}, [](auto& n) { set_ints(n, "perm", {0, 1, 3, 2}); });
     std::string scores;
     if (spec.disentangled) {  // q scaled first, then the position terms (disentangled_attention.h)
@@ -228,7 +245,7 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
   };
   auto mlp = [&](const std::string& in) {
     std::string inner = linear(in, u, Slot::kMlpInWeight);
-    if (has(u, Slot::kMlpGateWeight)) {  // act(gate_proj(x)) * up_proj(x)
+    if (has(u, Slot::kMlpGateWeight)) {  // EuroBERT, GTE's own layout: act(gate_proj(x)) * up_proj(x)
       inner = g.node("Mul", {activation(spec.activation, linear(in, u, Slot::kMlpGateWeight)), inner});
     } else if (spec.gated_mlp) {  // [input, gate]: act(input) * gate; GTE's [up, gate]: up * act(gate)
       g.node("Split", {inner}, [](auto& n) { set_int(n, "axis", -1); }, 2);
@@ -242,14 +259,14 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
   };
   if (spec.pre_norm) {
     const std::string normed = has(u, Slot::kAttentionNormWeight)
-                                   ? layer_norm(x, u, Slot::kAttentionNormWeight, spec.norm_eps)
+                                   ? norm(spec.norm, x, u, Slot::kAttentionNormWeight, spec.norm_eps)
                                    : x;
     const std::string attended = g.node("Add", {x, attention(normed)});
-    return g.node("Add", {attended, mlp(layer_norm(attended, u, Slot::kMlpNormWeight, spec.norm_eps))});
+    return g.node("Add", {attended, mlp(norm(spec.norm, attended, u, Slot::kMlpNormWeight, spec.norm_eps))});
   }
   const std::string attended =
-      layer_norm(g.node("Add", {attention(x), x}), u, Slot::kAttentionNormWeight, spec.norm_eps);
-  return layer_norm(g.node("Add", {mlp(attended), attended}), u, Slot::kMlpNormWeight, spec.norm_eps);
+      norm(spec.norm, g.node("Add", {attention(x), x}), u, Slot::kAttentionNormWeight, spec.norm_eps);
+  return norm(spec.norm, g.node("Add", {mlp(attended), attended}), u, Slot::kMlpNormWeight, spec.norm_eps);
 }
 
 // The head unit on the last hidden states [N, L, D] -> [N, C] or [N, L, C].
@@ -259,20 +276,26 @@ std::string Emitter::head(const std::string& hidden, const std::string& mask) {
   if (task_rules(c.task).head_on_tokens()) {
     const TokenHeadRecipe recipe = family.token_head(c);
     std::string x = hidden;
-    if (recipe.prediction_head) {
-      const std::string normed = layer_norm(hidden, u, Slot::kFinalNormWeight, c.layer_norm_eps);
-      x = layer_norm(activation(recipe.activation, linear(normed, u, Slot::kHeadDenseWeight)), u, Slot::kHeadNormWeight,
+    if (recipe.final_norm) x = norm(recipe.final_norm_kind, x, u, Slot::kFinalNormWeight, c.layer_norm_eps);
+    if (recipe.prediction_head)
+      x = layer_norm(activation(recipe.activation, linear(x, u, Slot::kHeadDenseWeight)), u, Slot::kHeadNormWeight,
                      c.layer_norm_eps);
-    }
     return linear(x, u, Slot::kClassifierWeight);
   }
   const PooledHeadRecipe recipe = family.pooled_head(c);
-  std::string x = recipe.final_norm ? layer_norm(hidden, u, Slot::kFinalNormWeight, c.layer_norm_eps) : hidden;
-  if (recipe.mean_pooling) {  // the mean of the real tokens
+  std::string x = recipe.final_norm ? norm(recipe.final_norm_kind, hidden, u, Slot::kFinalNormWeight, c.layer_norm_eps)
+                                    : hidden;
+  // The mean over the real tokens of [N, L, W] -> [N, W].
+  auto masked_mean = [&](const std::string& t) {
     const std::string keep = g.node("Unsqueeze", {g.node("Cast", {mask}, [](auto& n) { set_int(n, "to", kFloat); }), g.ints({-1})});
-    const std::string sum = g.node("ReduceSum", {g.node("Mul", {x, keep}), g.ints({1})}, [](auto& n) { set_int(n, "keepdims", 0); });
+    const std::string sum = g.node("ReduceSum", {g.node("Mul", {t, keep}), g.ints({1})}, [](auto& n) { set_int(n, "keepdims", 0); });
     const std::string count = g.node("ReduceSum", {keep, g.ints({1})}, [](auto& n) { set_int(n, "keepdims", 0); });
-    x = g.node("Div", {sum, count});
+    return g.node("Div", {sum, count});
+  };
+  if (recipe.late_pooling)  // EuroBERT: the head on every token, then the mean of the logits
+    return masked_mean(linear(activation(recipe.activation, linear(x, u, Slot::kHeadDenseWeight)), u, Slot::kClassifierWeight));
+  if (recipe.mean_pooling) {  // the mean of the real tokens
+    x = masked_mean(x);
   } else {
     x = g.node("Gather", {x, g.int_scalar(0)}, [](auto& n) { set_int(n, "axis", 1); });
   }
