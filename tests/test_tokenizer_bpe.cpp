@@ -1,11 +1,11 @@
-// Byte-level BPE tokenizers (roberta-base, ModernBERT): exact ids against
-// Hugging Face's Rust tokenizers.
+// BPE tokenizers: exact ids against Hugging Face's Rust tokenizers.
 //
 // 1. All 408 MRPC dev pairs against tests/data/mrpc_dev_{roberta-base,
 //    modernbert}_ids.jsonl (HF's ids for the files in data/vocab/).
-// 2. Hand-derived cases: each expected id is the id vocab.json /
-//    tokenizer.json give the token in the comment (Ġ = a leading space in
-//    the GPT-2 byte alphabet), following the GPT-2 pre-tokenizer regex.
+// 2. Llama-3's byte-level structure (EuroBERT) and Gemma's SentencePiece-style
+//    structure (mmBERT; byte fallback, fuse_unk, the "▁" normalizer,
+//    Metaspace): ids and offsets against tests/data/{llama3,gemma}_bpe/ids.jsonl,
+//    made by the make_*.js scripts there with HF's Rust tokenizers.
 #include <torch/torch.h>
 #include <doctest/doctest.h>
 
@@ -129,15 +129,24 @@ std::string llama3_tokenizer_json() {
 
 }  // namespace
 
-TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids and offsets equal HF's on MRPC, SIB-200 and edge "
-          "cases") {
-  const shardtrain_test::ScratchDir dir("llama3_bpe");
+namespace {
+
+// A tokenizer.json text in a scratch folder, loaded.
+Tokenizer bpe_from_json_text(const std::string& text, const char* scratch_name) {
+  const shardtrain_test::ScratchDir dir(scratch_name);
   {
     std::ofstream out(dir.dir + "/tokenizer.json", std::ios::binary);
-    out << llama3_tokenizer_json();
+    out << text;
   }
-  const Tokenizer tokenizer = Tokenizer::from_model_dir(dir.dir);
-  std::ifstream reference(kBpeSourceDir + "/tests/data/llama3_bpe/ids.jsonl");
+  return Tokenizer::from_model_dir(dir.dir);
+}
+
+// The lines of a make_*.js reference file (tests/data/<reference>) whose
+// "variant" is `variant` (every line when empty) through `tokenizer`: ids and
+// offsets equal HF's. Returns the number of lines compared.
+std::size_t bpe_check_reference(const Tokenizer& tokenizer, const std::string& reference_file,
+                                const std::string& variant = "") {
+  std::ifstream reference(kBpeSourceDir + "/tests/data/" + reference_file);
   REQUIRE(reference);
   std::size_t lines = 0, mismatches = 0, offset_mismatches = 0;
   // A shipped file's rows (after its header), split at tabs.
@@ -157,6 +166,7 @@ TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids and offsets 
   };
   for (std::string line; std::getline(reference, line);) {
     const nlohmann::json row = nlohmann::json::parse(line);
+    if (!variant.empty() && row.value("variant", "") != variant) continue;
     std::string a;
     std::optional<std::string> b;
     if (row.contains("file")) {
@@ -171,7 +181,7 @@ TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids and offsets 
     const Encoding encoding = tokenizer.encode(a, b_view, 0);
     const auto expected = row["ids"].get<BpeIds>();
     if (encoding.input_ids != expected) ++mismatches;
-    CHECK_MESSAGE(encoding.input_ids == expected, "line ", lines, ": ", a);
+    CHECK_MESSAGE(encoding.input_ids == expected, variant, " line ", lines, ": ", a);
     // HF's offsets count characters; ours are bytes of the same characters.
     const Encoding with_offsets = tokenizer.encode_with_offsets(a, b_view, 0);
     CHECK(with_offsets.input_ids == encoding.input_ids);
@@ -189,23 +199,158 @@ TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids and offsets 
     const Offsets expected_offsets = row["offsets"].get<Offsets>();
     const bool same_offsets = offsets == expected_offsets;
     if (!same_offsets) ++offset_mismatches;
-    CHECK_MESSAGE(same_offsets, "offsets, line ", lines, ": ", a);
+    CHECK_MESSAGE(same_offsets, variant, " offsets, line ", lines, ": ", a);
     ++lines;
   }
-  CHECK(lines == 253);
   CHECK(mismatches == 0);
   CHECK(offset_mismatches == 0);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("Llama-3-style byte-level BPE (EuroBERT's structure): ids and offsets equal HF's on MRPC, SIB-200 and edge "
+          "cases") {
+  const Tokenizer tokenizer = bpe_from_json_text(llama3_tokenizer_json(), "llama3_bpe");
+  CHECK(bpe_check_reference(tokenizer, "llama3_bpe/ids.jsonl") == 253);
 }
 
 TEST_CASE("a Split pre-tokenizer other than Llama-3's is refused, naming it") {
-  const shardtrain_test::ScratchDir dir("llama3_bpe_bad");
   std::string text = llama3_tokenizer_json();
   const std::string isolated = "\"behavior\":\"Isolated\"";
   text.replace(text.find(isolated), isolated.size(), "\"behavior\":\"Removed\"");
-  {
-    std::ofstream out(dir.dir + "/tokenizer.json", std::ios::binary);
-    out << text;
-  }
-  CHECK_THROWS_WITH_AS(Tokenizer::from_model_dir(dir.dir),
+  CHECK_THROWS_WITH_AS(bpe_from_json_text(text, "llama3_bpe_bad"),
                        doctest::Contains("a Split pre_tokenizer is read only with Llama-3's regex"), shardtrain::Error);
+}
+
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+const char* const kMeta = "\xE2\x96\x81";  // "▁"
+
+// tests/data/gemma_bpe/tokenizer.json (mmBERT's structure) with the edit of
+// make_gemma_bpe.js's `variants[variant]`.
+ordered_json gemma_variant(const std::string& variant) {
+  std::ifstream in(kBpeSourceDir + "/tests/data/gemma_bpe/tokenizer.json", std::ios::binary);
+  ordered_json t = ordered_json::parse(in);
+  auto sequence = [](const char* id, int type_id) { return ordered_json{{"Sequence", {{"id", id}, {"type_id", type_id}}}}; };
+  if (variant == "gemma") {  // <bos> A, <bos> A <bos>:1 B:1
+    const ordered_json bos = t["post_processor"]["single"][0];
+    t["post_processor"]["single"] = ordered_json::array({bos, sequence("A", 0)});
+    t["post_processor"]["pair"] = ordered_json::array(
+        {bos, sequence("A", 0), ordered_json{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 1}}}}, sequence("B", 1)});
+    t["post_processor"]["special_tokens"].erase("<eos>");
+  } else if (variant == "llama2") {
+    t["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers", {{{"type", "Prepend"}, {"prepend", kMeta}}, t["normalizer"]}}};
+    t["decoder"]["decoders"].push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  } else if (variant == "metaspace_first" || variant == "metaspace_split") {
+    const bool first = variant == "metaspace_first";
+    t["normalizer"] = nullptr;
+    t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kMeta},
+                          {"prepend_scheme", first ? "first" : "always"}, {"split", !first}};
+  } else if (variant == "ignore_merges") {
+    t["model"]["ignore_merges"] = true;
+  } else if (variant == "unk_fused" || variant == "unk_unfused") {
+    t["model"]["byte_fallback"] = false;
+    t["model"]["fuse_unk"] = variant == "unk_fused";
+  } else if (variant == "bytes_missing") {  // no <0xF0>..<0xF7>: 4-byte characters are unk
+    for (const char* hex : {"F0", "F1", "F2", "F3", "F4", "F5", "F6", "F7"})
+      t["model"]["vocab"].erase(std::string("<0x") + hex + ">");
+  } else {
+    REQUIRE(variant == "mmbert");
+  }
+  return t;
+}
+
+Tokenizer gemma_tokenizer(const std::string& variant) { return bpe_from_json_text(gemma_variant(variant).dump(), "gemma_bpe"); }
+
+std::vector<std::string> token_strings(const Tokenizer& tokenizer, std::string_view text) {
+  std::vector<std::string> out;
+  for (const int32_t id : bpe_tokens_of(tokenizer, text)) out.push_back(tokenizer.token(id));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Gemma-style BPE (mmBERT's tokenizer.json): ids and offsets equal HF's on MRPC, SIB-200 and edge cases") {
+  const Tokenizer tokenizer = gemma_tokenizer("mmbert");
+  CHECK(std::string(tokenizer.type()) == "bpe");
+  CHECK(bpe_check_reference(tokenizer, "gemma_bpe/ids.jsonl", "mmbert") == 265);
+  // What the reference exercises, spelled out: the "▁" of the Replace
+  // normalizer, byte fallback for
+  // an emoji (no such character there), one unk per run only without byte
+  // fallback (fuse_unk).
+  CHECK(token_strings(tokenizer, "Hello world") == std::vector<std::string>{"H", "ell", "o", std::string(kMeta) + "world"});
+  CHECK(token_strings(tokenizer, "\xF0\x9F\x98\x80") == std::vector<std::string>{"<0xF0>", "<0x9F>", "<0x98>", "<0x80>"});
+  CHECK(token_strings(gemma_tokenizer("unk_fused"), "\xF0\x9F\x98\x80\xF0\x9F\x98\x80") ==
+        std::vector<std::string>{"<unk>"});
+  CHECK(token_strings(gemma_tokenizer("unk_unfused"), "\xF0\x9F\x98\x80\xF0\x9F\x98\x80") ==
+        std::vector<std::string>{"<unk>", "<unk>"});
+  CHECK(tokenizer.cls_id() == 2);  // <bos>
+  CHECK(tokenizer.sep_id() == 1);  // <eos>
+  CHECK(tokenizer.pad_id() == 0);
+  CHECK(tokenizer.mask_id() == 4);
+}
+
+TEST_CASE("Gemma-style BPE variants: Gemma's template, Llama-2's Prepend, Metaspace first / split, ignore_merges, unk "
+          "with and without fusing, missing byte tokens: ids and offsets equal HF's") {
+  for (const char* variant : {"gemma", "llama2", "metaspace_first", "metaspace_split", "ignore_merges", "unk_fused",
+                              "unk_unfused", "bytes_missing"}) {
+    CAPTURE(variant);
+    CHECK(bpe_check_reference(gemma_tokenizer(variant), "gemma_bpe/ids.jsonl", variant) == 65);
+  }
+  // HF adds an unknown character's byte-fallback tokens before an unk that
+  // waits to be fused (here the emoji's: no <0xF0>), and counts offsets from
+  // the symbols' lengths in that order: the reference has both.
+  CHECK(token_strings(gemma_tokenizer("bytes_missing"), "\xF0\x9F\x98\x80\xCA\xAC") ==
+        std::vector<std::string>{"<0xCA>", "<0xAC>", "<unk>"});
+}
+
+TEST_CASE("Gemma-style BPE: what is not implemented is refused by name") {
+  std::ifstream in(kBpeSourceDir + "/data/vocab/roberta-base/tokenizer.json", std::ios::binary);
+  const ordered_json roberta_json = ordered_json::parse(in);
+  struct Case {
+    ordered_json file;     // the file changed
+    const char* pointer;   // where (a JSON pointer)
+    ordered_json value;    // to what
+    const char* needle;    // the error names it
+  };
+  const std::vector<Case> cases = {
+      {gemma_variant("mmbert"), "/normalizer/pattern", {{"Regex", " +"}},
+       "normalizer Replace pattern {\"Regex\":\" +\"} is not supported with a BPE model"},
+      {gemma_variant("mmbert"), "/normalizer", {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
+       "normalizer type 'Strip' is not supported with a BPE model"},
+      {gemma_variant("metaspace_split"), "/pre_tokenizer/replacement", "__",
+       "pre_tokenizer Metaspace replacement must be one character"},
+      {gemma_variant("metaspace_split"), "/pre_tokenizer/prepend_scheme", "sometimes",
+       "Metaspace prepend_scheme must be \"always\", \"first\" or \"never\""},
+      {gemma_variant("mmbert"), "/pre_tokenizer", {{"type", "Whitespace"}},
+       "pre_tokenizer 'Whitespace' is not supported with a BPE model"},
+      {gemma_variant("mmbert"), "/model/dropout", 0.1, "model.dropout > 0 (BPE dropout) is not supported"},
+      {gemma_variant("mmbert"), "/model/continuing_subword_prefix", "##",
+       "model.continuing_subword_prefix (non-empty) is not supported"},
+      {gemma_variant("mmbert"), "/model/end_of_word_suffix", "</w>",
+       "model.end_of_word_suffix (non-empty) is not supported"},
+      // Byte fallback and unk fusing belong to the other kind of BPE.
+      {roberta_json, "/model/byte_fallback", true,
+       "model.byte_fallback = true with the ByteLevel pre_tokenizer is not supported"},
+      {roberta_json, "/model/fuse_unk", true, "model.fuse_unk = true with the ByteLevel pre_tokenizer is not supported"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.pointer);
+    ordered_json t = c.file;
+    t[ordered_json::json_pointer(c.pointer)] = c.value;
+    CHECK_THROWS_WITH_AS(bpe_from_json_text(t.dump(), "gemma_bpe_bad"), doctest::Contains(c.needle), shardtrain::Error);
+  }
+  // transformers' Gemma and Llama classes rebuild the template; add_prefix_space re-converts.
+  const std::vector<std::array<std::string, 2>> configs = {
+      {R"({"tokenizer_class": "GemmaTokenizerFast"})", "tokenizer_class 'GemmaTokenizerFast' is not supported"},
+      {R"({"add_prefix_space": true})", "add_prefix_space is not supported with a SentencePiece-style BPE"}};
+  for (const auto& [config, needle] : configs) {
+    const shardtrain_test::ScratchDir dir("gemma_bpe_config");
+    std::ofstream(dir.dir + "/tokenizer.json", std::ios::binary) << gemma_variant("mmbert").dump();
+    std::ofstream(dir.dir + "/tokenizer_config.json", std::ios::binary) << config;
+    CHECK_THROWS_WITH_AS(Tokenizer::from_model_dir(dir.dir), doctest::Contains(needle.c_str()), shardtrain::Error);
+  }
 }

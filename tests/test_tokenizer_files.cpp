@@ -294,10 +294,10 @@ TEST_CASE("tokenizer errors name the file and the field") {
   CHECK(files_contains(message, "badline/merges.txt' line 1"));
 
   root = nlohmann::json::parse(roberta_json);
-  root["pre_tokenizer"] = {{"type", "Metaspace"}};
-  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("metaspace", {{"tokenizer.json", root.dump()}})); });
-  CHECK(files_contains(message, "metaspace/tokenizer.json"));
-  CHECK(files_contains(message, "'Metaspace'"));
+  root["pre_tokenizer"] = {{"type", "Whitespace"}};
+  message = files_error_of([&] { Tokenizer::from_model_dir(dir.folder("whitespace", {{"tokenizer.json", root.dump()}})); });
+  CHECK(files_contains(message, "whitespace/tokenizer.json"));
+  CHECK(files_contains(message, "'Whitespace'"));
 
   root = nlohmann::json::parse(roberta_json);
   root["normalizer"] = {{"type", "Precompiled"}};

@@ -15,11 +15,13 @@ namespace {
 
 using Json = nlohmann::json;
 
-// One open object or array while parsing: its keys so far (objects) or the
-// index of its current element (arrays), to name where a problem is.
+// One open object or array while parsing: its keys so far (objects; only
+// counted, or kept when `keys` is asked for) or the index of its current
+// element (arrays), to name where a problem is.
 struct JsonReadFrame {
   bool is_object = false;
   std::set<std::string> keys;
+  std::size_t num_keys = 0;
   std::string last_key;
   long long index = -1;
 };
@@ -35,9 +37,13 @@ std::string json_read_path(const std::vector<JsonReadFrame>& frames, size_t coun
   return path.empty() ? "the top-level object" : path;
 }
 
-}  // namespace
-
-Json parse_user_json(const std::string& text, const std::string& source, int max_depth) {
+// parse_user_json, the keys of each object counted (`find_repeated_key`
+// false: an object that ends with fewer entries than keys read had one twice,
+// and false is returned) or kept to name the repeated one (true: it throws).
+// Keeping every key (a set of strings) is costly for a 256k-token vocabulary.
+bool parse_checked(const std::string& text, const std::string& source, int max_depth, bool find_repeated_key,
+                   Json& out) {
+  bool repeated = false;
   std::vector<JsonReadFrame> frames;
   auto element_starts = [&frames] {
     if (!frames.empty() && !frames.back().is_object) ++frames.back().index;
@@ -55,8 +61,9 @@ Json parse_user_json(const std::string& text, const std::string& source, int max
         break;
       case Json::parse_event_t::key: {
         JsonReadFrame& top = frames.back();
-        const std::string key = parsed.get<std::string>();
-        if (!top.keys.insert(key).second)
+        const std::string& key = parsed.get_ref<const std::string&>();
+        ++top.num_keys;
+        if (find_repeated_key && !top.keys.insert(key).second)
           throw Error(source + ": key \"" + clip_for_message(key, 60) + "\" appears twice in " +
                       (frames.size() == 1 ? std::string("the top-level object")
                                           : "\"" + json_read_path(frames, frames.size() - 1) + "\"") +
@@ -65,6 +72,9 @@ Json parse_user_json(const std::string& text, const std::string& source, int max
         break;
       }
       case Json::parse_event_t::object_end:
+        repeated = repeated || parsed.size() != frames.back().num_keys;
+        frames.pop_back();
+        break;
       case Json::parse_event_t::array_end:
         frames.pop_back();
         break;
@@ -75,10 +85,19 @@ Json parse_user_json(const std::string& text, const std::string& source, int max
     return true;
   };
   try {
-    return Json::parse(text, check);
+    out = Json::parse(text, check);
   } catch (const Json::exception& e) {
     throw Error(source + ": not valid JSON: " + clip_for_message(e.what(), 200));
   }
+  return !repeated;
+}
+
+}  // namespace
+
+Json parse_user_json(const std::string& text, const std::string& source, int max_depth) {
+  Json value;
+  if (!parse_checked(text, source, max_depth, false, value)) parse_checked(text, source, max_depth, true, value);
+  return value;
 }
 
 std::string json_for_message(const Json& value, std::size_t max_bytes) {

@@ -301,8 +301,36 @@ def bpe_tokenizer_seeds(root):
     broken("pre_sequence", lambda o: o.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
         {"type": "ByteLevel", "add_prefix_space": True}, {"type": "Digits"}]}))
     broken("model_list", lambda o: o.update(model=[1, 2]))
+    files.update(gemma_bpe_seeds(root, dump))
     files["json_bad_truncated"] = rob[:5000] + SEP + SEP + "\x08a"
     files["json_bad_deep"] = '{"model": ' + "[" * 600 + "]" * 600 + "}" + SEP + SEP + "\x08a"
+    return files
+
+
+def gemma_bpe_seeds(root, dump):
+    """SentencePiece-style BPE (mmBERT's, Gemma's structure): the test file
+    tests/data/gemma_bpe/tokenizer.json and variants of it."""
+    gemma = json.loads(read(os.path.join(root, "tests/data/gemma_bpe/tokenizer.json")))
+    meta = "\u2581"
+    text = "\x08a  b\t\U0001F600\ua66e\u02ac <mask> caf\u00e9 \u4e2d\u56fd"
+    variants = {
+        "mmbert": lambda o: None,
+        "prepend": lambda o: o.update(normalizer={"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": meta}, o["normalizer"]]}),
+        "metaspace_first": lambda o: o.update(normalizer=None, pre_tokenizer={
+            "type": "Metaspace", "replacement": meta, "prepend_scheme": "first", "split": False}),
+        "metaspace_split": lambda o: o.update(normalizer=None, pre_tokenizer={
+            "type": "Metaspace", "replacement": meta, "add_prefix_space": True}),
+        "unk_unfused": lambda o: o["model"].update(byte_fallback=False, fuse_unk=False, ignore_merges=True),
+        "bytes_missing": lambda o: [o["model"]["vocab"].pop("<0x%02X>" % b) for b in range(0xF0, 0xF8)],
+        "bad_replace_regex": lambda o: o["normalizer"].update(pattern={"Regex": " +"}),
+        "bad_metaspace_replacement": lambda o: o.update(pre_tokenizer={"type": "Metaspace", "replacement": "__"}),
+    }
+    files = {}
+    for name, change in variants.items():
+        obj = json.loads(json.dumps(gemma))
+        change(obj)
+        files["json_gemma_" + name] = dump(obj) + SEP + SEP + text + SEP + "  b \U0001F600"
     return files
 
 

@@ -2,10 +2,10 @@
 // the way AutoTokenizer reads a model folder (docs/DESIGN.md "Tokenizers",
 // docs/tokenizers.md):
 //   - tokenizer.json when the folder has one: a WordPiece model (BertNormalizer,
-//     BertPreTokenizer, BERT template), a byte-level BPE model (see
-//     "Byte-level BPE" below) or a Unigram model (see "SentencePiece" below);
-//     any other model type (WordLevel, non-byte-level BPE) is refused with an
-//     error naming the file and the type;
+//     BertPreTokenizer, BERT template), a BPE model (see "Byte-level BPE" and
+//     "SentencePiece-style BPE" below) or a Unigram model (see "SentencePiece"
+//     below); any other model type (WordLevel) is refused with an error
+//     naming the file and the type;
 //   - otherwise vocab.json + merges.txt: byte-level BPE with RoBERTa's
 //     <s> A </s></s> B </s> template;
 //   - otherwise vocab.txt: WordPiece, as below;
@@ -62,6 +62,18 @@
 // merge rank over raw bytes, then the post-processor template
 // (RobertaProcessing, BertProcessing, TemplateProcessing). Invalid UTF-8 reads
 // as U+FFFD per maximal subpart (Python errors="replace").
+//
+// SentencePiece-style BPE (Gemma, mmBERT, Llama-2; a tokenizer.json BPE
+// model without the ByteLevel pre-tokenizer): added tokens cut out as above,
+// the normalizer (Replace with a String pattern, Prepend, and the ones above),
+// then no pre-tokenizer (the text between added tokens is one word) or
+// Metaspace (spaces to its replacement, prepend_scheme always / first /
+// never, split), then BPE over characters: a character without a token
+// becomes its bytes' <0xXX> tokens (byte_fallback), else the unk token, runs
+// of them one unk (fuse_unk), as HF's BPE model, whose offsets it also keeps
+// where they are odd (an unk waiting to be fused goes after byte-fallback
+// characters). transformers' Gemma / Llama tokenizer classes (which rebuild
+// the template) and add_prefix_space in tokenizer_config.json are refused.
 //
 // SentencePiece (DeBERTa-v2/v3, XLM-R, CamemBERT): libsentencepiece (Debian's
 // libsentencepiece-dev, in a module of its own: src/data/tokenizer/sentencepiece_module.h)

@@ -1,5 +1,6 @@
-// Byte-level BPE from a folder's files (data/tokenizer/tokenizer_loader.h):
-// a tokenizer.json with a BPE model, or RoBERTa's vocab.json + merges.txt.
+// BPE from a folder's files (data/tokenizer/tokenizer_loader.h): a
+// tokenizer.json with a BPE model (byte-level, or SentencePiece-style as
+// Gemma's and mmBERT's), or RoBERTa's vocab.json + merges.txt.
 #include <sstream>
 #include <unordered_map>
 
@@ -23,8 +24,10 @@ Tokenizer Tokenizer::Loader::bpe_from_tokenizer_json(const json& root, const tok
   auto bpe = std::make_shared<Bpe>();
   bpe->source = name;
   auto refuse_if = [&](bool bad, const std::string& what) {
-    if (bad) throw Error("'" + name + "': model." + what + " is not supported (shardtrain reads byte-level BPE)");
+    if (bad) throw Error("'" + name + "': model." + what + " is not supported");
   };
+  // The pre-tokenizer decides the kind of BPE: ByteLevel, or SentencePiece-style (none, Metaspace).
+  tokjson::read_pre_tokenizer(root.value("pre_tokenizer", json()), name, *bpe);
   const json dropout = model.value("dropout", json());
   if (!dropout.is_null() && !dropout.is_number())
     throw Error("'" + name + "': model.dropout must be a number or null, not " + dropout.dump());
@@ -33,9 +36,13 @@ Tokenizer Tokenizer::Loader::bpe_from_tokenizer_json(const json& root, const tok
     refuse_if(model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty(),
               std::string(key) + " (non-empty)");
   }
-  refuse_if(tokjson::get_bool(model, "byte_fallback", false, name), "byte_fallback = true");
   bpe::BpeModelSpec spec;
   spec.source = name;
+  spec.byte_level = bpe->byte_level;
+  spec.byte_fallback = tokjson::get_bool(model, "byte_fallback", false, name);
+  spec.fuse_unk = tokjson::get_bool(model, "fuse_unk", false, name);
+  refuse_if(spec.byte_level && spec.byte_fallback, "byte_fallback = true with the ByteLevel pre_tokenizer");
+  refuse_if(spec.byte_level && spec.fuse_unk, "fuse_unk = true with the ByteLevel pre_tokenizer");
   spec.vocab = tokjson::vocab_object(tokjson::field(model, "vocab", name, "the BPE vocabulary"), name,
                                            "model.vocab");
   const json& merges = tokjson::field(model, "merges", name, "the BPE merges");
@@ -68,7 +75,6 @@ Tokenizer Tokenizer::Loader::bpe_from_tokenizer_json(const json& root, const tok
   }
   bpe->model = std::make_unique<bpe::BpeModel>(spec);
   tokjson::read_normalizer(root.value("normalizer", json()), name, bpe->normalizer);
-  tokjson::read_pre_tokenizer(root.value("pre_tokenizer", json()), name, *bpe);
   tokjson::read_post_processor(root.value("post_processor", json()), name, bpe->post);
   std::vector<bool> has_token(bpe->tokens.size(), false);  // ids may leave holes
   for (const auto& entry : spec.vocab) has_token[static_cast<std::size_t>(entry.second)] = true;
@@ -83,12 +89,27 @@ Tokenizer Tokenizer::Loader::bpe_from_tokenizer_json(const json& root, const tok
 
 void Tokenizer::Loader::apply_configs(Bpe& bpe, const tokjson::Configs& configs) {
   if (!configs.has_config) return;
+  if (!bpe.byte_level) {
+    // transformers' Gemma and Llama classes rebuild the template from
+    // add_bos_token / add_eos_token, and with add_prefix_space convert the
+    // SentencePiece model again: not what the tokenizer.json says.
+    const json tokenizer_class = configs.config.value("tokenizer_class", json());
+    for (const char* name : {"GemmaTokenizer", "GemmaTokenizerFast", "LlamaTokenizer", "LlamaTokenizerFast"}) {
+      if (tokenizer_class == name)
+        throw Error("'" + configs.config_name + "': tokenizer_class '" + name + "' is not supported (transformers "
+                    "rebuilds its template from add_bos_token / add_eos_token); with tokenizer_class "
+                    "PreTrainedTokenizerFast the tokenizer.json is read as it is");
+    }
+    if (configs.config.contains("add_prefix_space") && !configs.config["add_prefix_space"].is_null())
+      throw Error("'" + configs.config_name + "': add_prefix_space is not supported with a SentencePiece-style BPE "
+                  "tokenizer.json (its Prepend normalizer or Metaspace pre_tokenizer says where \"\xE2\x96\x81\" goes)");
+  }
   bpe.add_prefix_space = tokjson::get_bool(configs.config, "add_prefix_space", bpe.add_prefix_space,
                                              configs.config_name);
   // RobertaTokenizerFast sets the post-processor's add_prefix_space too.
   if (bpe.post.trim_offsets) bpe.post.trim_add_prefix_space = bpe.add_prefix_space;
   if (tokjson::get_bool(configs.config, "do_lower_case", false, configs.config_name))
-    bpe.normalizer.push_back(BpeNormalizerStep::kLowercase);
+    bpe.normalizer.push_back(BpeNormalizerStep{BpeNormalizerStep::kLowercase, {}, {}});
 }
 
 Tokenizer Tokenizer::Loader::bpe_from_vocab_merges(const tokjson::FileMap& files, const tokjson::Where& where) {

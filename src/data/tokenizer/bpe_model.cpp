@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "data/tokenizer/byte_level.h"
+#include "data/tokenizer/unicode_text.h"
 #include "data/tokenizer/word_cache.h"
 #include "shardtrain/core/check.h"
 
@@ -47,36 +48,72 @@ struct BpeModel::MergeTable {
   }
 };
 
+namespace {
+
+// A character's UTF-8 bytes (1 to 4) as one integer: a hash key without a string.
+uint32_t pack_character(std::string_view character) {
+  uint32_t key = 0;
+  for (const char c : character) key = (key << 8) | static_cast<unsigned char>(c);
+  return key | (static_cast<uint32_t>(character.size()) << 29);  // "\0" and "\0\0" differ
+}
+
+// The byte length of the character starting at word[position], clipped to the word.
+std::size_t character_length(std::string_view word, std::size_t position) {
+  const auto length = static_cast<std::size_t>(unicode::utf8_length(static_cast<unsigned char>(word[position])));
+  return std::min(length, word.size() - position);
+}
+
+}  // namespace
+
 BpeModel::BpeModel(const BpeModelSpec& spec)
     : merges_(std::make_unique<MergeTable>()),
       ignore_merges_(spec.ignore_merges),
+      byte_level_(spec.byte_level),
+      byte_fallback_(spec.byte_fallback),
+      fuse_unk_(spec.fuse_unk),
       unk_id_(spec.unk_id),
       cache_owner_(WordCache::new_owner()) {
-  std::unordered_map<std::string, int32_t> by_token;
+  // Views of spec's strings: no copy of a 256k-token vocabulary.
+  std::unordered_map<std::string_view, int32_t> by_token;
   by_token.reserve(spec.vocab.size() * 2);
   std::string bytes;
   int32_t largest = -1;
   for (const auto& entry : spec.vocab) largest = std::max(largest, entry.second);
-  token_bytes_.assign(static_cast<std::size_t>(largest + 1), -1);
+  if (byte_level_) token_bytes_.assign(static_cast<std::size_t>(largest + 1), -1);
+  if (ignore_merges_) word_vocab_.reserve(spec.vocab.size() * 2);
+  std::fill(std::begin(byte_ids_), std::end(byte_ids_), -1);
   for (const auto& [token, id] : spec.vocab) {
     by_token[token] = id;
+    if (!byte_level_) {
+      if (ignore_merges_) word_vocab_[token] = id;
+      if (!token.empty() && character_length(token, 0) == token.size()) character_ids_[pack_character(token)] = id;
+      // SentencePiece's byte pieces: "<0x" two upper-case hex digits ">".
+      if (byte_fallback_ && token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>') {
+        auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+        const int high = hex(token[3]), low = hex(token[4]);
+        if (high >= 0 && low >= 0) byte_ids_[high * 16 + low] = id;
+      }
+      continue;
+    }
     if (byte_level::decode_token(token, bytes) && !bytes.empty()) {
-      byte_vocab_[bytes] = id;
+      if (ignore_merges_) word_vocab_[bytes] = id;
       token_bytes_[static_cast<std::size_t>(id)] = static_cast<int32_t>(bytes.size());
+      if (bytes.size() == 1) byte_ids_[static_cast<unsigned char>(bytes[0])] = id;
     }
   }
-  for (int b = 0; b < 256; ++b) {
-    const auto it = byte_vocab_.find(std::string(1, static_cast<char>(b)));
-    byte_ids_[b] = it != byte_vocab_.end() ? it->second : unk_id_;
+  if (byte_level_) {
+    for (int32_t& id : byte_ids_) id = id >= 0 ? id : unk_id_;
   }
   merges_->init(spec.merges.size());
+  std::string joined;
   for (std::size_t rank = 0; rank < spec.merges.size(); ++rank) {
     const auto& [left, right] = spec.merges[rank];
+    joined.assign(left).append(right);
     const auto l = by_token.find(left);
     const auto r = by_token.find(right);
-    const auto m = by_token.find(left + right);
+    const auto m = by_token.find(joined);
     if (l == by_token.end() || r == by_token.end() || m == by_token.end()) {
-      const std::string& missing = l == by_token.end() ? left : r == by_token.end() ? right : left + right;
+      const std::string& missing = l == by_token.end() ? left : r == by_token.end() ? right : joined;
       throw Error("'" + spec.source + "': merge " + std::to_string(rank + 1) + " ('" + left + " " + right +
                   "') uses the token '" + missing + "', which is not in the vocabulary");
     }
@@ -86,7 +123,7 @@ BpeModel::BpeModel(const BpeModelSpec& spec)
 
 BpeModel::~BpeModel() = default;
 
-void BpeModel::merge_by_scan(std::vector<int32_t>& symbols, std::vector<std::pair<uint32_t, uint32_t>>* ranges) const {
+void BpeModel::merge_by_scan(std::vector<int32_t>& symbols, Ranges* ranges) const {
   // Scan for the lowest-ranked pair, leftmost on ties; merge; repeat.
   while (symbols.size() > 1) {
     int32_t best_rank = INT32_MAX, merged = -1;
@@ -109,28 +146,10 @@ void BpeModel::merge_by_scan(std::vector<int32_t>& symbols, std::vector<std::pai
   }
 }
 
-void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (ignore_merges_) {
-    const auto it = byte_vocab_.find(std::string(word));
-    if (it != byte_vocab_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
-  thread_local std::vector<int32_t> symbols;
-  symbols.clear();
-  for (const char c : word) {
-    const int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-    if (id >= 0) symbols.push_back(id);  // a byte without a token and no unk_token: dropped, as HF
-  }
-  if (symbols.size() <= 64) {
-    merge_by_scan(symbols, nullptr);
-    out.insert(out.end(), symbols.begin(), symbols.end());
-    return;
-  }
-  // Long words: a linked list of symbols and a heap of candidate merges
-  // ordered by (rank, position); a popped candidate is applied only if both of
-  // its symbols are still the ones it was made from.
+void BpeModel::merge_by_heap(std::vector<int32_t>& symbols, Ranges* ranges) const {
+  // A linked list of symbols and a heap of candidate merges ordered by
+  // (rank, position); a popped candidate is applied only if both of its
+  // symbols are still the ones it was made from.
   const std::size_t n = symbols.size();
   std::vector<int32_t> next(n), previous(n);
   std::vector<bool> alive(n, true);
@@ -161,13 +180,90 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     if (!alive[p] || next[p] < 0 || symbols[p] != top.left || symbols[next[p]] != top.right) continue;
     const int32_t q = next[p];
     symbols[p] = merges_->find(top.left, top.right)->merged;
+    if (ranges) (*ranges)[p].second = (*ranges)[q].second;
     alive[q] = false;
     next[p] = next[q];
     if (next[q] >= 0) previous[next[q]] = p;
     push(previous[p]);
     push(p);
   }
-  for (int32_t i = 0; i >= 0 && static_cast<std::size_t>(i) < n; i = next[i]) out.push_back(symbols[i]);
+  std::size_t kept = 0;
+  for (int32_t i = 0; i >= 0 && static_cast<std::size_t>(i) < n; i = next[i], ++kept) {
+    symbols[kept] = symbols[i];
+    if (ranges) (*ranges)[kept] = (*ranges)[i];
+  }
+  symbols.resize(kept);
+  if (ranges) ranges->resize(kept);
+}
+
+void BpeModel::merge_symbols(std::vector<int32_t>& symbols, Ranges* ranges) const {
+  if (symbols.size() <= 64)
+    merge_by_scan(symbols, ranges);
+  else
+    merge_by_heap(symbols, ranges);
+}
+
+int32_t BpeModel::whole_word_id(std::string_view word) const {
+  if (!ignore_merges_) return -1;
+  const auto it = word_vocab_.find(std::string(word));
+  return it != word_vocab_.end() ? it->second : -1;
+}
+
+void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symbols, Ranges* ranges) const {
+  if (byte_level_) {
+    for (std::size_t b = 0; b < word.size(); ++b) {
+      const int32_t id = byte_ids_[static_cast<unsigned char>(word[b])];
+      if (id < 0) continue;  // a byte without a token and no unk_token: dropped, as HF
+      symbols.push_back(id);
+      if (ranges) ranges->emplace_back(static_cast<uint32_t>(b), static_cast<uint32_t>(b + 1));
+    }
+    return;
+  }
+  // HF BPE::merge_word: a symbol's range starts where the one before ended.
+  uint32_t end = 0;
+  auto add = [&](int32_t id, std::size_t length) {
+    symbols.push_back(id);
+    if (ranges) ranges->emplace_back(end, end + static_cast<uint32_t>(length));
+    end += static_cast<uint32_t>(length);
+  };
+  std::size_t unk_length = 0;  // > 0: an unk waits, to be fused with the next unknown character
+  for (std::size_t position = 0; position < word.size();) {
+    const std::size_t length = character_length(word, position);
+    const std::string_view character = word.substr(position, length);
+    position += length;
+    const auto known = character_ids_.find(pack_character(character));
+    if (known != character_ids_.end()) {
+      if (unk_length > 0) add(unk_id_, unk_length);
+      unk_length = 0;
+      add(known->second, length);
+      continue;
+    }
+    bool all_bytes = byte_fallback_;
+    for (std::size_t b = 0; all_bytes && b < length; ++b) all_bytes = byte_ids_[static_cast<unsigned char>(character[b])] >= 0;
+    if (all_bytes) {  // the waiting unk stays behind these, as HF has it
+      for (const char c : character) add(byte_ids_[static_cast<unsigned char>(c)], 1);
+      continue;
+    }
+    if (unk_id_ < 0) continue;  // dropped, as HF without unk_token
+    if (unk_length > 0 && !fuse_unk_) {
+      add(unk_id_, unk_length);
+      unk_length = 0;
+    }
+    unk_length += length;
+  }
+  if (unk_length > 0) add(unk_id_, unk_length);
+}
+
+void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (const int32_t whole = whole_word_id(word); whole >= 0) {
+    out.push_back(whole);
+    return;
+  }
+  thread_local std::vector<int32_t> symbols;
+  symbols.clear();
+  initial_symbols(word, symbols, nullptr);
+  merge_symbols(symbols, nullptr);
+  out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -186,44 +282,37 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   cache.insert(word, out.data() + first, out.size() - first);
 }
 
-void BpeModel::encode_word_ranges(std::string_view word, std::vector<int32_t>& out,
-                                  std::vector<std::pair<uint32_t, uint32_t>>& ranges) const {
-  // Usually each id's token is its bytes, in order: read the ranges off the
-  // lengths. An unk id or a dropped byte breaks that; then merge again
-  // keeping each symbol's bytes (rare: byte-level vocabularies hold all 256).
+void BpeModel::encode_word_ranges(std::string_view word, std::vector<int32_t>& out, Ranges& ranges) const {
   const std::size_t first = out.size();
-  encode_word(word, out);
-  std::size_t position = 0;
-  bool consistent = true;
-  for (std::size_t i = first; i < out.size() && consistent; ++i) {
-    const auto id = static_cast<std::size_t>(out[i]);
-    const int32_t length = id < token_bytes_.size() && out[i] != unk_id_ ? token_bytes_[id] : -1;
-    // Merges join neighbours, so known lengths that add up to the word are its bytes in order.
-    consistent = length > 0 && position + static_cast<std::size_t>(length) <= word.size();
-    if (!consistent) break;
-    ranges.emplace_back(static_cast<uint32_t>(position), static_cast<uint32_t>(position + static_cast<std::size_t>(length)));
-    position += static_cast<std::size_t>(length);
-  }
-  if (consistent && position == word.size()) return;
-  ranges.resize(ranges.size() - std::min(ranges.size(), out.size() - first));
-  out.resize(first);
-  std::vector<int32_t> symbols;
-  std::vector<std::pair<uint32_t, uint32_t>> spans;
-  for (std::size_t b = 0; b < word.size(); ++b) {
-    const int32_t id = byte_ids_[static_cast<unsigned char>(word[b])];
-    if (id < 0) continue;
-    symbols.push_back(id);
-    spans.emplace_back(static_cast<uint32_t>(b), static_cast<uint32_t>(b + 1));
-  }
-  if (ignore_merges_) {
-    const auto it = byte_vocab_.find(std::string(word));
-    if (it != byte_vocab_.end()) {
-      out.push_back(it->second);
-      ranges.emplace_back(0u, static_cast<uint32_t>(word.size()));
-      return;
+  if (byte_level_) {
+    // Usually each id's token is its bytes, in order: read the ranges off the
+    // lengths. An unk id or a dropped byte breaks that; then merge again
+    // keeping each symbol's bytes (rare: byte-level vocabularies hold all 256).
+    encode_word(word, out);
+    std::size_t position = 0;
+    bool consistent = true;
+    for (std::size_t i = first; i < out.size() && consistent; ++i) {
+      const auto id = static_cast<std::size_t>(out[i]);
+      const int32_t length = id < token_bytes_.size() && out[i] != unk_id_ ? token_bytes_[id] : -1;
+      // Merges join neighbours, so known lengths that add up to the word are its bytes in order.
+      consistent = length > 0 && position + static_cast<std::size_t>(length) <= word.size();
+      if (!consistent) break;
+      ranges.emplace_back(static_cast<uint32_t>(position), static_cast<uint32_t>(position + static_cast<std::size_t>(length)));
+      position += static_cast<std::size_t>(length);
     }
+    if (consistent && position == word.size()) return;
+    ranges.resize(ranges.size() - std::min(ranges.size(), out.size() - first));
+    out.resize(first);
   }
-  merge_by_scan(symbols, &spans);
+  if (const int32_t whole = whole_word_id(word); whole >= 0) {
+    out.push_back(whole);
+    ranges.emplace_back(0u, static_cast<uint32_t>(word.size()));
+    return;
+  }
+  std::vector<int32_t> symbols;
+  Ranges spans;
+  initial_symbols(word, symbols, &spans);
+  merge_symbols(symbols, &spans);
   out.insert(out.end(), symbols.begin(), symbols.end());
   ranges.insert(ranges.end(), spans.begin(), spans.end());
 }

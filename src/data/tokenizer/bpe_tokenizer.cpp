@@ -19,10 +19,47 @@ struct BpeScratch {
   std::vector<std::pair<uint32_t, uint32_t>> pieces;
   std::vector<std::pair<uint32_t, uint32_t>> token_ranges;
   std::vector<int32_t> lowered;
+  std::string metaspace_text;               // one segment after Metaspace
+  std::vector<TokenSpan> metaspace_spans;   // its spans, with spans
 };
 BpeScratch& bpe_scratch() {
   thread_local BpeScratch buffers;
   return buffers;
+}
+
+// HF NormalizedString::replace with a literal pattern (every occurrence, left
+// to right): the new characters take the span of the last character they
+// replace. `spans`: one per byte of `text`, or null.
+void replace_all(std::string& text, std::vector<TokenSpan>* spans, std::string_view pattern, std::string_view content) {
+  std::size_t found = text.find(pattern);
+  if (found == std::string::npos) return;
+  std::string out;
+  std::vector<TokenSpan> out_spans;
+  std::size_t copied = 0;
+  for (; found != std::string::npos; found = text.find(pattern, copied)) {
+    out.append(text, copied, found - copied);
+    out.append(content);
+    if (spans) {
+      out_spans.insert(out_spans.end(), spans->begin() + static_cast<std::ptrdiff_t>(copied),
+                       spans->begin() + static_cast<std::ptrdiff_t>(found));
+      out_spans.insert(out_spans.end(), content.size(), (*spans)[found + pattern.size() - 1]);
+    }
+    copied = found + pattern.size();
+  }
+  out.append(text, copied, std::string::npos);
+  text.swap(out);
+  if (spans) {
+    out_spans.insert(out_spans.end(), spans->begin() + static_cast<std::ptrdiff_t>(copied), spans->end());
+    spans->swap(out_spans);
+  }
+}
+
+// HF NormalizedString::prepend: nothing for empty text; the prefix takes the
+// span of the first character.
+void prepend_to(std::string& text, std::vector<TokenSpan>* spans, std::string_view prefix) {
+  if (text.empty()) return;
+  text.insert(0, prefix);
+  if (spans) spans->insert(spans->begin(), prefix.size(), spans->front());
 }
 
 }  // namespace
@@ -64,8 +101,10 @@ void Tokenizer::Bpe::finish() {
 }
 
 void Tokenizer::Bpe::normalize(std::string& text) const {
-  for (const BpeNormalizerStep step : normalizer) {
-    switch (step) {
+  for (const BpeNormalizerStep& step : normalizer) {
+    switch (step.kind) {
+      case BpeNormalizerStep::kReplace: replace_all(text, nullptr, step.pattern, step.content); break;
+      case BpeNormalizerStep::kPrepend: prepend_to(text, nullptr, step.content); break;
       case BpeNormalizerStep::kNfc: unicode::normalize(text, unicode::NormalForm::kNfc); break;
       case BpeNormalizerStep::kNfd: unicode::normalize(text, unicode::NormalForm::kNfd); break;
       case BpeNormalizerStep::kNfkc: unicode::normalize(text, unicode::NormalForm::kNfkc); break;
@@ -106,10 +145,56 @@ struct Tokenizer::Bpe::Pass {
   bool add_prefix_space;
 };
 
+void Tokenizer::Bpe::encode_word(std::string_view word, const TokenSpan* spans, Pass& pass) const {
+  if (word.empty()) return;
+  if (!pass.spans) {
+    model->encode_word(word, pass.out);
+    return;
+  }
+  std::vector<std::pair<uint32_t, uint32_t>>& ranges = bpe_scratch().token_ranges;
+  ranges.clear();
+  model->encode_word_ranges(word, pass.out, ranges);
+  for (const auto& [first, last] : ranges) pass.spans->push_back(TokenSpan{spans[first].begin, spans[last - 1].end});
+}
+
+void Tokenizer::Bpe::metaspace_segment(std::string_view text, const TokenSpan* spans, Pass& pass, bool at_start) const {
+  BpeScratch& buffers = bpe_scratch();
+  std::string& out = buffers.metaspace_text;
+  out.assign(text);
+  std::vector<TokenSpan>* out_spans = spans ? &buffers.metaspace_spans : nullptr;
+  if (out_spans) out_spans->assign(spans, spans + text.size());
+  const std::string& mark = metaspace->replacement;
+  replace_all(out, out_spans, " ", mark);
+  const bool prepend = metaspace->prepend == MetaspaceSpec::Prepend::kAlways ||
+                       (metaspace->prepend == MetaspaceSpec::Prepend::kFirst && at_start);
+  if (prepend && out.compare(0, mark.size(), mark) != 0) prepend_to(out, out_spans, mark);
+  const TokenSpan* word_spans = out_spans ? out_spans->data() : nullptr;
+  if (!metaspace->split) {
+    encode_word(out, word_spans, pass);
+    return;
+  }
+  // Split MergedWithNext: a word starts at each replacement character.
+  const std::string_view whole = out;
+  std::size_t begin = 0;
+  for (std::size_t next = whole.find(mark, 1); begin < whole.size(); next = whole.find(mark, next + mark.size())) {
+    const std::size_t end = next == std::string_view::npos ? whole.size() : next;
+    encode_word(whole.substr(begin, end - begin), word_spans ? word_spans + begin : nullptr, pass);
+    begin = end;
+  }
+}
+
 // `spans` (null when not wanted): one per byte of `text`, the span in the
 // caller's text of the character the byte belongs to.
-void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const {
+void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpan* spans, Pass& pass,
+                                           bool at_start) const {
   if (text.empty()) return;
+  if (!byte_level) {  // no pre-tokenizer: the segment is one word
+    if (metaspace)
+      metaspace_segment(text, spans, pass, at_start);
+    else
+      encode_word(text, spans, pass);
+    return;
+  }
   BpeScratch& buffers = bpe_scratch();
   std::string_view segment = text;
   std::vector<TokenSpan>& segment_spans = buffers.segment_spans;
@@ -124,19 +209,8 @@ void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpa
       spans = segment_spans.data();
     }
   }
-  auto encode = [&](std::size_t begin, std::size_t end) {
-    if (!spans) {
-      model->encode_word(segment.substr(begin, end - begin), pass.out);
-      return;
-    }
-    std::vector<std::pair<uint32_t, uint32_t>>& ranges = buffers.token_ranges;
-    ranges.clear();
-    model->encode_word_ranges(segment.substr(begin, end - begin), pass.out, ranges);
-    for (const auto& [first, last] : ranges)
-      pass.spans->push_back(TokenSpan{spans[begin + first].begin, spans[begin + last - 1].end});
-  };
   if (!use_regex && !llama3_split) {
-    encode(0, segment.size());
+    encode_word(segment, spans, pass);
     return;
   }
   std::vector<std::pair<uint32_t, uint32_t>>& pieces = buffers.pieces;
@@ -145,15 +219,17 @@ void Tokenizer::Bpe::pre_tokenized_segment(std::string_view text, const TokenSpa
     byte_level::split_llama3(segment, pieces);
   else
     byte_level::split_gpt2(segment, pieces);
-  for (const auto& [begin, end] : pieces) encode(begin, end);
+  for (const auto& [begin, end] : pieces) encode_word(segment.substr(begin, end - begin), spans ? spans + begin : nullptr, pass);
 }
 
-void Tokenizer::Bpe::normalized_segment(std::string_view text, const TokenSpan* spans, Pass& pass) const {
+void Tokenizer::Bpe::normalized_segment(std::string_view text, const TokenSpan* spans, Pass& pass,
+                                        bool at_start) const {
   auto added = [&](std::string_view normalized, const TokenSpan* normalized_spans) {
     split_added_tokens(
         normalized, normalized_added,
         [&](std::string_view gap, std::size_t offset) {
-          pre_tokenized_segment(gap, normalized_spans ? normalized_spans + offset : nullptr, pass);
+          pre_tokenized_segment(gap, normalized_spans ? normalized_spans + offset : nullptr, pass,
+                                at_start && offset == 0);
         },
         [&](int32_t id, std::size_t begin, std::size_t end) {
           pass.out.push_back(id);
@@ -163,7 +239,9 @@ void Tokenizer::Bpe::normalized_segment(std::string_view text, const TokenSpan* 
   bool ascii = true;
   for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   bool changes = false;  // the NF* forms of ASCII text are itself
-  for (const BpeNormalizerStep step : normalizer) changes = changes || step == BpeNormalizerStep::kLowercase || !ascii;
+  for (const BpeNormalizerStep& step : normalizer)
+    changes = changes || step.kind == BpeNormalizerStep::kLowercase || step.kind == BpeNormalizerStep::kReplace ||
+              step.kind == BpeNormalizerStep::kPrepend || !ascii;
   if (!changes) {
     added(text, spans);
     return;
@@ -175,8 +253,10 @@ void Tokenizer::Bpe::normalized_segment(std::string_view text, const TokenSpan* 
     return;
   }
   std::vector<TokenSpan> normalized_spans(spans, spans + text.size());
-  for (const BpeNormalizerStep step : normalizer) {
-    switch (step) {
+  for (const BpeNormalizerStep& step : normalizer) {
+    switch (step.kind) {
+      case BpeNormalizerStep::kReplace: replace_all(normalized, &normalized_spans, step.pattern, step.content); break;
+      case BpeNormalizerStep::kPrepend: prepend_to(normalized, &normalized_spans, step.content); break;
       case BpeNormalizerStep::kNfc: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfc); break;
       case BpeNormalizerStep::kNfd: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfd); break;
       case BpeNormalizerStep::kNfkc: unicode::normalize_aligned(normalized, normalized_spans, unicode::NormalForm::kNfkc); break;
@@ -196,7 +276,9 @@ void Tokenizer::Bpe::tokenize(std::string_view text, std::vector<int32_t>& out, 
   const TokenSpan* base = spans ? text_spans.data() : nullptr;
   split_added_tokens(
       text, raw_added,
-      [&](std::string_view gap, std::size_t offset) { normalized_segment(gap, base ? base + offset : nullptr, pass); },
+      [&](std::string_view gap, std::size_t offset) {
+        normalized_segment(gap, base ? base + offset : nullptr, pass, offset == 0);
+      },
       [&](int32_t id, std::size_t begin, std::size_t end) {
         out.push_back(id);
         if (spans) spans->push_back(TokenSpan{base[begin].begin, base[end - 1].end});

@@ -368,27 +368,16 @@ void read_unigram_pre_tokenizer(const json& step, const std::string& name, Unigr
     if (!steps.is_array()) throw Error("'" + name + "': pre_tokenizer.pretokenizers must be a list");
     for (const json& inner : steps) read_unigram_pre_tokenizer(inner, name, out);
   } else if (type == "Metaspace") {
-    if (step.value("replacement", json("\xE2\x96\x81")) != "\xE2\x96\x81")
-      throw Error("'" + name + "': pre_tokenizer Metaspace replacement " + step["replacement"].dump() +
-                  " is not supported (SentencePiece's is \"\xE2\x96\x81\")");
-    // Both schemas: add_prefix_space (tokenizers < 0.19) or prepend_scheme (+ split).
-    bool prepend = tokjson::get_bool(step, "add_prefix_space", true, name);
-    if (step.contains("prepend_scheme") && !step["prepend_scheme"].is_null()) {
-      const json scheme = step["prepend_scheme"];
-      if (scheme == "first")
-        throw Error("'" + name + "': pre_tokenizer Metaspace prepend_scheme \"first\" is not supported (\"always\" and "
-                    "\"never\" are)");
-      if (scheme != "always" && scheme != "never")
-        throw Error("'" + name + "': pre_tokenizer Metaspace prepend_scheme must be \"always\", \"first\" or \"never\", "
-                    "not " + scheme.dump());
-      if (!prepend && scheme != "never")
-        throw Error("'" + name + "': pre_tokenizer Metaspace add_prefix_space false contradicts prepend_scheme " +
-                    scheme.dump());
-      prepend = scheme == "always";
-    }
-    tokjson::get_bool(step, "split", true, name);  // checked; SentencePiece splits at the spaces either way
+    const MetaspaceSpec metaspace = tokjson::read_metaspace(step, name);
+    if (metaspace.replacement != "\xE2\x96\x81")
+      throw Error("'" + name + "': pre_tokenizer Metaspace replacement \"" + metaspace.replacement +
+                  "\" is not supported (SentencePiece's is \"\xE2\x96\x81\")");
+    if (metaspace.prepend == MetaspaceSpec::Prepend::kFirst)
+      throw Error("'" + name + "': pre_tokenizer Metaspace prepend_scheme \"first\" is not supported with a Unigram "
+                  "model (\"always\" and \"never\" are)");
+    // split is read but not used: SentencePiece splits at the spaces either way.
     out.metaspace = true;
-    out.prepend = prepend;
+    out.prepend = metaspace.prepend == MetaspaceSpec::Prepend::kAlways;
   } else if (type == "Punctuation") {
     if (step.value("behavior", json("isolated")) != "isolated")
       throw Error("'" + name + "': pre_tokenizer Punctuation behavior " + step["behavior"].dump() +

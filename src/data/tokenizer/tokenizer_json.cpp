@@ -10,6 +10,7 @@
 #include "shardtrain/core/check.h"
 #include "shardtrain/core/text.h"
 #include "data/tokenizer/byte_level.h"
+#include "data/tokenizer/unicode_text.h"
 
 namespace shardtrain::tokjson {
 
@@ -269,23 +270,68 @@ void check_template_ids(const Tokenizer::Template& post, const std::vector<bool>
 void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out) {
   if (normalizer.is_null()) return;
   const std::string type = type_of(normalizer, name, "normalizer");
+  auto step = [&](BpeNormalizerStep::Kind kind) { out.push_back(BpeNormalizerStep{kind, {}, {}}); };
   if (type == "Sequence") {
-    for (const json& step : field(normalizer, "normalizers", name, "normalizer Sequence"))
-      read_normalizer(step, name, out);
+    const json& steps = field(normalizer, "normalizers", name, "normalizer Sequence");
+    if (!steps.is_array()) throw Error("'" + name + "': normalizer.normalizers must be a list");
+    for (const json& inner : steps) read_normalizer(inner, name, out);
   } else if (type == "NFC") {
-    out.push_back(BpeNormalizerStep::kNfc);
+    step(BpeNormalizerStep::kNfc);
   } else if (type == "NFD") {
-    out.push_back(BpeNormalizerStep::kNfd);
+    step(BpeNormalizerStep::kNfd);
   } else if (type == "NFKC") {
-    out.push_back(BpeNormalizerStep::kNfkc);
+    step(BpeNormalizerStep::kNfkc);
   } else if (type == "NFKD") {
-    out.push_back(BpeNormalizerStep::kNfkd);
+    step(BpeNormalizerStep::kNfkd);
   } else if (type == "Lowercase") {
-    out.push_back(BpeNormalizerStep::kLowercase);
+    step(BpeNormalizerStep::kLowercase);
+  } else if (type == "Replace") {  // Gemma, mmBERT, Llama-2: " " -> "▁"
+    const json& pattern = field(normalizer, "pattern", name, "normalizer Replace");
+    const json& content = field(normalizer, "content", name, "normalizer Replace");
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+        pattern["String"].get<std::string>().empty())
+      throw Error("'" + name + "': normalizer Replace pattern " + clip_for_message(pattern.dump(), 80) +
+                  " is not supported with a BPE model (a non-empty {\"String\": ...} is; a Regex pattern is not)");
+    if (!content.is_string()) throw Error("'" + name + "': normalizer Replace content must be a string");
+    out.push_back(BpeNormalizerStep{BpeNormalizerStep::kReplace, pattern["String"].get<std::string>(),
+                                    content.get<std::string>()});
+  } else if (type == "Prepend") {  // Llama-2: "▁" before the text
+    const json& prepend = field(normalizer, "prepend", name, "normalizer Prepend");
+    if (!prepend.is_string()) throw Error("'" + name + "': normalizer Prepend prepend must be a string");
+    out.push_back(BpeNormalizerStep{BpeNormalizerStep::kPrepend, {}, prepend.get<std::string>()});
   } else {
     throw Error("'" + name + "': normalizer type '" + type +
-                "' is not supported with a BPE model (NFC, NFD, NFKC, NFKD, Lowercase, Sequence)");
+                "' is not supported with a BPE model (NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Sequence)");
   }
+}
+
+MetaspaceSpec read_metaspace(const json& step, const std::string& name) {
+  MetaspaceSpec spec;
+  if (step.contains("replacement")) {
+    const json& replacement = step["replacement"];
+    const std::string text = replacement.is_string() ? replacement.get<std::string>() : std::string();
+    if (text.empty() || static_cast<std::size_t>(unicode::utf8_length(static_cast<unsigned char>(text[0]))) != text.size())
+      throw Error("'" + name + "': pre_tokenizer Metaspace replacement must be one character, not " +
+                  clip_for_message(replacement.dump(), 40));
+    spec.replacement = text;
+  }
+  // Both schemas: add_prefix_space (tokenizers < 0.19) or prepend_scheme (+ split).
+  const bool add_prefix_space = get_bool(step, "add_prefix_space", true, name);
+  spec.prepend = add_prefix_space ? MetaspaceSpec::Prepend::kAlways : MetaspaceSpec::Prepend::kNever;
+  if (step.contains("prepend_scheme") && !step["prepend_scheme"].is_null()) {
+    const json& scheme = step["prepend_scheme"];
+    if (scheme != "always" && scheme != "never" && scheme != "first")
+      throw Error("'" + name + "': pre_tokenizer Metaspace prepend_scheme must be \"always\", \"first\" or \"never\", "
+                  "not " + clip_for_message(scheme.dump(), 40));
+    if (!add_prefix_space && scheme != "never")
+      throw Error("'" + name + "': pre_tokenizer Metaspace add_prefix_space false contradicts prepend_scheme " +
+                  scheme.dump());
+    spec.prepend = scheme == "always" ? MetaspaceSpec::Prepend::kAlways
+                   : scheme == "first" ? MetaspaceSpec::Prepend::kFirst
+                                       : MetaspaceSpec::Prepend::kNever;
+  }
+  spec.split = get_bool(step, "split", true, name);
+  return spec;
 }
 
 // Llama-3's (EuroBERT's) Split: its regex, Isolated, not inverted.
@@ -303,13 +349,18 @@ bool is_llama3_split(const json& step, const std::string& name) {
 
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe) {
   const std::string type = pre.is_null() ? "null" : type_of(pre, name, "pre_tokenizer");
+  if (type == "null" || type == "Metaspace") {  // SentencePiece-style BPE (Gemma, mmBERT, Llama-2)
+    bpe.byte_level = false;
+    if (type == "Metaspace") bpe.metaspace = read_metaspace(pre, name);
+    return;
+  }
   if (type == "Sequence") {
     const json& steps = field(pre, "pretokenizers", name, "pre_tokenizer Sequence");
     if (steps.is_array() && steps.size() == 1) return read_pre_tokenizer(steps[0], name, bpe);
     // Split (Llama-3's regex), then ByteLevel without its own regex.
     if (steps.is_array() && steps.size() == 2 && is_llama3_split(steps[0], name)) {
       read_pre_tokenizer(steps[1], name, bpe);
-      if (bpe.use_regex || bpe.add_prefix_space)
+      if (!bpe.byte_level || bpe.use_regex || bpe.add_prefix_space)
         throw Error("'" + name + "': after Llama-3's Split, the ByteLevel pre_tokenizer must have use_regex false "
                     "and add_prefix_space false (as Llama-3's and EuroBERT's files do)");
       bpe.llama3_split = true;
@@ -317,8 +368,9 @@ void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe
     }
   }
   if (type != "ByteLevel")
-    throw Error("'" + name + "': a BPE model needs the ByteLevel pre_tokenizer (byte-level BPE), not '" + type +
-                "'; shardtrain reads byte-level BPE (GPT-2, RoBERTa, ModernBERT) and WordPiece tokenizers");
+    throw Error("'" + name + "': pre_tokenizer '" + type + "' is not supported with a BPE model (ByteLevel, "
+                "Llama-3's Split then ByteLevel, Metaspace, or none; shardtrain reads byte-level BPE (GPT-2, "
+                "RoBERTa, ModernBERT, Llama-3) and SentencePiece-style BPE (Gemma, mmBERT, Llama-2))");
   bpe.add_prefix_space = get_bool(pre, "add_prefix_space", false, name);
   bpe.use_regex = get_bool(pre, "use_regex", true, name);
 }

@@ -80,6 +80,9 @@ void read_post_processor(const json& processor, const std::string& name, Tokeniz
 void check_template_ids(const Tokenizer::Template& post, const std::vector<bool>& has_token, const std::string& name);
 void read_normalizer(const json& normalizer, const std::string& name, std::vector<BpeNormalizerStep>& out);
 void read_pre_tokenizer(const json& pre, const std::string& name, Tokenizer::Bpe& bpe);
+// A Metaspace pre-tokenizer's fields, in either schema (add_prefix_space, or
+// prepend_scheme and split).
+MetaspaceSpec read_metaspace(const json& step, const std::string& name);
 // bpe.tokens / token_ids from the model vocabulary and bpe.added.
 void index_tokens(Tokenizer::Bpe& bpe, const std::vector<std::pair<std::string, int32_t>>& vocab);
 // pad (required), unk, mask from the configs or the usual names; cls / sep
