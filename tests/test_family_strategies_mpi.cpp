@@ -52,7 +52,7 @@ constexpr int64_t kFamilyLength = 9;  // longer than the ModernBERT fixture's wi
 const char* const kFamilyFixtures[] = {"roberta_l2",        "electra_project_l2",      "distilbert_l2",
                                        "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3",
                                        "deberta_v3_l2",     "deberta_v2_separate_l2", "eurobert_late_gqa_l2",
-                                       "eurobert_mean_bias_l2"};
+                                       "eurobert_mean_bias_l2", "gte_new_ntk_l2",        "gte_token_l2"};
 
 // The fixture's config (tests/fixtures/family_golden/), dropout off so that
 // every strategy sees the same function.
@@ -61,6 +61,7 @@ EncoderConfig family_config(const std::string& fixture) {
       EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/fixtures/family_golden/" + fixture + "/config.json");
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = c.embedding_dropout = 0;
   c.classifier_dropout = 0;
+  c.task = Task::kSequenceClassification;  // one label per row (gte_token_l2: its layout as a classifier)
   c.max_position_embeddings = std::max<int64_t>(c.max_position_embeddings, kFamilyLength + 4);
   return c;
 }

@@ -74,6 +74,16 @@ EncoderConfig memory_estimate_model(const std::string& family) {
             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
             "max_position_embeddings": 128, "attention_dropout": 0.1, "pad_token_id": 0, "num_labels": 2})",
         "eurobert test config");
+  if (family == "gte" || family == "gte-native") {  // GTE's hub layout (fused qkv_proj) and transformers' (q/k/v)
+    EncoderConfig c = EncoderConfig::from_json(
+        std::string(R"({"model_type": ")") + (family == "gte" ? "new" : "gte") +
+            R"(", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+            "intermediate_size": 128, "max_position_embeddings": 128, "type_vocab_size": 2, "pad_token_id": 0,
+            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1})",
+        family + " test config");
+    c.set_num_labels(2);
+    return c;
+  }
   const std::string json =
       family == "modernbert"
           ? R"({"model_type": "modernbert", "vocab_size": 200, "hidden_size": 64, "num_hidden_layers": 4,
@@ -149,7 +159,7 @@ TEST_CASE("estimated activations are within 10% of the measured ones, with and w
           doctest::skip(kSanitized)) {
   const int64_t L = 128;
   for (const std::string family : {"bert", "modernbert", "modernbert mean", "deberta", "bert tokens", "modernbert tokens",
-                                   "eurobert", "eurobert tokens"}) {
+                                   "eurobert", "eurobert tokens", "gte", "gte-native tokens"}) {
     EncoderConfig config = memory_estimate_model(family.substr(0, family.find(' ')));
     if (family == "modernbert mean") config.classifier_pooling = "mean";
     if (family.find("tokens") != std::string::npos) {  // the head on every token

@@ -1,4 +1,4 @@
-// RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2 and EuroBERT classifiers against an
+// RoBERTa, DistilBERT, ELECTRA, ModernBERT, DeBERTa-v2, EuroBERT and GTE models against an
 // independent float64 PyTorch reference of each (tests/fixtures/make_family_golden.py):
 // logits, loss and every parameter's gradient, padded and packed; HF folders
 // exported and read back; bf16 against fp32.
@@ -29,7 +29,8 @@ const char* const kFixtures[] = {"roberta_l2",        "electra_project_l2",     
                                  "distilbert_sinusoidal_l1", "modernbert_cls_l4", "modernbert_mean_bias_l3",
                                  "deberta_v3_l2",     "deberta_v2_separate_l2",  "deberta_c2p_l1",
                                  "deberta_v3_buckets_l1", "eurobert_late_gqa_l2", "eurobert_mean_bias_l2",
-                                 "eurobert_bos_mqa_l1", "eurobert_tokens_l2"};
+                                 "eurobert_bos_mqa_l1", "eurobert_tokens_l2", "gte_new_ntk_l2",
+                                 "gte_new_qkv_regression_l2", "gte_token_l2"};
 
 // Tolerances as in tests/test_bert.cpp (same sizes, same depth): elementwise
 // |got - want| <= tol + tol |want| against the fp64 truth rounded to fp32.
@@ -309,6 +310,30 @@ TEST_CASE("families: configs refuse what a family cannot be, naming the key") {
   fails(R"({"model_type": "eurobert", "classifier_pooling": "cls"})", "is not \"bos\", \"mean\" or \"late\"");
   fails(R"({"model_type": "eurobert", "architectures": ["EuroBertForQuestionAnswering"]})",
         "transformers has no EuroBertForQuestionAnswering");
+  // GTE: what is not implemented is refused by name; keys that do not change the math are kept.
+  fails(R"({"model_type": "new", "logn_attention_scale": true})", "\"logn_attention_scale\": is true");
+  fails(R"({"model_type": "new", "layer_norm_type": "rms_norm"})", "\"layer_norm_type\": \"rms_norm\"");
+  fails(R"({"model_type": "new", "position_embedding_type": "absolute"})", "\"position_embedding_type\"");
+  fails(R"({"model_type": "new", "rope_scaling": {"type": "dynamic", "factor": 2}})",
+        "\"rope_scaling\": type \"dynamic\"");
+  fails(R"({"model_type": "new", "rope_scaling": {"type": "ntk", "factor": 2, "mixed_b": 0.5}})", "mixed_b");
+  fails(R"({"model_type": "new", "rope_scaling": {"type": "ntk", "factor": 0.5}})", "factor must be >= 1");
+  fails(R"({"model_type": "gte", "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000}})",
+        "\"rope_parameters\": rope_type \"yarn\"");
+  fails(R"({"model_type": "gte", "hidden_size": 12, "num_attention_heads": 4})", "must be even for rotary");
+  const EncoderConfig gte_new = EncoderConfig::from_json(
+      R"({"model_type": "new", "unpad_inputs": true, "use_memory_efficient_attention": true, "type_vocab_size": 0})");
+  CHECK_FALSE(gte_new.has_token_types());
+  CHECK(nlohmann::json::parse(gte_new.to_json())["unpad_inputs"] == true);
+  CHECK(gte_new.base_prefix() == "new.");
+  // transformers' GteConfig converts the hub's NTK scaling to a linear one with a larger base.
+  const EncoderConfig gte_legacy = EncoderConfig::from_json(
+      R"({"model_type": "gte", "hidden_size": 32, "num_attention_heads": 2, "rope_theta": 100,
+          "rope_scaling": {"type": "ntk", "factor": 4}})");
+  CHECK(gte_legacy.rope_scaling_type == "linear");
+  CHECK(gte_legacy.rope_theta == doctest::Approx(400.0));
+  CHECK(gte_legacy.rope_scaling_factor == doctest::Approx(std::pow(4.0, 2.0 / 16.0)));
+  CHECK(gte_legacy.base_prefix() == "gte.");
   // Accepted names of the RoBERTa architecture.
   CHECK(EncoderConfig::from_json(R"({"model_type": "xlm-roberta"})").family == ModelFamily::kRoberta);
   CHECK(EncoderConfig::from_json(R"({"model_type": "xlm-roberta"})").architecture() ==
@@ -350,15 +375,18 @@ TEST_CASE("families: the spec table (model/family_spec.h) is whole and agrees wi
         CHECK(matches == config.num_hidden_layers);
       }
     }
-    // The bare model's modules are where the plan's encoder tensors live.
-    const EncoderConfig config =
-        EncoderConfig::from_json(std::string(R"({"model_type": ")") + spec->model_types.front().name + R"("})");
-    for (const ParameterSpec& p : parameter_plan(config)) {
-      if (p.unit == config.head_unit() && p.name.rfind(spec->base_prefix, 0) != 0) continue;  // the task head
-      const std::string rest = p.name.substr(std::string(spec->base_prefix).size());
-      bool found = false;
-      for (const std::string& module : spec->base_modules) found = found || rest.rfind(module, 0) == 0;
-      CHECK_MESSAGE(found, p.name);
+    // The bare model's modules are where the plan's encoder tensors live (under
+    // each model_type's prefix: GTE's layouts have their own).
+    for (const ModelType& type : spec->model_types) {
+      const EncoderConfig config = EncoderConfig::from_json(std::string(R"({"model_type": ")") + type.name + R"("})");
+      for (const ParameterSpec& p : parameter_plan(config)) {
+        if (p.unit == config.head_unit() && p.name.rfind(config.base_prefix(), 0) != 0) continue;  // the task head
+        REQUIRE(p.name.rfind(config.base_prefix(), 0) == 0);
+        const std::string rest = p.name.substr(config.base_prefix().size());
+        bool found = false;
+        for (const std::string& module : spec->base_modules) found = found || rest.rfind(module, 0) == 0;
+        CHECK_MESSAGE(found, p.name);
+      }
     }
   }
   // Keys are named as the family's config.json spells them.

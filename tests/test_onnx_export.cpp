@@ -169,10 +169,11 @@ TEST_CASE("ONNX export: ONNX Runtime computes every family's logits, batch sizes
   for (const char* name : {"roberta_l2", "electra_project_l2", "distilbert_l2", "distilbert_sinusoidal_l1",
                            "modernbert_cls_l4", "modernbert_mean_bias_l3", "deberta_v3_l2", "deberta_v2_separate_l2",
                            "deberta_c2p_l1", "deberta_v3_buckets_l1", "eurobert_late_gqa_l2", "eurobert_mean_bias_l2",
-                           "eurobert_bos_mqa_l1"}) {
+                           "eurobert_bos_mqa_l1", "gte_new_ntk_l2", "gte_token_l2"}) {
     CAPTURE(name);
     check_family(fixture(name, Task::kSequenceClassification, 3), 11);
   }
+  check_family(fixture("gte_new_qkv_regression_l2", Task::kSequenceClassification, 1), 14);
   check_family(shardtrain_test::tiny_bert_config(), 12);
   EncoderConfig regression = shardtrain_test::tiny_bert_config();
   regression.set_num_labels(1);
@@ -187,6 +188,9 @@ TEST_CASE("ONNX export: every task (token classification, multiple choice, quest
   check_family(fixture("deberta_v3_l2", Task::kTokenClassification, 3), 26);
   check_family(fixture("deberta_v2_separate_l2", Task::kMultipleChoice, 1), 27);
   check_family(fixture("eurobert_tokens_l2", Task::kTokenClassification, 3), 28);
+  check_family(fixture("gte_token_l2", Task::kTokenClassification, 5), 41);
+  check_family(fixture("gte_new_ntk_l2", Task::kMultipleChoice, 1), 42);
+  check_family(fixture("gte_token_l2", Task::kQuestionAnswering, 2), 43);
   EncoderConfig qa = shardtrain_test::tiny_bert_config();
   qa.task = Task::kQuestionAnswering;
   qa.set_num_labels(2);

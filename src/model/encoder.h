@@ -114,10 +114,12 @@ struct RelativeContext {
   RelativePositions positions;
 };
 
-// RoPE tables for positions [N] and head size Dh: cos, sin [N, Dh] in fp32.
+// RoPE tables for positions [N] and head size Dh: cos, sin [N, Dh] in fp32;
+// positions divided by linear_factor (LayerSpec::rope_linear_factor).
 struct Rotary {
   at::Tensor cos, sin;
-  static Rotary for_positions(const at::Tensor& positions, int64_t head_dim, double theta);
+  static Rotary for_positions(const at::Tensor& positions, int64_t head_dim, double theta,
+                              double linear_factor = 1.0);
 };
 
 // Inputs of a layer's attention: the padded [B, L, D] case (mask) or the

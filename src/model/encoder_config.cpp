@@ -220,7 +220,11 @@ std::string EncoderConfig::architecture() const {
   return std::string(family_spec(family).model_type(model_type).class_prefix) + task_rules(task).class_suffix();
 }
 
-std::string EncoderConfig::base_prefix() const { return family_spec(family).base_prefix; }
+std::string EncoderConfig::base_prefix() const {
+  const FamilySpec& spec = family_spec(family);
+  const char* own = spec.model_type(model_type).base_prefix;
+  return own ? own : spec.base_prefix;
+}
 
 int64_t EncoderConfig::embedding_width() const {
   return family_spec(family).separate_embedding_width ? embedding_size : hidden_size;

@@ -197,11 +197,12 @@ at::Tensor norm(NormKind kind, const at::Tensor& x, const at::Tensor& weight, co
   return kind == NormKind::kRmsNorm ? rms_norm(x, weight, eps) : layer_norm(x, weight, bias, eps);
 }
 
-Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, double theta) {
+Rotary Rotary::for_positions(const at::Tensor& positions, int64_t head_dim, double theta, double linear_factor) {
   // inv_freq = theta^(-2i/Dh); angles in float64 and rounded once, so that long
   // positions (8192) keep fp32 accuracy (HF computes them in fp32).
   const at::Tensor exponents = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble)) / head_dim;
-  const at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();  // [Dh / 2]
+  at::Tensor inv_freq = at::pow(theta, exponents).reciprocal();  // [Dh / 2]
+  if (linear_factor != 1.0) inv_freq = inv_freq / linear_factor;
   const at::Tensor angles = positions.to(at::kCPU, at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
   const at::Tensor both = at::cat({angles, angles}, 1);  // [N, Dh]
   Rotary r;
@@ -230,6 +231,9 @@ at::Tensor encoder_layer(const LayerSpec& spec, const UnitWeights& w, const at::
     at::Tensor inner = linear_at(w, Slot::kMlpInWeight, x, training);
     if (w[Slot::kMlpGateWeight].defined()) {  // EuroBERT: act(gate_proj(x)) * up_proj(x)
       inner = apply_activation(spec.activation, linear_at(w, Slot::kMlpGateWeight, x, training)) * inner;
+    } else if (spec.gate_second_half) {  // GTE's up_gate_proj: [up, gate]
+      const int64_t I = inner.size(-1) / 2;
+      inner = inner.narrow(-1, 0, I) * apply_activation(spec.activation, inner.narrow(-1, I, I));
     } else if (spec.gated_mlp) {
       const int64_t I = inner.size(-1) / 2;
       inner = apply_activation(spec.activation, inner.narrow(-1, 0, I)) * inner.narrow(-1, I, I);

@@ -175,7 +175,7 @@ at::Tensor TaskModel::forward(const at::Tensor& input_ids, const at::Tensor& tok
     }
     if (spec.rope_theta > 0)
       a.rotary = detail::Rotary::for_positions(at::arange(L, input_ids.options().dtype(at::kLong)),
-                                               m.config.head_dim(), spec.rope_theta);
+                                               m.config.head_dim(), spec.rope_theta, spec.rope_linear_factor);
     hidden = m.run_layer(i, hidden, a);
   }
   const at::Tensor keep_f = keep.to(hidden.scalar_type()).unsqueeze(-1);  // [B, L, 1]
@@ -236,7 +236,8 @@ at::Tensor TaskModel::forward_packed(const at::Tensor& input_ids, const at::Tens
       auto found = rotary.find(spec.rope_theta);
       if (found == rotary.end())
         found = rotary.emplace(spec.rope_theta, detail::Rotary::for_positions(in_sequence, m.config.head_dim(),
-                                                                               spec.rope_theta)).first;
+                                                                               spec.rope_theta,
+                                                                               spec.rope_linear_factor)).first;
       a.rotary = found->second;
     }
     hidden = m.run_layer(i, hidden, a);
@@ -282,7 +283,7 @@ at::Tensor TaskModel::forward_layer(int64_t i, const at::Tensor& hidden, const a
   a.relative = m.relative_context(hidden.size(1), hidden.device(), /*hooked=*/false);
   if (spec.rope_theta > 0)
     a.rotary = detail::Rotary::for_positions(at::arange(hidden.size(1), at::kLong), m.config.head_dim(),
-                                             spec.rope_theta);
+                                             spec.rope_theta, spec.rope_linear_factor);
   return detail::encoder_layer(spec, m.units[static_cast<size_t>(m.config.layer_unit(i))], hidden, a, m.training);
 }
 

@@ -116,9 +116,12 @@ double relative_rows(const EncoderConfig& c, double L) {
 //     dropout mask after the output projection [p > 0]        T D e
 //     LayerNorm input; its output (the MLP's input)           T D 4 + T D e
 //     MLP: activation input, activation output                2 T I e
+//       gated (GTE): the [T, 2I] projection (or gate and up), the
+//       activated half, the product (+ its dropout mask)       4 T I e (+ T I e)
 //     dropout mask after the MLP [p > 0]                      T D e
 //     LayerNorm input                                         T D 4
-//     the concatenated QKV weight and bias (3 parameters)     (3 D^2 + 3 D) e
+//     the concatenated QKV weight and bias (3 parameters;     (3 D^2 + 3 D) e
+//       none for a fused qkv_proj)
 //   pre-norm with a gated MLP (ModernBERT: Wi [2I, D])
 //     LayerNorm input + output, twice (layer 0 has no attn_norm)
 //     q, k, v; probabilities (+ mask); context; output mask [p > 0]
@@ -140,7 +143,7 @@ double relative_rows(const EncoderConfig& c, double L) {
 //     probabilities, and their dropout mask                   nb H Bq W (4 + e [p > 0])
 //       in place of q, k, v and the B H L^2 probabilities above
 double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, double L, double e, bool cpu,
-                              const LocalAttention& local, const TrainedLinears& trained, bool& grad) {
+                              const LocalAttention& local, const TrainedLinears& trained, bool fused_qkv, bool& grad) {
   const double D = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
                H = static_cast<double>(c.num_attention_heads), T = B * L;
   const LayerSpec spec = LayerSpec::of(c, layer);
@@ -181,7 +184,7 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
     grad = mlp_in_grad || keeps(Slot::kMlpOutWeight);
     return norms + attention_core + mlp + adapters;
   }
-  const double qkv_weight = grad ? (3 * D * D + 3 * D) * e : 0.0;
+  const double qkv_weight = grad && !fused_qkv ? (3 * D * D + 3 * D) * e : 0.0;
   double position_terms = 0;
   if (c.has_relative_unit()) {
     const double R = relative_rows(c, L);
@@ -190,7 +193,9 @@ double layer_activation_bytes(const EncoderConfig& c, int64_t layer, double B, d
                      (spec.position_dropout > 0 && position_keeps ? 2 * R * D * e : 0.0);
   }
   const bool mlp_out_grad = mlp_in_grad || keeps(Slot::kMlpOutWeight);
-  const double mlp = (mlp_in_grad ? T * I * e : 0.0) + (keeps(Slot::kMlpOutWeight) ? T * I * e : 0.0) +
+  const double mlp_inner =
+      spec.gated_mlp ? 3 * T * I * e + (spec.mlp_inner_dropout > 0 ? T * I * e : 0.0) : T * I * e;
+  const double mlp = (mlp_in_grad ? mlp_inner : 0.0) + (keeps(Slot::kMlpOutWeight) ? T * I * e : 0.0) +
                      (spec.mlp_out_dropout > 0 && mlp_out_grad ? TD * e : 0.0);
   grad = mlp_norm_grad || mlp_out_grad;
   return position_terms + (qkv_keeps ? TD * e : 0.0) + attention_core + (mlp_norm_grad ? TD * 4 : 0.0) + mlp_input +
@@ -299,8 +304,11 @@ ActivationEstimate estimate_activations(const EncoderConfig& model, int64_t batc
   const LocalAttention local = local_attention(model, B, seq_len, unpadded);
   double all_layers = 0;
   bool grad = trained.trains(0);  // layer 0's input needs a gradient: the embeddings train
+  const std::vector<ParameterSpec> plan = parameter_plan(model);
+  const bool fused_qkv =
+      std::any_of(plan.begin(), plan.end(), [](const ParameterSpec& p) { return p.slot == Slot::kQkvWeight; });
   for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
-    const double layer = layer_activation_bytes(model, i, B, L, e, device_is_cpu, local, trained, grad);
+    const double layer = layer_activation_bytes(model, i, B, L, e, device_is_cpu, local, trained, fused_qkv, grad);
     a.layer_bytes = std::max(a.layer_bytes, layer);
     all_layers += layer;
   }

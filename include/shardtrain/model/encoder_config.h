@@ -10,6 +10,7 @@
 //   electra                             kElectra     ElectraForSequenceClassification
 //   modernbert                          kModernBert  ModernBertForSequenceClassification
 //   deberta-v2 (DeBERTa-v2 and v3)      kDebertaV2   DebertaV2ForSequenceClassification
+//   new (GTE's hub layout), gte         kGte         NewForSequenceClassification, GteForSequenceClassification
 //
 //   EncoderConfig config = EncoderConfig::from_file("roberta-base/config.json");
 //   config.set_num_labels(3);
@@ -60,7 +61,7 @@ enum class ModelFamily {
 #undef SHARDTRAIN_FAMILY_ENUMERATOR
 };
 
-// "bert", "roberta", "distilbert", "electra", "modernbert", "deberta-v2".
+// "bert", "roberta", "distilbert", "electra", "modernbert", "deberta-v2", "gte".
 const char* family_name(ModelFamily family);
 
 struct EncoderConfig {
@@ -120,7 +121,7 @@ struct EncoderConfig {
   // Grouped-query attention: key and value heads, each shared by
   // num_attention_heads / num_key_value_heads query heads; 0 = num_attention_heads.
   int64_t num_key_value_heads = 0;
-  double rope_theta = 10000.0;  // RoPE's base (ModernBERT has global_rope_theta and local_rope_theta)
+  double rope_theta = 10000.0;  // RoPE's base, also GTE's (ModernBERT has global_rope_theta and local_rope_theta)
 
   // --- DeBERTa-v2 / v3 (docs/DESIGN.md, "DeBERTa-v2") ---
   // Disentangled attention: content-to-position ("c2p") and position-to-content
@@ -135,6 +136,13 @@ struct EncoderConfig {
   bool position_biased_input = true;     // absolute position embeddings added to the input (v3: false)
   double pooler_dropout = 0.0;           // ContextPooler: on the first token, before its dense
   std::string pooler_hidden_act = "gelu";  // ContextPooler's activation (an ACT2FN name)
+
+  // --- GTE: the hub layout ("new") and transformers' ("gte"); its base is rope_theta ---
+  // "" (none); "ntk" (the hub layout's NTKScalingRotaryEmbedding: base x
+  // factor, frequencies / factor^(2 / head size)); "linear" (positions / factor).
+  std::string rope_scaling_type;
+  double rope_scaling_factor = 1.0;
+  bool pack_qkv = true;  // "new": one qkv_proj [3D, D]; false: q_proj, k_proj, v_proj
 
   // --- the task ---
   // What the head does (each family's file lists its head per task,
@@ -193,7 +201,8 @@ struct EncoderConfig {
   // choice: 1 per choice) or per token (token classification: num_labels).
   int64_t head_outputs() const;
   // The prefix of the encoder's parameters in HF's state dict: "bert.",
-  // "roberta.", "distilbert.", "electra.", "model." (ModernBERT), "deberta.".
+  // "roberta.", "distilbert.", "electra.", "model." (ModernBERT), "deberta.",
+  // "new." or "gte." (GTE, by model_type).
   std::string base_prefix() const;
   // Whether the model takes token type ids (type_vocab_size > 0).
   bool has_token_types() const { return type_vocab_size > 0; }

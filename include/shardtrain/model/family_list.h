@@ -12,4 +12,5 @@
   ROW(kElectra, electra_family)        \
   ROW(kModernBert, modernbert_family)  \
   ROW(kDebertaV2, deberta_v2_family)   \
-  ROW(kEuroBert, eurobert_family)
+  ROW(kEuroBert, eurobert_family)      \
+  ROW(kGte, gte_family)

@@ -56,7 +56,13 @@ struct LayerSpec {
   double attention_out_dropout = 0.0;  // after the attention output projection (0 for DistilBERT)
   double mlp_inner_dropout = 0.0;      // ModernBERT: before Wo
   double mlp_out_dropout = 0.0;        // after the MLP's output projection
-  double rope_theta = 0.0;             // > 0: rotary positions (ModernBERT)
+  double rope_theta = 0.0;             // > 0: rotary positions (ModernBERT, EuroBERT, GTE)
+  // > 1: rotary positions divided by it (HF's "linear" RoPE scaling; GTE's NTK
+  // scaling is this with a larger theta, as transformers' GteConfig converts it).
+  double rope_linear_factor = 1.0;
+  // GTE's fused up_gate_proj: [up, gate], up * act(gate) (ModernBERT's Wi
+  // activates its first half).
+  bool gate_second_half = false;
   int64_t half_window = -1;            // >= 0: keys within this distance only (ModernBERT local layers)
   // Attention scores (B x H x L x Lk elements) above which the CPU kernel
   // computes in blocks of query rows and keeps no score matrix for backward:
@@ -142,6 +148,9 @@ struct ModelType {
   // (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING); empty: PEFT has
   // none, and the user must name them.
   std::vector<std::string> lora_target_modules;
+  // The encoder's prefix when it differs by model_type (GTE: "new." for the
+  // hub layout, "gte." for transformers'); nullptr: the family's base_prefix.
+  const char* base_prefix = nullptr;
 };
 
 // Whether the family has token-type embeddings.
@@ -156,7 +165,8 @@ struct FamilySpec {
   const char* name;  // "bert", "roberta", ... (family_name)
   // config.json's model_type values; the first is the family's own.
   std::vector<ModelType> model_types;
-  // The prefix of the encoder's parameters in HF's state dict ("bert.").
+  // The prefix of the encoder's parameters in HF's state dict ("bert."; a
+  // model_type may have its own, ModelType::base_prefix).
   const char* base_prefix;
   // The top-level modules of the bare base model (BertModel, ...): a
   // checkpoint of the bare model names them without base_prefix.

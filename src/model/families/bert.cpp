@@ -16,14 +16,6 @@ void plan(const EncoderConfig& c, PlanBuilder& b) {
   plan_bert_heads(c, b, "bert.pooler.dense", "classifier", "bert.pooler.dense");
 }
 
-// BertPooler (dense, tanh), dropout, classifier: both sequence-level tasks.
-PooledHeadRecipe pooled_head(const EncoderConfig& c) {
-  PooledHeadRecipe r;
-  r.activation = "tanh";
-  r.dropout_out = c.effective_classifier_dropout();
-  return r;
-}
-
 }  // namespace bert_impl
 
 const FamilySpec& bert_family() {
@@ -47,7 +39,7 @@ const FamilySpec& bert_family() {
       plan,
       bert_embeddings,
       post_norm_layer,
-      pooled_head,
+      bert_pooler_head,
       bert_token_head};
   return spec;
 }

@@ -138,6 +138,13 @@ PooledHeadRecipe classification_head(const EncoderConfig& c, const char* activat
   return r;
 }
 
+PooledHeadRecipe bert_pooler_head(const EncoderConfig& c) {
+  PooledHeadRecipe r;
+  r.activation = "tanh";
+  r.dropout_out = c.effective_classifier_dropout();
+  return r;
+}
+
 LayerSpec post_norm_layer(const EncoderConfig& c, int64_t /*layer*/) {
   LayerSpec s = LayerSpec::common(c);
   s.attention_out_dropout = c.hidden_dropout_prob;

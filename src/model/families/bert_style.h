@@ -55,6 +55,10 @@ void plan_dense_classifier_heads(const EncoderConfig& c, PlanBuilder& b, const s
 // (`choice_dropout`), classifier.
 PooledHeadRecipe classification_head(const EncoderConfig& c, const char* activation, double choice_dropout);
 
+// BertPooler (dense + tanh on the first token), dropout (classifier_dropout,
+// else hidden_dropout_prob), classifier: BERT's and GTE's sequence-level head.
+PooledHeadRecipe bert_pooler_head(const EncoderConfig& c);
+
 // The post-norm layer: dropout after the attention output and after the MLP
 // (hidden_dropout_prob).
 LayerSpec post_norm_layer(const EncoderConfig& c, int64_t layer);

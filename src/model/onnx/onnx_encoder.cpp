@@ -245,12 +245,13 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
   };
   auto mlp = [&](const std::string& in) {
     std::string inner = linear(in, u, Slot::kMlpInWeight);
-    if (has(u, Slot::kMlpGateWeight)) {  // EuroBERT: act(gate_proj(x)) * up_proj(x)
+    if (has(u, Slot::kMlpGateWeight)) {  // EuroBERT, GTE's own layout: act(gate_proj(x)) * up_proj(x)
       inner = g.node("Mul", {activation(spec.activation, linear(in, u, Slot::kMlpGateWeight)), inner});
-    } else if (spec.gated_mlp) {
+    } else if (spec.gated_mlp) {  // [input, gate]: act(input) * gate; GTE's [up, gate]: up * act(gate)
       g.node("Split", {inner}, [](auto& n) { set_int(n, "axis", -1); }, 2);
       const std::vector<std::string> parts = g.last_outputs();
-      inner = g.node("Mul", {activation(spec.activation, parts[0]), parts[1]});
+      inner = spec.gate_second_half ? g.node("Mul", {parts[0], activation(spec.activation, parts[1])})
+                                    : g.node("Mul", {activation(spec.activation, parts[0]), parts[1]});
     } else {
       inner = activation(spec.activation, inner);
     }
@@ -359,7 +360,8 @@ void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, O
     if (spec.rope_theta > 0) {
       if (!rotary.count(spec.rope_theta)) {
         // The tables of every position, sliced to the batch's length (as Rotary::for_positions computes them).
-        const detail::Rotary table_rows = detail::Rotary::for_positions(at::arange(c.max_position_embeddings, at::kLong), c.head_dim(), spec.rope_theta);
+        const detail::Rotary table_rows = detail::Rotary::for_positions(
+            at::arange(c.max_position_embeddings, at::kLong), c.head_dim(), spec.rope_theta, spec.rope_linear_factor);
         auto sliced = [&](const at::Tensor& t, const char* what) {
           const std::string all = g.initializer(str_format("rotary.%s.theta_%g", what, spec.rope_theta), t.unsqueeze(1));
           return g.node("Slice", {all, g.ints({0}), g.node("Unsqueeze", {length, g.ints({0})}), g.ints({0})});
