@@ -310,6 +310,27 @@ TEST_CASE("families: configs refuse what a family cannot be, naming the key") {
   fails(R"({"model_type": "eurobert", "classifier_pooling": "cls"})", "is not \"bos\", \"mean\" or \"late\"");
   fails(R"({"model_type": "eurobert", "architectures": ["EuroBertForQuestionAnswering"]})",
         "transformers has no EuroBertForQuestionAnswering");
+  fails(R"({"model_type": "eurobert", "num_key_value_heads": 0})", "\"num_key_value_heads\": must be > 0");
+  fails(R"({"model_type": "eurobert", "clf_pooling": "bos", "classifier_pooling": "mean"})",
+        "\"clf_pooling\": \"bos\" contradicts classifier_pooling \"mean\"");
+  fails(R"({"model_type": "gte", "pack_qkv": true})", "\"pack_qkv\": belongs to the hub layout");
+  fails(R"({"model_type": "gte", "rope_parameters": {"rope_type": "default"}, "rope_scaling": {"type": "ntk", "factor": 2}})",
+        "\"rope_scaling\": is given beside rope_parameters");
+  // EuroBERT's hub code saved the pooling as clf_pooling: it is the checkpoint's.
+  CHECK(EncoderConfig::from_json(R"({"model_type": "eurobert", "clf_pooling": "bos"})").classifier_pooling == "bos");
+  // GTE's hub layout without pad_token_id: no padding row (NewConfig has no
+  // default), written back as null; with one, the usual padding row.
+  {
+    const EncoderConfig none = EncoderConfig::from_json(R"({"model_type": "new", "num_attention_heads": 12})");
+    CHECK_FALSE(none.word_padding_row);
+    CHECK(nlohmann::json::parse(none.to_json())["pad_token_id"].is_null());
+    for (const ParameterSpec& p : parameter_plan(none))
+      if (p.slot == Slot::kWordEmbeddings) CHECK(p.padding_row == -1);
+    CHECK_FALSE(EncoderConfig::from_json(none.to_json()).word_padding_row);
+    const EncoderConfig with = EncoderConfig::from_json(R"({"model_type": "new", "pad_token_id": 0})");
+    CHECK(with.word_padding_row);
+    CHECK(nlohmann::json::parse(with.to_json())["pad_token_id"] == 0);
+  }
   // GTE: what is not implemented is refused by name; keys that do not change the math are kept.
   fails(R"({"model_type": "new", "logn_attention_scale": true})", "\"logn_attention_scale\": is true");
   fails(R"({"model_type": "new", "layer_norm_type": "rms_norm"})", "\"layer_norm_type\": \"rms_norm\"");

@@ -50,7 +50,8 @@ struct WordLookup : public torch::autograd::Function<WordLookup> {
 at::Tensor embed(const EncoderConfig& c, const EmbeddingRecipe& recipe, const UnitWeights& w,
                  const at::Tensor& input_ids, const at::Tensor& token_type_ids, const at::Tensor& positions,
                  bool training) {
-  at::Tensor x = WordLookup::apply(w[Slot::kWordEmbeddings], input_ids, c.pad_token_id);  // [..., E]
+  at::Tensor x = WordLookup::apply(w[Slot::kWordEmbeddings], input_ids,
+                                   c.word_padding_row ? c.pad_token_id : -1);  // [..., E]
   const double p = recipe.dropout;
   auto add_positions = [&] {
     if (!recipe.absolute_positions) return;

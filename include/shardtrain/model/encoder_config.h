@@ -101,6 +101,11 @@ struct EncoderConfig {
   double initializer_range = 0.02;
   double layer_norm_eps = 1e-12;      // ModernBERT: norm_eps; DistilBERT: fixed 1e-12; DeBERTa: 1e-7
   int64_t pad_token_id = 0;
+  // Whether the word embedding has a padding row at pad_token_id (nn.Embedding's
+  // padding_idx: zero at init, no gradient). False only where config.json's
+  // pad_token_id is null and the family then has none (GTE's hub layout:
+  // new-impl's NewConfig has no default); written back as null.
+  bool word_padding_row = true;
   std::string position_embedding_type = "absolute";  // the only one supported (BERT, RoBERTa, ELECTRA)
   // DistilBERT: fixed sin/cos position embeddings (not trained, as HF freezes them).
   bool sinusoidal_pos_embds = false;

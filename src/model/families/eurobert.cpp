@@ -65,6 +65,9 @@ void read(const json& j, EncoderConfig& c, const std::string& source) {
   c.num_hidden_layers = read_int(j, "num_hidden_layers", c.num_hidden_layers, source);
   c.num_attention_heads = read_int(j, "num_attention_heads", c.num_attention_heads, source);
   c.num_key_value_heads = read_int(j, "num_key_value_heads", c.num_key_value_heads, source);
+  if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() && c.num_key_value_heads <= 0)
+    config_key_error(source, "num_key_value_heads",
+                     "must be > 0 (null or absent: num_attention_heads)");
   c.hidden_act = read_string(j, "hidden_act", c.hidden_act, source);
   c.layer_norm_eps = read_double(j, "rms_norm_eps", c.layer_norm_eps, source);
   c.tie_word_embeddings = read_bool(j, "tie_word_embeddings", c.tie_word_embeddings, source);
@@ -72,6 +75,18 @@ void read(const json& j, EncoderConfig& c, const std::string& source) {
   c.mlp_bias = read_bool(j, "mlp_bias", c.mlp_bias, source);
   c.attention_probs_dropout_prob = read_double(j, "attention_dropout", c.attention_probs_dropout_prob, source);
   c.classifier_pooling = read_string(j, "classifier_pooling", c.classifier_pooling, source);
+  // EuroBERT's hub code (trust_remote_code) saved the pooling as clf_pooling,
+  // which transformers' EuroBertConfig ignores: a checkpoint trained with it
+  // keeps its pooling here; a contradiction is refused.
+  if (j.contains("clf_pooling") && !j["clf_pooling"].is_null()) {
+    const std::string hub = read_string(j, "clf_pooling", "", source);
+    if (!j.contains("classifier_pooling") || j["classifier_pooling"].is_null())
+      c.classifier_pooling = hub;
+    else if (hub != c.classifier_pooling)
+      config_key_error(source, "clf_pooling",
+                       "\"" + clip_for_message(hub, 40) + "\" contradicts classifier_pooling \"" +
+                           clip_for_message(c.classifier_pooling, 40) + "\"; keep one");
+  }
   // RoPE: rope_theta (transformers < 5) or rope_parameters.rope_theta (5).
   c.rope_theta = read_double(j, "rope_theta", c.rope_theta, source);
   read_rope_type(j, "rope_scaling", source);
@@ -111,7 +126,7 @@ void validate(const EncoderConfig& c, const std::string& source) {
     config_key_error(source, "hidden_size",
                      "the head size hidden_size / num_attention_heads = " + std::to_string(c.head_dim()) +
                          " must be even for rotary position embeddings");
-  if (c.num_key_value_heads < 0) config_key_error(source, "num_key_value_heads", "must be > 0");
+  if (c.num_key_value_heads < 0) config_key_error(source, "num_key_value_heads", "must be > 0");  // set in code
   if (c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0)
     config_key_error(source, "num_key_value_heads",
                      std::to_string(c.num_key_value_heads) + " does not divide num_attention_heads (" +
@@ -214,7 +229,7 @@ const FamilySpec& eurobert_family() {
       {{"layer_norm_eps", "rms_norm_eps"}, {"attention_probs_dropout_prob", "attention_dropout"}},
       {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
        "hidden_act", "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias", "attention_dropout",
-       "classifier_pooling", "rope_theta", "rope_scaling", "rope_parameters", "head_dim"},
+       "classifier_pooling", "clf_pooling", "rope_theta", "rope_scaling", "rope_parameters", "head_dim"},
       defaults,
       read,
       write,

@@ -105,7 +105,24 @@ void read(const json& j, EncoderConfig& c, const std::string& source) {
   if (hub_layout(c)) {
     c.pack_qkv = read_bool(j, "pack_qkv", c.pack_qkv, source);
     read_ntk_scaling(j, c, source);
+    // NewConfig has no pad_token_id default: without one the word embedding
+    // has no padding row (padding_idx None).
+    c.word_padding_row = j.contains("pad_token_id") && !j["pad_token_id"].is_null();
   } else {
+    // new-impl's weights under transformers' model_type (a hub folder whose
+    // config names "gte" but whose code is new-impl's) would fail at loading,
+    // far from the cause.
+    if (j.contains("pack_qkv") && !j["pack_qkv"].is_null())
+      config_key_error(source, "pack_qkv",
+                       "belongs to the hub layout (model_type \"new\", new-impl's modeling.py); transformers' "
+                       "\"gte\" has separate q_proj, k_proj, v_proj");
+    // transformers fills rope_parameters' missing entries from a legacy
+    // rope_scaling (setdefault); both given is refused rather than merged.
+    if (j.contains("rope_parameters") && !j["rope_parameters"].is_null() && j.contains("rope_scaling") &&
+        !j["rope_scaling"].is_null())
+      config_key_error(source, "rope_scaling",
+                       "is given beside rope_parameters; keep one (rope_parameters: {\"rope_type\", \"rope_theta\", "
+                       "\"factor\"})");
     if (c.num_attention_heads > 0) read_rope_parameters(j, c, source);
   }
   const std::string positions = read_string(j, "position_embedding_type", "rope", source);
@@ -130,6 +147,7 @@ void write(const EncoderConfig& c, json& j) {
                             ? json(nullptr)
                             : json{{"type", c.rope_scaling_type}, {"factor", c.rope_scaling_factor}};
     j["pack_qkv"] = c.pack_qkv;
+    if (!c.word_padding_row) j["pad_token_id"] = nullptr;
     return;
   }
   json rope = {{"rope_type", c.rope_scaling_type.empty() ? "default" : c.rope_scaling_type},
@@ -174,7 +192,8 @@ void plan(const EncoderConfig& c, PlanBuilder& b) {
   const bool hub = hub_layout(c);
   b.weights(InitKind::kNormal, c.initializer_range);
   b.set_unit(0);
-  b.embedding(base + "embeddings.word_embeddings.weight", c.vocab_size, D, Slot::kWordEmbeddings, c.pad_token_id);
+  b.embedding(base + "embeddings.word_embeddings.weight", c.vocab_size, D, Slot::kWordEmbeddings,
+              c.word_padding_row ? c.pad_token_id : -1);
   if (c.has_token_types())
     b.embedding(base + "embeddings.token_type_embeddings.weight", c.type_vocab_size, D, Slot::kTokenTypeEmbeddings);
   b.norm(base + "embeddings.LayerNorm", D, Slot::kEmbeddingNormWeight);
