@@ -250,8 +250,8 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
       scores = g.node("Div", {g.node("MatMul", {qh, kt}), g.float_scalar(static_cast<float>(std::sqrt(static_cast<double>(c.head_dim()))))});
     }
     // In a float16 graph the mask is added and the softmax taken in float32
-    // (torch.autocast's softmax): a score plus float16's -65504 overflows to
-    // -inf, and a row all -inf (a padding query's window of padding keys) is
+    // (torch.autocast's softmax): float16's -65504 plus a score below -16
+    // rounds to -inf, and a row all -inf (a padding query's window of padding keys) is
     // NaN, which probs x V spreads to every row.
     const std::string probs = g.from_float32(
         g.node("Softmax", {g.node("Add", {g.to_float32(scores), mask})}, [](auto& n) { set_int(n, "axis", -1); }));
