@@ -7,7 +7,8 @@
 # logits (within 1e-5) and labels, and both exports the same; the export's
 # folder holds model.onnx, config.json and the tokenizer's files; a model
 # whose activation has no ONNX form, an unknown opset and an output over the input are refused, and a
-# non-empty folder without --force.
+# non-empty folder without --force. --dtype float16: the file about half,
+# float32 logits near predict's and its labels; --dtype bfloat16 refused.
 #
 #   bash tests/test_onnx_export.sh BIN SRC RUNTIME_DIR MPIEXEC [MPIEXEC_FLAGS...]
 # shellcheck source=tests/suite_lib.sh
@@ -95,6 +96,36 @@ else
   fail "ONNX Runtime's logits are predict's within 1e-5 and its labels predict's; both exports agree" "$TMP/compare.log"
 fi
 
+# --dtype float16: FLOAT16 weights (the file about half the float32 one),
+# float32 logits within 3e-3 x the largest |logit| of predict's (the
+# tolerance of tests/test_onnx_export.cpp) and the same labels.
+if "$BIN" export "$ckpt" --format onnx --dtype float16 --output "$TMP/onnx_fp16" >"$TMP/export16.log" 2>&1 &&
+  node "$SRC/tests/onnx/run.js" "$TMP/onnx_fp16/model.onnx" "$TMP/inputs.jsonl" "$RUNTIME" >"$TMP/ort_fp16.jsonl" 2>>"$TMP/export16.log" &&
+  $PY - "$TMP/predict.jsonl" "$TMP/ort_fp16.jsonl" "$TMP/onnx_ckpt/model.onnx" "$TMP/onnx_fp16/model.onnx" >"$TMP/compare16.log" 2>&1 <<'PY'
+import json, os, sys
+predicted = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = []
+for line in open(sys.argv[2]):
+    o = json.loads(line)
+    if "logits" not in o: continue
+    assert o["logits"]["type"] == "float32", o["logits"]["type"]
+    n, c = o["logits"]["dims"]
+    rows += [o["logits"]["data"][i * c:(i + 1) * c] for i in range(n)]
+assert len(rows) == len(predicted) == 40, (len(rows), len(predicted))
+worst = max(abs(x - y) for p, r in zip(predicted, rows) for x, y in zip(p["logits"], r))
+scale = max(abs(x) for p in predicted for x in p["logits"])
+labels = sum(p["label"] == max(range(len(r)), key=r.__getitem__) for p, r in zip(predicted, rows))
+ratio = os.path.getsize(sys.argv[4]) / os.path.getsize(sys.argv[3])
+print(f"worst |fp16 onnx - predict| {worst:.3g} (max |logit| {scale:.3g}); labels equal {labels}/40; file {ratio:.3f} of float32's")
+assert worst <= 3e-3 * scale and labels == 40 and 0.45 < ratio < 0.55
+PY
+then
+  pass "--dtype float16: float32 logits near predict's, its labels, half the file ($(cat "$TMP/compare16.log"))"
+else
+  cat "$TMP/export16.log" >>"$TMP/compare16.log"
+  fail "--dtype float16: float32 logits near predict's, its labels, half the file" "$TMP/compare16.log"
+fi
+
 # Refusals.
 expect_error() {  # WHAT MESSAGE COMMAND...
   local what=$1 message=$2
@@ -116,6 +147,8 @@ expect_error "an output folder that is the model folder is refused" "which this 
 expect_error "a non-empty output folder needs --force" "is not empty" "$BIN" export "$ckpt" --format onnx --output "$TMP/onnx_ckpt"
 expect_error "--merge with --format onnx is refused (the graph always merges)" "always merges" \
   "$BIN" export "$ckpt" --format onnx --merge --output "$TMP/m"
+expect_error "--dtype bfloat16 is refused for ONNX" "float32 or float16 graphs" \
+  "$BIN" export "$ckpt" --format onnx --dtype bfloat16 --output "$TMP/bf16"
 expect_error "an unknown --format is refused" "expected hf or onnx" "$BIN" export "$ckpt" --format tflite --output "$TMP/t"
 
 suite_end

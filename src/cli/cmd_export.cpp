@@ -176,8 +176,11 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
   throw Error("--format onnx: this shardtrain was built without Debian's libonnx-dev; install it (bash "
               "scripts/setup.sh installs it) and build again");
 #else
-  if (flags.dtype != "float32" && flags.dtype != "fp32")
-    throw Error("--dtype " + flags.dtype + ": the ONNX export writes float32 graphs");
+  at::ScalarType dtype = at::kFloat;
+  with_flag_names([&] { dtype = parse_dtype(flags.dtype); });
+  if (dtype == at::kBFloat16)
+    throw Error("--dtype " + flags.dtype + ": the ONNX export writes float32 or float16 graphs (ONNX Runtime's CPU "
+                "build has few bfloat16 kernels)");
   if (flags.merge)
     throw Error("--merge: --format onnx always merges a LoRA checkpoint's adapter into the graph; leave --merge out");
   if (!flags.base.empty() && !is_checkpoint_file(flags.checkpoint))
@@ -219,10 +222,11 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
     if (error) throw Error(flags.output + ": cannot create output folder: " + error.message());
     OnnxExportOptions options;
     options.opset = flags.opset;
+    options.float16 = dtype == at::kHalf;
     exported = export_onnx(*model, (folder / "model.onnx").string(), options);
     if (!exported.external_data) remove_earlier_files(folder, {"model.onnx_data"});
     write_file_atomic((folder / "config.json").string(),
-                      hf_config_json(checkpoint ? info.config : model->config(), at::kFloat));
+                      hf_config_json(checkpoint ? info.config : model->config(), dtype));
     if (checkpoint) {
       tokenizer_files = write_tokenizer_files(folder, flags.checkpoint, info);
     } else {
@@ -236,9 +240,10 @@ void run_onnx_export(const World& world, const ExportFlags& flags) {
   std::string inputs, outputs;
   for (const std::string& n : exported.inputs) inputs += (inputs.empty() ? "" : ", ") + n;
   for (const std::string& n : exported.outputs) outputs += (outputs.empty() ? "" : ", ") + n;
-  log_info("export: %s -> %s/model.onnx (opset %lld, %lld nodes, %lld initializers, %.2f MB%s; inputs %s; outputs %s), "
+  log_info("export: %s -> %s/model.onnx (%s, opset %lld, %lld nodes, %lld initializers, %.2f MB%s; inputs %s; outputs %s), "
            "config.json%s%s",
-           flags.checkpoint.c_str(), flags.output.c_str(), static_cast<long long>(flags.opset),
+           flags.checkpoint.c_str(), flags.output.c_str(), dtype == at::kHalf ? "float16, float32 outputs" : "float32",
+           static_cast<long long>(flags.opset),
            static_cast<long long>(exported.nodes), static_cast<long long>(exported.initializers),
            exported.file_bytes / 1e6, exported.external_data ? ", weights in model.onnx_data" : "", inputs.c_str(),
            outputs.c_str(), tokenizer_files.empty() ? "; no tokenizer files (the source folder has none)" : ", ",
@@ -340,7 +345,9 @@ void add_export_command(CLI::App& root, World& world) {
   sub->add_option("--opset", flags->opset, "--format onnx: the ONNX opset, 14 to 17")->capture_default_str();
   sub->add_option("--output", flags->output, "HF folder to write (created if needed; must be empty without --force)")
       ->required();
-  sub->add_option("--dtype", flags->dtype, "dtype of the saved weights: float32, float16 or bfloat16")
+  sub->add_option("--dtype", flags->dtype,
+                  "dtype of the saved weights: float32, float16 or bfloat16 (--format onnx: float32 or float16, "
+                  "whose graph has float32 outputs)")
       ->capture_default_str();
   sub->add_flag("--merge", flags->merge,
                 "LoRA checkpoints: write the base with the adapter folded in (W + scaling B A) as a whole HF folder, "

@@ -6,7 +6,7 @@
 // Each line of INPUTS.jsonl is one batch: {"input_ids": [[...], ...], ...},
 // int64 arrays of the model's input shapes. Only the inputs the model
 // declares are fed (a missing one is an error). One JSON line per batch:
-// {"<output>": {"dims": [...], "data": [...]}, ...}. RUNTIME_DIR is the
+// {"<output>": {"type": "float32", "dims": [...], "data": [...]}, ...}. RUNTIME_DIR is the
 // folder whose node_modules holds onnxruntime-node (default: the working
 // folder's). Exit status 1 on any error.
 'use strict';
@@ -32,7 +32,7 @@ async function main() {
     const results = await session.run(feeds);
     const out = {};
     for (const name of session.outputNames)
-      out[name] = {dims: results[name].dims, data: Array.from(results[name].data, Number)};
+      out[name] = {type: results[name].type, dims: results[name].dims, data: Array.from(results[name].data, Number)};
     process.stdout.write(JSON.stringify(out) + '\n');
   }
   process.stdout.write(JSON.stringify({runtime: ort.env.versions}) + '\n');

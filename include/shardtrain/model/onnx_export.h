@@ -11,6 +11,8 @@
 // ([batch_size, num_labels]; token classification [batch_size,
 // sequence_length, num_labels]; multiple choice [batch_size, num_choices]);
 // question answering start_logits and end_logits [batch_size, sequence_length].
+// Outputs are float32; with `float16` the weights and the graph between them
+// are float16, as optimum's --fp16 writes them (docs/export.md).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,10 @@ class TaskModel;
 
 struct OnnxExportOptions {
   int64_t opset = 17;  // at least 14; 17 has LayerNormalization (earlier opsets get it decomposed)
+  // float16 weights and computation (--dtype float16); the norms, the masked
+  // softmax and mean pooling run in float32, as under torch.autocast, and the
+  // outputs are cast to float32. A weight beyond float16's range is refused.
+  bool float16 = false;
   // Graphs whose weights take more bytes than this keep them in
   // "<model>.onnx_data" (ONNX external data) instead of in the protobuf,
   // which cannot exceed 2 GiB. Tests set it low.
@@ -45,7 +51,8 @@ struct OnnxExport {
 // one; nothing when `config` can be exported.
 void check_onnx_exportable(const EncoderConfig& config);
 
-// Builds the graph of `model` (fp32, eval), runs ONNX's checker and strict
+// Builds the graph of `model` (eval; float32, or float16 with
+// options.float16), runs ONNX's checker and strict
 // shape inference on it and writes `path` (plus path + "_data" with external
 // data) atomically. Error with the checker's message when the graph does not
 // pass: nothing is written then.

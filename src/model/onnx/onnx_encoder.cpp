@@ -71,14 +71,22 @@ struct Emitter {
     const Slot bias = static_cast<Slot>(static_cast<int>(w) + 1);
     return has(unit, bias) ? g.node("Add", {y, weight(unit, bias)}) : y;
   }
-  std::string layer_norm(const std::string& x, int64_t unit, Slot w, double eps) {
+  // The norms run in float32 in a float16 graph, as under torch.autocast:
+  // their input, weight and bias cast up, the result cast down (an epsilon
+  // of 1e-12 is 0 in float16, and a mean square overflows it from |x| 256).
+  std::string layer_norm(const std::string& x16, int64_t unit, Slot w, double eps) {
+    return g.from_float32(layer_norm32(g.to_float32(x16), unit, w, eps));
+  }
+  std::string layer_norm32(const std::string& x, int64_t unit, Slot w, double eps) {
     const Slot b = static_cast<Slot>(static_cast<int>(w) + 1);
     // norm_bias = false (ModernBERT): a zero bias.
-    const std::string bias = has(unit, b) ? weight(unit, b)
-                                          : g.initializer(names.at({unit, static_cast<int>(w)}) + ".zero_bias",
-                                                          at::zeros(model.parameter(names.at({unit, static_cast<int>(w)})).sizes()));
+    const std::string bias = g.to_float32(
+        has(unit, b) ? weight(unit, b)
+                     : g.initializer(names.at({unit, static_cast<int>(w)}) + ".zero_bias",
+                                     at::zeros(model.parameter(names.at({unit, static_cast<int>(w)})).sizes())));
+    const std::string scale = g.to_float32(weight(unit, w));
     if (g.opset() >= 17)
-      return g.node("LayerNormalization", {x, weight(unit, w), bias}, [&](auto& n) {
+      return g.node("LayerNormalization", {x, scale, bias}, [&](auto& n) {
         set_int(n, "axis", -1);
         set_float(n, "epsilon", static_cast<float>(eps));
       });
@@ -88,14 +96,15 @@ struct Emitter {
     };
     const std::string d = g.node("Sub", {x, mean(x)});
     const std::string var = mean(g.node("Mul", {d, d}));
-    const std::string denom = g.node("Sqrt", {g.node("Add", {var, g.float_scalar(static_cast<float>(eps))})});
-    return g.node("Add", {g.node("Mul", {g.node("Div", {d, denom}), weight(unit, w)}), bias});
+    const std::string denom = g.node("Sqrt", {g.node("Add", {var, g.float32_scalar(static_cast<float>(eps))})});
+    return g.node("Add", {g.node("Mul", {g.node("Div", {d, denom}), scale}), bias});
   }
-  // RMSNorm (EuroBERT): x / sqrt(mean(x^2) + eps) * w.
-  std::string rms_norm(const std::string& x, int64_t unit, Slot w, double eps) {
+  // RMSNorm (EuroBERT): x / sqrt(mean(x^2) + eps) * w, in float32 as layer_norm.
+  std::string rms_norm(const std::string& x16, int64_t unit, Slot w, double eps) {
+    const std::string x = g.to_float32(x16);
     const std::string ms = g.node("ReduceMean", {g.node("Mul", {x, x})}, [](auto& n) { set_ints(n, "axes", {-1}); });
-    const std::string denom = g.node("Sqrt", {g.node("Add", {ms, g.float_scalar(static_cast<float>(eps))})});
-    return g.node("Mul", {g.node("Div", {x, denom}), weight(unit, w)});
+    const std::string denom = g.node("Sqrt", {g.node("Add", {ms, g.float32_scalar(static_cast<float>(eps))})});
+    return g.from_float32(g.node("Mul", {g.node("Div", {x, denom}), g.to_float32(weight(unit, w))}));
   }
   std::string norm(NormKind kind, const std::string& x, int64_t unit, Slot w, double eps) {
     return kind == NormKind::kRmsNorm ? rms_norm(x, unit, w, eps) : layer_norm(x, unit, w, eps);
@@ -148,11 +157,13 @@ struct Emitter {
     return x;
   }
 
-  // [N, L] keep mask -> [N, 1, 1, L]: 0 where attended, finfo(float).min at padding.
+  // [N, L] keep mask -> [N, 1, 1, L]: 0 where attended, finfo(float).min at
+  // padding; float32 in a float16 graph too, where scores are added to it in
+  // float32 (attention()).
   std::string extended_mask(const std::string& mask) {
     const std::string keep = g.node("Cast", {mask}, [](auto& n) { set_int(n, "to", kFloat); });
-    const std::string padding = g.node("Sub", {g.float_scalar(1.0f), keep});
-    const std::string additive = g.node("Mul", {padding, g.float_scalar(std::numeric_limits<float>::lowest())});
+    const std::string padding = g.node("Sub", {g.float32_scalar(1.0f), keep});
+    const std::string additive = g.node("Mul", {padding, g.float32_scalar(std::numeric_limits<float>::lowest())});
     return g.node("Unsqueeze", {additive, g.ints({1, 2})});
   }
   // ModernBERT's local layers: keys farther than half_window from the query get finfo.min.
@@ -161,7 +172,7 @@ struct Emitter {
     const std::string distance = g.node("Abs", {g.node("Sub", {g.node("Unsqueeze", {rows, g.ints({1})}),
                                                                g.node("Unsqueeze", {rows, g.ints({0})})})});
     const std::string inside = g.node("LessOrEqual", {distance, g.int_scalar(half_window)});  // [L, L]
-    return g.node("Where", {inside, extended, g.float_scalar(std::numeric_limits<float>::lowest())});  // [N, 1, L, L]
+    return g.node("Where", {inside, extended, g.float32_scalar(std::numeric_limits<float>::lowest())});  // [N, 1, L, L]
   }
 
   // [N, L, D] -> [N, L, H, Dh], with RoPE when `rotary` (cos, sin [L, 1, Dh]) is given.
@@ -238,7 +249,12 @@ std::string Emitter::layer(int64_t i, const std::string& x, const std::string& m
     } else {
       scores = g.node("Div", {g.node("MatMul", {qh, kt}), g.float_scalar(static_cast<float>(std::sqrt(static_cast<double>(c.head_dim()))))});
     }
-    const std::string probs = g.node("Softmax", {g.node("Add", {scores, mask})}, [](auto& n) { set_int(n, "axis", -1); });
+    // In a float16 graph the mask is added and the softmax taken in float32
+    // (torch.autocast's softmax): float16's -65504 plus a score below -16
+    // rounds to -inf, and a row all -inf (a padding query's window of padding keys) is
+    // NaN, which probs x V spreads to every row.
+    const std::string probs = g.from_float32(
+        g.node("Softmax", {g.node("Add", {g.to_float32(scores), mask})}, [](auto& n) { set_int(n, "axis", -1); }));
     const std::string context = g.node("Transpose", {g.node("MatMul", {probs, vh})},
                                        [](auto& n) { set_ints(n, "perm", {0, 2, 1, 3}); });
     return linear(g.node("Reshape", {context, g.ints({0, 0, c.hidden_size})}), u, Slot::kAttentionOutWeight);
@@ -285,12 +301,14 @@ std::string Emitter::head(const std::string& hidden, const std::string& mask) {
   const PooledHeadRecipe recipe = family.pooled_head(c);
   std::string x = recipe.final_norm ? norm(recipe.final_norm_kind, hidden, u, Slot::kFinalNormWeight, c.layer_norm_eps)
                                     : hidden;
-  // The mean over the real tokens of [N, L, W] -> [N, W].
-  auto masked_mean = [&](const std::string& t) {
+  // The mean over the real tokens of [N, L, W] -> [N, W], summed in float32
+  // (a float16 sum of L rows overflows sooner than their mean).
+  auto masked_mean = [&](const std::string& t16) {
+    const std::string t = g.to_float32(t16);
     const std::string keep = g.node("Unsqueeze", {g.node("Cast", {mask}, [](auto& n) { set_int(n, "to", kFloat); }), g.ints({-1})});
     const std::string sum = g.node("ReduceSum", {g.node("Mul", {t, keep}), g.ints({1})}, [](auto& n) { set_int(n, "keepdims", 0); });
     const std::string count = g.node("ReduceSum", {keep, g.ints({1})}, [](auto& n) { set_int(n, "keepdims", 0); });
-    return g.node("Div", {sum, count});
+    return g.from_float32(g.node("Div", {sum, count}));
   };
   if (recipe.late_pooling)  // EuroBERT: the head on every token, then the mean of the logits
     return masked_mean(linear(activation(recipe.activation, linear(x, u, Slot::kHeadDenseWeight)), u, Slot::kClassifierWeight));
@@ -309,11 +327,13 @@ std::string Emitter::head(const std::string& hidden, const std::string& mask) {
 bool exportable_activation(const std::string& name) { return exportable_activations().count(name) != 0; }
 
 // The graph of `model` into `m` (inputs, nodes, outputs).
-void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, OnnxExport& out) {
+// float16: the weights and the computation between them in float16, the
+// norms, the masked softmax and mean pooling in float32, the outputs cast to float32.
+void build_graph(const TaskModel& model, int64_t opset, bool float16, ::onnx::ModelProto& m, OnnxExport& out) {
   const EncoderConfig& c = model.config();
   ::onnx::GraphProto* graph = m.mutable_graph();
   graph->set_name(c.architecture());
-  GraphBuilder g(graph, opset);
+  GraphBuilder g(graph, opset, float16 ? ::onnx::TensorProto::FLOAT16 : kFloat);
   Emitter e(model, g);
   const bool choices = c.task == Task::kMultipleChoice;
   std::vector<std::string> dims = {"batch_size", "sequence_length"};
@@ -372,7 +392,7 @@ void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, O
     }
     hidden = e.layer(i, hidden, layer_mask, rope, relative.rows.empty() ? nullptr : &relative);
   }
-  std::string logits = e.head(hidden, mask);
+  std::string logits = g.to_float32(e.head(hidden, mask));  // float32 outputs, as optimum's --fp16 writes them
   const int64_t C = task_rules(c.task).head_outputs(c.num_labels);
   if (c.task == Task::kQuestionAnswering) {
     g.node("Split", {logits}, [](auto& n) { set_int(n, "axis", -1); }, 2);

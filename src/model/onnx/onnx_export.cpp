@@ -16,7 +16,7 @@
 namespace shardtrain {
 namespace onnx_encoder {
 bool exportable_activation(const std::string& name);
-void build_graph(const TaskModel& model, int64_t opset, ::onnx::ModelProto& m, OnnxExport& out);
+void build_graph(const TaskModel& model, int64_t opset, bool float16, ::onnx::ModelProto& m, OnnxExport& out);
 }  // namespace onnx_encoder
 
 void check_onnx_exportable(const EncoderConfig& config) {
@@ -74,7 +74,7 @@ OnnxExport export_onnx(const TaskModel& model, const std::string& path, const On
   op->set_domain("");
   op->set_version(options.opset);
   OnnxExport out;
-  onnx_encoder::build_graph(model, options.opset, m, out);
+  onnx_encoder::build_graph(model, options.opset, options.float16, m, out);
   if (options.invalid_node_for_tests) {
     ::onnx::NodeProto* bad = m.mutable_graph()->add_node();
     bad->set_op_type("NoSuchOp");

@@ -38,11 +38,16 @@ void set_string(::onnx::NodeProto& node, const char* name, const std::string& va
 std::string GraphBuilder::fresh(const std::string& op) { return "/" + op + "_" + std::to_string(counter_++); }
 
 std::string GraphBuilder::initializer(const std::string& name, const at::Tensor& values) {
-  const at::Tensor t = values.detach().to(at::kCPU).contiguous();
+  at::Tensor t = values.detach().to(at::kCPU).contiguous();
   ::onnx::TensorProto* p = graph_->add_initializer();
   p->set_name(name);
-  if (t.scalar_type() == at::kFloat) {
-    p->set_data_type(::onnx::TensorProto::FLOAT);
+  if (t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf) {
+    // IEEE binary16 (at::kHalf) is ONNX's FLOAT16. A value beyond its range
+    // would become +-inf and the logits NaN: refused by name instead.
+    if (half() && t.numel() > 0 && t.to(at::kFloat).abs().max().item<float>() > 65504.0f)
+      throw Error("ONNX export: --dtype float16: " + name + " holds values beyond float16's range (65504)");
+    t = t.to(half() ? at::kHalf : at::kFloat).contiguous();
+    p->set_data_type(float_type_);
   } else if (t.scalar_type() == at::kLong) {
     p->set_data_type(::onnx::TensorProto::INT64);
   } else {
@@ -67,6 +72,24 @@ std::string GraphBuilder::int_scalar(int64_t value) {
 
 std::string GraphBuilder::float_scalar(float value) {
   return initializer(fresh("const_float"), at::full({}, value, at::kFloat));
+}
+
+std::string GraphBuilder::float32_scalar(float value) {
+  const int32_t graph_type = float_type_;
+  float_type_ = ::onnx::TensorProto::FLOAT;
+  const std::string name = float_scalar(value);
+  float_type_ = graph_type;
+  return name;
+}
+
+std::string GraphBuilder::to_float32(const std::string& x) {
+  if (!half()) return x;
+  return node("Cast", {x}, [](auto& n) { set_int(n, "to", ::onnx::TensorProto::FLOAT); });
+}
+
+std::string GraphBuilder::from_float32(const std::string& x) {
+  if (!half()) return x;
+  return node("Cast", {x}, [this](auto& n) { set_int(n, "to", float_type_); });
 }
 
 std::string GraphBuilder::node(const std::string& op, const std::vector<std::string>& inputs,
