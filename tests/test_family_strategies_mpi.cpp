@@ -138,39 +138,42 @@ std::vector<FamilyVariant> family_variants() {
 
 }  // namespace
 
-TEST_CASE("families: every strategy trains each family like DDP, padded and unpadded") {
+// ddp's parameters after each of `steps` steps, then every variant's
+// (family_variants) against them; and the parameters really moved (a step
+// that did nothing would pass the comparison trivially).
+void check_variants_like_ddp(const EncoderConfig& config, bool unpadded, int steps, const DdpOptions& ddp_options) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   AdamWOptions adamw;
+  auto reference_model = family_model(config, 11, unpadded);
+  DataParallel reference(*reference_model, comm, adamw, ddp_options);
+  const int64_t numel = reference.layout().numel();
+  std::vector<at::Tensor> reference_params;
+  for (int s = 0; s < steps; ++s) {
+    family_step(reference, *reference_model, config, s);
+    reference_params.push_back(reference.flat_params().narrow(0, 0, numel).clone());
+  }
+  for (const FamilyVariant& variant : family_variants()) {
+    CAPTURE(unpadded);
+    CAPTURE(variant.label);
+    auto model = family_model(config, world_rank() == 0 ? 11 : 12, unpadded);  // broadcast fixes rank 1+
+    std::unique_ptr<Strategy> strategy = make_strategy(variant.parallel, *model, comm, adamw);
+    strategy->broadcast_parameters(0);
+    for (int s = 0; s < steps; ++s) {
+      CAPTURE(s);
+      family_step(*strategy, *model, config, s);
+      const double diff = (strategy->flat_params().narrow(0, 0, numel) - reference_params[s]).abs().max().item<double>();
+      CHECK(diff <= kFamilyParamTolerance);
+    }
+  }
+  CHECK((reference_params.back() - reference_params.front()).abs().max().item<double>() > 1e-3);
+}
+
+TEST_CASE("families: every strategy trains each family like DDP, padded and unpadded") {
   DdpOptions ddp_options;
   ddp_options.bucket_cap_mb = 0.002;
   for (const std::string fixture : kFamilyFixtures) {
-    const EncoderConfig config = family_config(fixture);
-    for (bool unpadded : {false, true}) {
-      auto reference_model = family_model(config, 11, unpadded);
-      DataParallel reference(*reference_model, comm, adamw, ddp_options);
-      const int64_t numel = reference.layout().numel();
-      std::vector<at::Tensor> reference_params;
-      for (int s = 0; s < 3; ++s) {
-        family_step(reference, *reference_model, config, s);
-        reference_params.push_back(reference.flat_params().narrow(0, 0, numel).clone());
-      }
-      for (const FamilyVariant& variant : family_variants()) {
-        CAPTURE(fixture);
-        CAPTURE(unpadded);
-        CAPTURE(variant.label);
-        auto model = family_model(config, world_rank() == 0 ? 11 : 12, unpadded);  // broadcast fixes rank 1+
-        std::unique_ptr<Strategy> strategy = make_strategy(variant.parallel, *model, comm, adamw);
-        strategy->broadcast_parameters(0);
-        for (int s = 0; s < 3; ++s) {
-          CAPTURE(s);
-          family_step(*strategy, *model, config, s);
-          const double diff = (strategy->flat_params().narrow(0, 0, numel) - reference_params[s]).abs().max().item<double>();
-          CHECK(diff <= kFamilyParamTolerance);
-        }
-        // The parameters really moved: a step that did nothing would pass the comparison above trivially.
-        CHECK((reference_params[2] - reference_params[0]).abs().max().item<double>() > 1e-3);
-      }
-    }
+    CAPTURE(fixture);
+    for (bool unpadded : {false, true}) check_variants_like_ddp(family_config(fixture), unpadded, 3, ddp_options);
   }
 }
 
@@ -212,34 +215,12 @@ TEST_CASE("families: mmBERT's 256k-row embedding under every strategy trains lik
   // falls inside it and the sparse word-lookup gradient lands in every
   // rank's shard. Width 64 here (the real 768 is measured by hand:
   // docs/models.md, "mmBERT").
-  MpiCommunicator comm(MPI_COMM_WORLD);
-  AdamWOptions adamw;
   EncoderConfig config = family_config("modernbert_cls_l4");
   config.vocab_size = 256000;
   config.hidden_size = 64;
   config.num_hidden_layers = 2;
-  auto reference_model = family_model(config, 11, /*unpadded=*/true);
-  REQUIRE(reference_model->parameter("model.embeddings.tok_embeddings.weight").size(0) == 256000);
-  DataParallel reference(*reference_model, comm, adamw, DdpOptions{});
-  const int64_t numel = reference.layout().numel();
-  std::vector<at::Tensor> reference_params;
-  for (int s = 0; s < 2; ++s) {
-    family_step(reference, *reference_model, config, s);
-    reference_params.push_back(reference.flat_params().narrow(0, 0, numel).clone());
-  }
-  for (const FamilyVariant& variant : family_variants()) {
-    CAPTURE(variant.label);
-    auto model = family_model(config, world_rank() == 0 ? 11 : 12, /*unpadded=*/true);
-    std::unique_ptr<Strategy> strategy = make_strategy(variant.parallel, *model, comm, adamw);
-    strategy->broadcast_parameters(0);
-    for (int s = 0; s < 2; ++s) {
-      CAPTURE(s);
-      family_step(*strategy, *model, config, s);
-      CHECK((strategy->flat_params().narrow(0, 0, numel) - reference_params[s]).abs().max().item<double>() <=
-            kFamilyParamTolerance);
-    }
-  }
-  CHECK((reference_params[1] - reference_params[0]).abs().max().item<double>() > 1e-3);
+  REQUIRE(family_model(config, 11, true)->parameter("model.embeddings.tok_embeddings.weight").size(0) == 256000);
+  check_variants_like_ddp(config, /*unpadded=*/true, 2, DdpOptions{});
 }
 
 }  // namespace family_strategies_mpi_test
