@@ -318,6 +318,24 @@ TEST_CASE("families: configs refuse what a family cannot be, naming the key") {
         "\"rope_scaling\": is given beside rope_parameters");
   // EuroBERT's hub code saved the pooling as clf_pooling: it is the checkpoint's.
   CHECK(EncoderConfig::from_json(R"({"model_type": "eurobert", "clf_pooling": "bos"})").classifier_pooling == "bos");
+  // mmBERT's own config.json (tests/fixtures/mmbert): ModernBERT with a
+  // 256,000-token vocabulary; its encoder is 196,608,000 embedding and
+  // 110,331,648 other parameters (the model card's 307M and 110M).
+  {
+    const EncoderConfig mmbert =
+        EncoderConfig::from_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/fixtures/mmbert/config.json");
+    CHECK(mmbert.family == ModelFamily::kModernBert);
+    CHECK(mmbert.vocab_size == 256000);
+    int64_t embedding = 0, rest = 0;
+    for (const ParameterSpec& p : parameter_plan(mmbert)) {
+      if (p.unit == mmbert.head_unit() && p.name.rfind("model.", 0) != 0) continue;  // the task head
+      int64_t n = 1;
+      for (const int64_t d : p.shape) n *= d;
+      (p.slot == Slot::kWordEmbeddings ? embedding : rest) += n;
+    }
+    CHECK(embedding == 196608000);
+    CHECK(rest == 110331648);
+  }
   // GTE's hub layout without pad_token_id: no padding row (NewConfig has no
   // default), written back as null; with one, the usual padding row.
   {

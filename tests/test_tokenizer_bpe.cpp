@@ -354,3 +354,23 @@ TEST_CASE("Gemma-style BPE: what is not implemented is refused by name") {
     CHECK_THROWS_WITH_AS(Tokenizer::from_model_dir(dir.dir), doctest::Contains(needle.c_str()), shardtrain::Error);
   }
 }
+
+TEST_CASE("Gemma-style BPE: mmBERT's own tokenizer_config.json (tests/fixtures/mmbert) is read, and leaves the ids "
+          "HF's") {
+  // PreTrainedTokenizerFast (the tokenizer.json's template as it is: transformers
+  // applies add_bos_token only in its Llama / Gemma classes), Gemma's special
+  // ids, 249 added tokens of the real 256k vocabulary.
+  const shardtrain_test::ScratchDir dir("mmbert_tokenizer_config");
+  std::ofstream(dir.dir + "/tokenizer.json", std::ios::binary) << gemma_variant("mmbert").dump();
+  {
+    std::ifstream config(kBpeSourceDir + "/tests/fixtures/mmbert/tokenizer_config.json", std::ios::binary);
+    REQUIRE(config.good());
+    std::ofstream(dir.dir + "/tokenizer_config.json", std::ios::binary) << config.rdbuf();
+  }
+  const Tokenizer tokenizer = Tokenizer::from_model_dir(dir.dir);
+  CHECK(bpe_check_reference(tokenizer, "gemma_bpe/ids.jsonl", "mmbert") == 265);
+  CHECK(tokenizer.cls_id() == 2);  // <bos>
+  CHECK(tokenizer.sep_id() == 1);  // <eos>
+  CHECK(tokenizer.pad_id() == 0);
+  CHECK(tokenizer.mask_id() == 4);
+}
